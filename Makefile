@@ -1,0 +1,116 @@
+# gpulab.inference: the two commands a new user runs are `make demo` and `make test`.
+# Each installs what it needs (Debian packages, a Python venv with pinned tools) by itself.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+VENV_STAMP := $(VENV)/.installed
+COLLECTIONS := $(CURDIR)/.build/collections
+COLLECTION_LINK := $(COLLECTIONS)/ansible_collections/gpulab/inference
+SANITY_ROOT := $(CURDIR)/.build/sanity/ansible_collections/gpulab/inference
+LLAMA_CPP_PYTHON_VERSION := 0.3.36
+LLAMA_CPP_COMMIT := 0c1e570
+LLAMA_CPP_ARCHIVE := .cache/llama.cpp-$(LLAMA_CPP_COMMIT).tar.gz
+MOLECULE_SCENARIOS ?= facts build default
+APT_PACKAGES := podman runc debootstrap rsync
+
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+export VIRTUAL_ENV := $(CURDIR)/$(VENV)
+export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export CONTAINERS_CONF := $(CURDIR)/molecule/lab/containers.conf
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+export PYTHONUNBUFFERED := 1
+
+step = @echo "==> $(1)"
+
+.PHONY: help
+help: ## List the targets
+	@grep -E '^[a-z][a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+# ---- installation -----------------------------------------------------------------------
+.PHONY: deps host-deps venv collection
+deps: host-deps venv collection ## Install everything the other targets need
+
+host-deps: ## Debian packages for the container lab (podman, runc, debootstrap)
+	$(call step,Debian packages: $(APT_PACKAGES))
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "    installing:" $$missing; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	else echo "    already installed"; fi
+
+venv: $(VENV_STAMP) ## Python venv with the pinned tools of requirements.txt
+
+$(VENV_STAMP): requirements.txt
+	$(call step,Python venv $(VENV) from requirements.txt)
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	@$(VENV)/bin/pip install -q --upgrade pip
+	@$(VENV)/bin/pip install -q -r requirements.txt
+	@touch $@
+
+collection: ## Link the repository as the gpulab.inference collection under .build/
+	@mkdir -p $(dir $(COLLECTION_LINK))
+	@ln -sfn $(CURDIR) $(COLLECTION_LINK)
+
+# ---- llama.cpp source for labs without internet ------------------------------------------
+.PHONY: llama-cpp-archive
+llama-cpp-archive: $(LLAMA_CPP_ARCHIVE) ## llama.cpp source archive (from the llama-cpp-python sdist on PyPI)
+
+$(LLAMA_CPP_ARCHIVE): | $(VENV_STAMP)
+	$(call step,llama.cpp $(LLAMA_CPP_COMMIT) source archive from llama-cpp-python $(LLAMA_CPP_PYTHON_VERSION))
+	@bash scripts/llama-cpp-archive.sh $(LLAMA_CPP_PYTHON_VERSION) $@
+
+# ---- the container lab ---------------------------------------------------------------------
+.PHONY: lab lab-destroy
+lab: deps ## Create the container lab (node-a head, node-b and node-c workers)
+	$(call step,container lab: image, fabric network, nodes)
+	@ansible-playbook -i inventory/demo molecule/lab/create.yml
+
+lab-destroy: deps ## Remove the lab containers and network (keeps the image and ccache)
+	$(call step,removing the container lab)
+	@ansible-playbook -i inventory/demo molecule/lab/destroy.yml
+
+# ---- the main job ---------------------------------------------------------------------------
+.PHONY: demo facts
+demo: lab llama-cpp-archive ## Deploy on the container lab and print what it serves
+	$(call step,GPU facts of every lab node)
+	@ansible-playbook -i inventory/demo playbooks/facts.yml
+
+facts: deps ## GPU facts table of an inventory: make facts INVENTORY=inventory/lab
+	@ansible-playbook -i $(or $(INVENTORY),inventory/lab) playbooks/facts.yml
+
+# ---- checks ---------------------------------------------------------------------------------
+.PHONY: test lint sanity unit molecule build
+test: deps ## Everything CI checks: lint, sanity, unit tests, molecule scenarios
+	@bash scripts/timed.sh "ansible-lint (production profile)" $(MAKE) --no-print-directory lint
+	@bash scripts/timed.sh "ansible-test sanity" $(MAKE) --no-print-directory sanity
+	@bash scripts/timed.sh "unit tests" $(MAKE) --no-print-directory unit
+	@bash scripts/timed.sh "molecule scenarios: $(MOLECULE_SCENARIOS)" $(MAKE) --no-print-directory molecule
+	$(call step,all checks passed)
+
+lint: deps
+	$(call step,ansible-lint --offline (production profile))
+	@ansible-lint --offline
+
+sanity: deps
+	$(call step,ansible-test sanity in $(SANITY_ROOT))
+	@rm -rf $(SANITY_ROOT) && mkdir -p $(SANITY_ROOT)
+	@git ls-files -z --cached --others --exclude-standard | rsync -a --from0 --files-from=- ./ $(SANITY_ROOT)/
+	@cd $(SANITY_ROOT) && ansible-test sanity --venv --python 3.11 --color no
+
+unit: deps
+	$(call step,pytest tests/unit)
+	@python -m pytest -q tests/unit || { rc=$$?; [ $$rc -eq 5 ] && echo "no unit tests collected" || exit $$rc; }
+
+molecule: deps llama-cpp-archive
+	@for s in $(MOLECULE_SCENARIOS); do \
+	  bash scripts/timed.sh "molecule test -s $$s" molecule test -s $$s || exit 1; \
+	done
+
+build: deps ## ansible-galaxy collection build into .build/
+	$(call step,ansible-galaxy collection build)
+	@ansible-galaxy collection build --force --output-path .build/dist .
