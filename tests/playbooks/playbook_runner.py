@@ -1,0 +1,85 @@
+"""Runs the collection's playbooks on the controller with ansible-runner (events, stats, facts)."""
+
+import json
+import sys
+from pathlib import Path
+
+import ansible_runner
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+COLLECTIONS = REPO / ".build" / "collections"
+LAB_FILES = REPO / "molecule" / "lab" / "files"
+
+
+def _link_collection():
+    link = COLLECTIONS / "ansible_collections" / "gpulab" / "inference"
+    if not link.exists():
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(REPO)
+
+
+class PlaybookRun:
+    """The outcome of one ansible-runner run: status, stats and the events of failed tasks."""
+
+    def __init__(self, runner):
+        self.status = runner.status
+        self.rc = runner.rc
+        self.stats = runner.stats or {}
+        self.events = list(runner.events)
+
+    @property
+    def failures(self):
+        """(host, task name, message) of every failed task, in order."""
+        found = []
+        for event in self.events:
+            if event.get("event") == "runner_on_failed" and not event["event_data"].get("ignore_errors"):
+                data = event["event_data"]
+                found.append((data["host"], data["task"], data["res"].get("msg", "")))
+        return found
+
+    def changed_tasks(self):
+        return [
+            (e["event_data"]["host"], e["event_data"]["task"])
+            for e in self.events
+            if e.get("event") == "runner_on_ok" and e["event_data"]["res"].get("changed")
+        ]
+
+
+@pytest.fixture()
+def run_playbook(tmp_path):
+    """Run a playbook of the repository against an inventory given as a dict."""
+    _link_collection()
+
+    def _run(playbook, inventory, extravars=None, envvars=None):
+        private = tmp_path / "runner"
+        (private / "inventory").mkdir(parents=True, exist_ok=True)
+        (private / "inventory" / "hosts.yml").write_text(yaml.safe_dump(inventory))
+        env = {
+            "ANSIBLE_COLLECTIONS_PATH": str(COLLECTIONS),
+            "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
+            "ANSIBLE_NOCOLOR": "1",
+        }
+        env.update(envvars or {})
+        runner = ansible_runner.run(
+            private_data_dir=str(private),
+            playbook=str(REPO / playbook),
+            inventory=str(private / "inventory" / "hosts.yml"),
+            extravars=extravars or {},
+            envvars=env,
+            quiet=True,
+            json_mode=False,
+        )
+        return PlaybookRun(runner)
+
+    return _run
+
+
+def local_host(**hostvars):
+    """An inventory host reached through the local connection with this interpreter."""
+    return {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, **hostvars}
+
+
+def dump(obj):
+    return json.dumps(obj, indent=1, default=str)
