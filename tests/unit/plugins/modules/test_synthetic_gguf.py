@@ -1,0 +1,184 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""gpulab.inference.synthetic_gguf: decisions, idempotence, check mode and errors."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+
+import pytest
+
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.gpulab.inference.plugins.module_utils import gguf
+from ansible_collections.gpulab.inference.plugins.module_utils import synthetic_model as sm
+from ansible_collections.gpulab.inference.plugins.modules import synthetic_gguf
+
+# small enough to write in milliseconds
+SMALL = {"layers": 1, "hidden_size": 64, "attention_heads": 2, "kv_heads": 1, "head_dim": 32,
+         "experts": 4, "experts_used": 2, "expert_ffn_size": 32}
+
+
+def run_module(args, check_mode=False, capsys=None):
+    """Run main() and return (failed, result) from the JSON it prints."""
+    if check_mode:
+        args = dict(args, _ansible_check_mode=True)
+    with patch_module_args(args):
+        with pytest.raises(SystemExit) as exit_info:
+            synthetic_gguf.main()
+    result = json.loads(capsys.readouterr().out)
+    return exit_info.value.code != 0, result
+
+
+def test_writes_then_is_idempotent(tmp_path, capsys):
+    path = str(tmp_path / "m.gguf")
+    failed, result = run_module(dict(SMALL, path=path), capsys=capsys)
+    assert not failed, result
+    assert result["changed"] is True
+    assert result["path"] == path
+    assert result["shard_paths"] == [path]
+    assert result["size_bytes"] == os.path.getsize(path)
+    assert result["tensor_count"] == 2 + 13 + 1
+    assert result["architecture"] == "minimax-m2"
+    assert result["layers"] == 1
+    assert result["vocab_size"] == 259
+    assert result["chat_template_source"] == "default"
+    assert gguf.read_gguf(path).get(sm.KEY_OPTIONS_SHA256) == result["options_sha256"]
+    mtime_ns = os.stat(path).st_mtime_ns
+
+    failed, again = run_module(dict(SMALL, path=path), capsys=capsys)
+    assert not failed, again
+    assert again["changed"] is False
+    assert again["size_bytes"] == result["size_bytes"]
+    assert os.stat(path).st_mtime_ns == mtime_ns
+
+
+def test_changed_option_rewrites_and_force_rewrites(tmp_path, capsys):
+    path = str(tmp_path / "m.gguf")
+    run_module(dict(SMALL, path=path), capsys=capsys)
+    first = gguf.read_gguf(path).get(sm.KEY_OPTIONS_SHA256)
+    _failed, result = run_module(dict(SMALL, path=path, seed=7), capsys=capsys)
+    assert result["changed"] is True
+    assert gguf.read_gguf(path).get(sm.KEY_OPTIONS_SHA256) != first
+    _failed, result = run_module(dict(SMALL, path=path, seed=7, force=True), capsys=capsys)
+    assert result["changed"] is True
+
+
+def test_check_mode_writes_nothing_but_reports_exact_size(tmp_path, capsys):
+    path = str(tmp_path / "m.gguf")
+    failed, predicted = run_module(dict(SMALL, path=path, shards=2), check_mode=True, capsys=capsys)
+    assert not failed, predicted
+    assert predicted["changed"] is True
+    assert os.listdir(str(tmp_path)) == []
+    _failed, written = run_module(dict(SMALL, path=path, shards=2), capsys=capsys)
+    assert written["size_bytes"] == predicted["size_bytes"]
+    assert written["size_bytes"] == sum(os.path.getsize(p) for p in written["shard_paths"])
+
+
+def test_shards_return_every_path(tmp_path, capsys):
+    path = str(tmp_path / "big.gguf")
+    _failed, result = run_module(dict(SMALL, path=path, shards=3), capsys=capsys)
+    expected = [str(tmp_path / ("big-%05d-of-00003.gguf" % i)) for i in (1, 2, 3)]
+    assert result["shard_paths"] == expected
+    assert result["path"] == expected[0]
+    assert sorted(os.listdir(str(tmp_path))) == sorted(os.path.basename(p) for p in expected)
+    # a missing shard makes the model stale again
+    os.unlink(expected[2])
+    _failed, result = run_module(dict(SMALL, path=path, shards=3), capsys=capsys)
+    assert result["changed"] is True
+    assert os.path.exists(expected[2])
+
+
+def test_vocab_gguf_tokens_size_the_embeddings(tmp_path, capsys):
+    vocab = str(tmp_path / "vocab.gguf")
+    tokens = ["<s>", "</s>"] + ["t%d" % i for i in range(98)]
+    with open(vocab, "wb") as stream:
+        gguf.write_gguf(stream, [
+            ("general.architecture", gguf.GGUFValue(gguf.STRING, "qwen2")),
+            ("tokenizer.ggml.model", gguf.GGUFValue(gguf.STRING, "gpt2")),
+            ("tokenizer.ggml.tokens", gguf.GGUFValue(gguf.ARRAY, tokens, gguf.STRING)),
+            ("tokenizer.chat_template", gguf.GGUFValue(gguf.STRING, "{{ messages }}")),
+        ], [], None)
+    path = str(tmp_path / "m.gguf")
+    _failed, result = run_module(dict(SMALL, path=path, vocab_gguf=vocab), capsys=capsys)
+    assert result["vocab_size"] == 100
+    assert result["chat_template_source"] == "vocab_gguf"
+    parsed = gguf.read_gguf(path)
+    assert parsed.get("general.architecture") == "minimax-m2"
+    assert parsed.get("tokenizer.ggml.model") == "gpt2"
+    assert parsed.get("tokenizer.chat_template") == "{{ messages }}"
+    assert parsed.tensors[0].dims == (64, 100)
+    # another vocabulary file (other checksum) means another model
+    with open(vocab, "ab") as stream:
+        stream.write(b"\0")
+    _failed, result = run_module(dict(SMALL, path=path, vocab_gguf=vocab), capsys=capsys)
+    assert result["changed"] is True
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"experts": 4, "experts_used": 8}, "experts_used=8 is larger than experts=4"),
+    ({"hidden_size": 100}, "hidden_size=100 is not divisible by 32"),
+    ({"shards": 40}, "shards=40 is more than the model's 16 tensors"),
+])
+def test_bad_options_fail_before_writing(tmp_path, capsys, options, message):
+    path = str(tmp_path / "m.gguf")
+    failed, result = run_module(dict(SMALL, path=path, **options), capsys=capsys)
+    assert failed
+    assert message in result["msg"]
+    assert os.listdir(str(tmp_path)) == []
+
+
+def test_unknown_quantization_is_refused_by_the_spec(tmp_path, capsys):
+    failed, result = run_module(dict(SMALL, path=str(tmp_path / "m.gguf"), quantization="Q4_K"), capsys=capsys)
+    assert failed
+    assert "quantization" in result["msg"] and "Q4_K" in result["msg"]
+    assert os.listdir(str(tmp_path)) == []
+
+
+def test_missing_directory_and_vocab_are_named(tmp_path, capsys):
+    failed, result = run_module(dict(SMALL, path=str(tmp_path / "nope" / "m.gguf")), capsys=capsys)
+    assert failed
+    assert "directory %s" % (tmp_path / "nope") in result["msg"]
+    failed, result = run_module(dict(SMALL, path=str(tmp_path / "m.gguf"),
+                                     vocab_gguf=str(tmp_path / "v.gguf")), capsys=capsys)
+    assert failed
+    assert "vocab_gguf=%r does not exist" % str(tmp_path / "v.gguf") in result["msg"]
+
+
+def test_refuses_to_overwrite_a_foreign_or_corrupt_file(tmp_path, capsys):
+    path = str(tmp_path / "m.gguf")
+    with open(path, "wb") as stream:
+        stream.write(b"not a model")
+    failed, result = run_module(dict(SMALL, path=path), capsys=capsys)
+    assert failed
+    assert "%s: not a GGUF file" % path in result["msg"]
+    assert "force=true" in result["msg"]
+    with open(path, "rb") as stream:
+        assert stream.read() == b"not a model"
+    failed, result = run_module(dict(SMALL, path=path, force=True), capsys=capsys)
+    assert not failed and result["changed"] is True
+    assert gguf.read_gguf(path).get("general.architecture") == "minimax-m2"
+
+
+def test_truncated_model_is_reported_with_its_name(tmp_path, capsys):
+    path = str(tmp_path / "m.gguf")
+    run_module(dict(SMALL, path=path), capsys=capsys)
+    with open(path, "r+b") as stream:
+        stream.truncate(os.path.getsize(path) - 64)
+    failed, result = run_module(dict(SMALL, path=path), capsys=capsys)
+    assert failed
+    assert "%s: truncated GGUF file" % path in result["msg"]
+
+
+def test_file_mode_is_applied(tmp_path, capsys):
+    path = str(tmp_path / "m.gguf")
+    run_module(dict(SMALL, path=path), capsys=capsys)
+    assert oct(os.stat(path).st_mode & 0o777) == "0o644"
+    _failed, result = run_module(dict(SMALL, path=path, mode="0600"), capsys=capsys)
+    assert result["changed"] is True
+    assert oct(os.stat(path).st_mode & 0o777) == "0o600"
+    _failed, result = run_module(dict(SMALL, path=path, mode="0600"), capsys=capsys)
+    assert result["changed"] is False
