@@ -1,0 +1,356 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpulab.inference maintainers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Pure parsers for nvidia-smi answers, shared by gpu_facts and gpu_residency.
+
+No AnsibleModule in here: every function takes text and returns data, or raises
+NvidiaSmiParseError naming the field and the line at fault, so that unit tests can
+feed captured output directly.
+"""
+
+from __future__ import annotations
+
+import re
+
+# The command lines the modules issue; the fake nvidia-smi of the container lab answers
+# exactly these, so change them together (tests/unit/.../test_nvidia_smi.py runs both).
+GPU_QUERY_FIELDS = (
+    'index', 'uuid', 'name', 'pci.bus_id', 'driver_version', 'compute_cap',
+    'memory.total', 'memory.used', 'memory.free', 'utilization.gpu',
+)
+MIG_QUERY_FIELDS = ('index', 'mig.mode.current')
+COMPUTE_APPS_QUERY_FIELDS = ('pid', 'process_name', 'gpu_uuid', 'used_memory')
+CSV_FORMAT_ARG = '--format=csv,noheader,nounits'
+
+GPU_QUERY_ARGS = ['--query-gpu=' + ','.join(GPU_QUERY_FIELDS), CSV_FORMAT_ARG]
+MIG_QUERY_ARGS = ['--query-gpu=' + ','.join(MIG_QUERY_FIELDS), CSV_FORMAT_ARG]
+COMPUTE_APPS_QUERY_ARGS = ['--query-compute-apps=' + ','.join(COMPUTE_APPS_QUERY_FIELDS), CSV_FORMAT_ARG]
+# CUDA version: no --query-gpu field carries it (checked against `--help-query-gpu` of
+# 580.159.04). `nvidia-smi --version` prints it as "CUDA Version : 13.0" in about 25 ms on
+# an H200, as cheap as a field query and far cheaper than `-q -x` (about 100 ms, 27 kB)
+# or scraping the table header of plain `nvidia-smi`.
+VERSION_ARGS = ['--version']
+
+# Printed (on stdout, exit status 18) by every nvidia-smi call after a driver upgrade
+# without reboot: the userspace NVML no longer matches the loaded kernel module.
+NVML_MISMATCH_TEXT = 'Driver/library version mismatch'
+NVML_MISMATCH_RC = 18
+
+MIB_PER_GIB = 1024
+
+_NOT_AVAILABLE_RE = re.compile(r'^(N/A|\[[A-Za-z][A-Za-z ./-]*\])$')
+_COMPUTE_CAP_RE = re.compile(r'^(\d+)\.(\d+)$')
+_VERSION_RE = re.compile(r'^\d+(\.\d+)+$')
+_KERNEL_MODULE_RE = re.compile(
+    r'^NVRM version:.*?Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)(?:\s|$)')
+_NVML_LIBRARY_RE = re.compile(r'^NVML library version:\s*(\S+)', re.MULTILINE)
+_SMI_VERSION_LINE_RE = re.compile(r'^\s*([A-Za-z][A-Za-z -]*?)\s*:\s*(\S.*?)\s*$')
+
+
+class NvidiaSmiParseError(ValueError):
+    """nvidia-smi (or the driver's version file) answered something this parser cannot read."""
+
+
+def is_not_available(value):
+    """True for nvidia-smi's markers of a value it cannot read: N/A, [N/A], [Not Supported], ..."""
+    return bool(_NOT_AVAILABLE_RE.match(value.strip()))
+
+
+def _optional_int(value, field, line):
+    value = value.strip()
+    if is_not_available(value):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise NvidiaSmiParseError(
+            'nvidia-smi field %s is %r, expected an integer or N/A, in line: %r'
+            % (field, value, line)) from None
+
+
+def _required_text(value, field, line):
+    value = value.strip()
+    if not value or is_not_available(value):
+        raise NvidiaSmiParseError(
+            'nvidia-smi field %s is empty or N/A (%r) in line: %r' % (field, value, line))
+    return value
+
+
+def _data_lines(output):
+    """Non-blank lines of a noheader CSV answer (an empty answer means no rows)."""
+    return [line for line in output.splitlines() if line.strip()]
+
+
+def cuda_arch_from_compute_cap(compute_cap):
+    """Map nvidia-smi's compute_cap ("9.0", "12.0") to the CUDA architecture number ("90", "120").
+
+    None stays None (a driver that cannot read the capability). Anything else raises.
+    """
+    if compute_cap is None:
+        return None
+    match = _COMPUTE_CAP_RE.match(compute_cap.strip())
+    if not match:
+        raise NvidiaSmiParseError(
+            'compute_cap %r is not MAJOR.MINOR (such as 9.0 or 12.0)' % (compute_cap,))
+    return '%d%s' % (int(match.group(1)), match.group(2))
+
+
+def parse_gpu_query(output):
+    """Parse the answer to GPU_QUERY_ARGS into a list of GPU dicts, ordered by index."""
+    gpus = []
+    for line in _data_lines(output):
+        fields = [field.strip() for field in line.split(',')]
+        if len(fields) != len(GPU_QUERY_FIELDS):
+            raise NvidiaSmiParseError(
+                'nvidia-smi --query-gpu answered %d fields, expected %d (%s), in line: %r'
+                % (len(fields), len(GPU_QUERY_FIELDS), ','.join(GPU_QUERY_FIELDS), line))
+        row = dict(zip(GPU_QUERY_FIELDS, fields))
+        index = _optional_int(row['index'], 'index', line)
+        if index is None:
+            raise NvidiaSmiParseError('nvidia-smi field index is N/A in line: %r' % (line,))
+        compute_cap = None if is_not_available(row['compute_cap']) else row['compute_cap']
+        try:
+            cuda_arch = cuda_arch_from_compute_cap(compute_cap)
+        except NvidiaSmiParseError:
+            raise NvidiaSmiParseError(
+                'nvidia-smi field compute_cap is %r, expected MAJOR.MINOR such as 9.0, in line: %r'
+                % (compute_cap, line)) from None
+        gpus.append({
+            'index': index,
+            'uuid': _required_text(row['uuid'], 'uuid', line),
+            'name': _required_text(row['name'], 'name', line),
+            'pci_bus_id': _required_text(row['pci.bus_id'], 'pci.bus_id', line),
+            'driver_version': _required_text(row['driver_version'], 'driver_version', line),
+            'compute_cap': compute_cap,
+            'cuda_arch': cuda_arch,
+            'memory_total_mib': _optional_int(row['memory.total'], 'memory.total', line),
+            'memory_used_mib': _optional_int(row['memory.used'], 'memory.used', line),
+            'memory_free_mib': _optional_int(row['memory.free'], 'memory.free', line),
+            'utilization_gpu_pct': _optional_int(row['utilization.gpu'], 'utilization.gpu', line),
+        })
+    indices = [gpu['index'] for gpu in gpus]
+    if len(set(indices)) != len(indices):
+        raise NvidiaSmiParseError('nvidia-smi --query-gpu listed a GPU index twice: %s' % (indices,))
+    return sorted(gpus, key=lambda gpu: gpu['index'])
+
+
+def parse_mig_query(output):
+    """Parse the answer to MIG_QUERY_ARGS into {index: "Enabled" | "Disabled" | None}."""
+    modes = {}
+    for line in _data_lines(output):
+        fields = [field.strip() for field in line.split(',')]
+        if len(fields) != len(MIG_QUERY_FIELDS):
+            raise NvidiaSmiParseError(
+                'nvidia-smi --query-gpu answered %d fields, expected %d (%s), in line: %r'
+                % (len(fields), len(MIG_QUERY_FIELDS), ','.join(MIG_QUERY_FIELDS), line))
+        index = _optional_int(fields[0], 'index', line)
+        mode = None if is_not_available(fields[1]) else fields[1]
+        if mode not in (None, 'Enabled', 'Disabled'):
+            raise NvidiaSmiParseError(
+                'nvidia-smi field mig.mode.current is %r, expected Enabled, Disabled or N/A, '
+                'in line: %r' % (fields[1], line))
+        modes[index] = mode
+    return modes
+
+
+def parse_compute_apps_query(output):
+    """Parse the answer to COMPUTE_APPS_QUERY_ARGS into a list of process dicts.
+
+    An empty answer (no process holds a compute context) gives an empty list. The process
+    name is the executable's path and may itself hold commas, so the line is split on the
+    first and the last two separators only.
+    """
+    processes = []
+    for line in _data_lines(output):
+        head = line.split(',', 1)
+        tail = head[1].rsplit(',', 2) if len(head) == 2 else []
+        if len(tail) != 3:
+            raise NvidiaSmiParseError(
+                'nvidia-smi --query-compute-apps answered fewer than %d fields (%s) in line: %r'
+                % (len(COMPUTE_APPS_QUERY_FIELDS), ','.join(COMPUTE_APPS_QUERY_FIELDS), line))
+        pid = _optional_int(head[0], 'pid', line)
+        if pid is None:
+            raise NvidiaSmiParseError('nvidia-smi field pid is N/A in line: %r' % (line,))
+        processes.append({
+            'pid': pid,
+            'process_name': tail[0].strip(),
+            'gpu_uuid': _required_text(tail[1], 'gpu_uuid', line),
+            'used_memory_mib': _optional_int(tail[2], 'used_memory', line),
+        })
+    return processes
+
+
+def parse_smi_version(output):
+    """Parse `nvidia-smi --version` into {'smi_version', 'nvml_version', 'driver_version', 'cuda_version'}.
+
+    Keys the tool did not print are None (older nvidia-smi print fewer lines).
+    """
+    wanted = {
+        'nvidia-smi version': 'smi_version',
+        'nvml version': 'nvml_version',
+        'driver version': 'driver_version',
+        'cuda version': 'cuda_version',
+    }
+    result = dict.fromkeys(wanted.values())
+    for line in _data_lines(output):
+        match = _SMI_VERSION_LINE_RE.match(line)
+        if match and match.group(1).lower() in wanted:
+            result[wanted[match.group(1).lower()]] = match.group(2)
+    for key in ('driver_version', 'cuda_version'):
+        # A vGPU host, or a driver without CUDA, prints "Not Found" or "N/A".
+        if result[key] in ('N/A', 'Not Found'):
+            result[key] = None
+        if result[key] is not None and not _VERSION_RE.match(result[key]):
+            raise NvidiaSmiParseError(
+                'nvidia-smi --version printed %s %r, expected digits and dots, in: %r'
+                % (key, result[key], output))
+    return result
+
+
+def parse_kernel_module_version(text):
+    """Version of the loaded NVIDIA kernel module from /proc/driver/nvidia/version.
+
+    Reads both the proprietary ("NVIDIA UNIX x86_64 Kernel Module  580.159.04 ...") and the
+    open ("NVIDIA UNIX Open Kernel Module for x86_64  580.159.04 ...") formats.
+    """
+    for line in text.splitlines():
+        if line.startswith('NVRM version:'):
+            match = _KERNEL_MODULE_RE.match(line)
+            if match:
+                return match.group(1)
+            raise NvidiaSmiParseError(
+                'cannot find the kernel module version in the NVRM line %r' % (line,))
+    raise NvidiaSmiParseError(
+        'no "NVRM version:" line in the driver version file (first line: %r)'
+        % (text.splitlines()[0] if text.strip() else '',))
+
+
+def is_nvml_mismatch(stdout, stderr=''):
+    """True when nvidia-smi refused to start because NVML and the kernel module differ."""
+    return NVML_MISMATCH_TEXT in (stdout or '') or NVML_MISMATCH_TEXT in (stderr or '')
+
+
+def parse_nvml_library_version(text):
+    """The "NVML library version: 580.95" nvidia-smi prints after a mismatch, or None."""
+    match = _NVML_LIBRARY_RE.search(text or '')
+    return match.group(1) if match else None
+
+
+def merge_mig_modes(gpus, mig_modes):
+    """Return copies of the GPU dicts with mig_mode set from parse_mig_query's answer."""
+    return [dict(gpu, mig_mode=mig_modes.get(gpu['index'])) for gpu in gpus]
+
+
+def driver_facts(gpus, smi_version, kernel_module_version):
+    """Build the gpulab_gpu_driver fact when nvidia-smi answered.
+
+    The userspace version comes from the GPU rows (NVML), falling back to `--version` when no
+    GPU is listed. mismatch is true when it differs from the kernel module's version.
+    """
+    versions = sorted({gpu['driver_version'] for gpu in gpus})
+    if len(versions) > 1:
+        raise NvidiaSmiParseError('nvidia-smi reported several driver versions: %s' % (versions,))
+    driver_version = versions[0] if versions else smi_version.get('driver_version')
+    mismatch = bool(driver_version and kernel_module_version
+                    and driver_version != kernel_module_version)
+    return {
+        'driver_version': driver_version,
+        'cuda_version': smi_version.get('cuda_version'),
+        'kernel_module_version': kernel_module_version,
+        'mismatch': mismatch,
+    }
+
+
+def systemd_unit_from_cgroup(text):
+    """The systemd service a process runs in, from the text of /proc/PID/cgroup, or None.
+
+    Reads cgroup v2 ("0::/system.slice/gpulab-rpc.service") and the v1 name=systemd
+    hierarchy. The innermost *.service wins, so a user service under user@1000.service
+    is named, not the user manager.
+    """
+    paths = []
+    for line in text.splitlines():
+        parts = line.strip().split(':', 2)
+        if len(parts) != 3:
+            continue
+        hierarchy_id, controllers, path = parts
+        if (hierarchy_id == '0' and controllers == '') or controllers == 'name=systemd':
+            paths.append(path)
+    for path in paths:
+        services = [part for part in path.split('/') if part.endswith('.service')]
+        if services:
+            return services[-1]
+    return None
+
+
+def mib_to_gib(mib):
+    """MiB to GiB, rounded to 2 decimals."""
+    return round(mib / MIB_PER_GIB, 2)
+
+
+def select_gpus(gpus, indices):
+    """The GPUs whose index is in indices (all when indices is None), in index order.
+
+    Raises ValueError naming the unknown indices and the existing ones.
+    """
+    if indices is None:
+        return list(gpus)
+    existing = [gpu['index'] for gpu in gpus]
+    unknown = sorted(set(indices) - set(existing))
+    if unknown:
+        raise ValueError(
+            'no GPU with index %s on this host; existing indices: %s'
+            % (', '.join(str(i) for i in unknown),
+               ', '.join(str(i) for i in existing) or 'none'))
+    wanted = set(indices)
+    return [gpu for gpu in gpus if gpu['index'] in wanted]
+
+
+def build_residency(gpus, processes, indices=None, cgroups=None):
+    """Combine the GPU and compute-apps answers into the residency report.
+
+    gpus: parse_gpu_query's list; processes: parse_compute_apps_query's list; indices: the GPU
+    indices to consider (None: all); cgroups: {pid: text of /proc/PID/cgroup or None when the
+    process has exited since the query}.
+    A process on a GPU uuid that the GPU query did not list is kept (gpu_index None) only when
+    all GPUs are considered; the caller may warn about it. A pid missing from cgroups counts
+    as exited.
+    """
+    cgroups = cgroups or {}
+    selected = select_gpus(gpus, indices)
+    index_by_uuid = dict((gpu['uuid'], gpu['index']) for gpu in gpus)
+    selected_uuids = set(gpu['uuid'] for gpu in selected)
+
+    report_gpus = [{
+        'index': gpu['index'],
+        'uuid': gpu['uuid'],
+        'name': gpu['name'],
+        'memory_used_mib': gpu['memory_used_mib'],
+        'memory_total_mib': gpu['memory_total_mib'],
+        'memory_free_mib': gpu['memory_free_mib'],
+    } for gpu in selected]
+
+    report_processes = []
+    for process in processes:
+        known = process['gpu_uuid'] in index_by_uuid
+        if indices is not None and process['gpu_uuid'] not in selected_uuids:
+            continue
+        cgroup_text = cgroups.get(process['pid'])
+        report_processes.append({
+            'pid': process['pid'],
+            'process_name': process['process_name'],
+            'gpu_index': index_by_uuid[process['gpu_uuid']] if known else None,
+            'gpu_uuid': process['gpu_uuid'],
+            'used_memory_mib': process['used_memory_mib'],
+            'systemd_unit': systemd_unit_from_cgroup(cgroup_text) if cgroup_text else None,
+            'exited': cgroup_text is None,
+        })
+
+    # MIG parents report memory as N/A; they count as unknown, not as zero.
+    used_mib = [gpu['memory_used_mib'] for gpu in selected if gpu['memory_used_mib'] is not None]
+    return {
+        'gpus': report_gpus,
+        'processes': report_processes,
+        'aggregate_used_gib': mib_to_gib(sum(used_mib)),
+        'imbalance_gib': mib_to_gib(max(used_mib) - min(used_mib)) if used_mib else 0.0,
+    }

@@ -1,0 +1,15 @@
+"""Make `ansible_collections.gpulab.inference` importable: the repository is the collection,
+linked into .build/collections (the same link `make` creates)."""
+
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+COLLECTIONS_DIR = REPO_ROOT / '.build' / 'collections'
+COLLECTION_LINK = COLLECTIONS_DIR / 'ansible_collections' / 'gpulab' / 'inference'
+
+if not COLLECTION_LINK.exists() and not COLLECTION_LINK.is_symlink():
+    COLLECTION_LINK.parent.mkdir(parents=True, exist_ok=True)
+    COLLECTION_LINK.symlink_to(REPO_ROOT)
+if str(COLLECTIONS_DIR) not in sys.path:
+    sys.path.insert(0, str(COLLECTIONS_DIR))
