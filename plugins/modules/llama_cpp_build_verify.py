@@ -1,0 +1,123 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpulab.inference contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: llama_cpp_build_verify
+short_description: Check an installed llama.cpp build against its BUILD_INFO.json
+version_added: "0.1.0"
+description:
+  - Reads C(BUILD_INFO.json) in O(path) and compares the sha256 of every binary it lists
+    with the files under C(bin/).
+  - Used before reusing a build, and on a peer after the binaries arrive.
+  - Changes nothing.
+author:
+  - gpulab.inference contributors
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+options:
+  path:
+    description: A build directory (C(/opt/gpulab/llama.cpp/<build-id>)) or the C(current) link.
+    type: path
+    required: true
+  fail_on_mismatch:
+    description: Fail when the directory is missing, BUILD_INFO.json is invalid or a checksum differs.
+    type: bool
+    default: true
+"""
+
+EXAMPLES = r"""
+- name: Verify the binaries that just arrived
+  gpulab.inference.llama_cpp_build_verify:
+    path: /opt/gpulab/llama.cpp/.incoming-3f2a9c0d1e4b
+
+- name: Is a valid build already installed under this id?
+  gpulab.inference.llama_cpp_build_verify:
+    path: /opt/gpulab/llama.cpp/3f2a9c0d1e4b
+    fail_on_mismatch: false
+  register: existing
+"""
+
+RETURN = r"""
+valid:
+  description: BUILD_INFO.json is valid and every binary matches its checksum.
+  returned: always
+  type: bool
+build_id:
+  description: Build id read from BUILD_INFO.json (null if unreadable).
+  returned: always
+  type: str
+build_info:
+  description: The parsed BUILD_INFO.json (empty if unreadable).
+  returned: always
+  type: dict
+mismatches:
+  description: Binaries whose checksum differs or that are missing.
+  returned: always
+  type: list
+  elements: str
+reason:
+  description: Why the build is not valid (empty when it is).
+  returned: always
+  type: str
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpulab.inference.plugins.module_utils.llama_cpp import (
+    LlamaCppError,
+    checksum_mismatches,
+    parse_build_info,
+)
+
+
+def inspect(module, path):
+    info_path = os.path.join(path, "BUILD_INFO.json")
+    if not os.path.isfile(info_path):
+        return {"valid": False, "build_id": None, "build_info": {}, "mismatches": [],
+                "reason": "%s does not exist" % info_path}
+    with open(info_path) as handle:
+        text = handle.read()
+    try:
+        info = parse_build_info(text)
+    except LlamaCppError as exc:
+        return {"valid": False, "build_id": None, "build_info": {}, "mismatches": [],
+                "reason": "%s: %s" % (info_path, exc)}
+    actual = {}
+    for name in info["binaries"]:
+        binary = os.path.join(path, "bin", name)
+        if os.path.isfile(binary):
+            actual[name] = module.digest_from_file(binary, "sha256")
+    mismatches = checksum_mismatches(info["binaries"], actual)
+    reason = "checksum differs or file missing under %s/bin: %s" % (path, ", ".join(mismatches)) \
+        if mismatches else ""
+    return {"valid": not mismatches, "build_id": info["build_id"], "build_info": info,
+            "mismatches": mismatches, "reason": reason}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path", required=True),
+            fail_on_mismatch=dict(type="bool", default=True),
+        ),
+        supports_check_mode=True,
+    )
+    result = inspect(module, module.params["path"])
+    if module.params["fail_on_mismatch"] and not result["valid"]:
+        module.fail_json(msg=result["reason"], **result)
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()
