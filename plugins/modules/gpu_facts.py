@@ -1,0 +1,298 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpulab.inference maintainers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: gpu_facts
+short_description: Gather NVIDIA GPU and driver facts with nvidia-smi
+version_added: 0.1.0
+description:
+  - Runs C(nvidia-smi) and sets C(gpulab_gpus), C(gpulab_gpu_count) and C(gpulab_gpu_driver).
+  - A host without C(nvidia-smi) is a CPU node, a legal member of the cluster. It gets an empty
+    GPU list unless O(required=true).
+  - >-
+    After a driver upgrade without a reboot, the userspace driver no longer matches the loaded
+    kernel module and every C(nvidia-smi) call fails with
+    C(Failed to initialize NVML: Driver/library version mismatch). The module does not fail
+    then; it sets C(gpulab_gpu_driver.mismatch=true), an empty GPU list and a message, so that a
+    later task (the C(gpulab.inference.gpu_preflight) role) can stop the play with a clear reason.
+  - Reads only; changes nothing.
+author:
+  - gpulab.inference maintainers
+options:
+  nvidia_smi_path:
+    description:
+      - The C(nvidia-smi) to run, as a command name looked up in E(PATH) (and the sbin
+        directories) or as an absolute path.
+    type: str
+    default: nvidia-smi
+  driver_version_file:
+    description:
+      - The file that tells the loaded kernel module's version.
+      - The container lab points it at a file of the fake C(nvidia-smi) profile.
+      - A missing file leaves C(kernel_module_version) at V(null).
+    type: path
+    default: /proc/driver/nvidia/version
+  required:
+    description:
+      - Fail when C(nvidia-smi) cannot be found, instead of reporting a CPU node.
+    type: bool
+    default: false
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  facts:
+    support: full
+notes:
+  - The CUDA version comes from C(nvidia-smi --version), since no C(--query-gpu) field holds it.
+seealso:
+  - module: gpulab.inference.gpu_residency
+"""
+
+EXAMPLES = r"""
+- name: Gather GPU facts (CPU nodes get an empty list)
+  gpulab.inference.gpu_facts:
+
+- name: Gather GPU facts on a node that must have GPUs
+  gpulab.inference.gpu_facts:
+    required: true
+
+- name: Gather GPU facts from a fake nvidia-smi in the container lab
+  gpulab.inference.gpu_facts:
+    nvidia_smi_path: /usr/local/bin/nvidia-smi
+    driver_version_file: /etc/gpulab-fake-nvidia-smi/proc-driver-nvidia-version
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: Facts added to the host.
+  returned: always
+  type: dict
+  contains:
+    gpulab_gpus:
+      description: One entry per GPU, ordered by index. Values nvidia-smi cannot read (N/A) are V(null).
+      returned: always
+      type: list
+      elements: dict
+      contains:
+        index:
+          description: nvidia-smi's GPU index.
+          type: int
+          sample: 0
+        uuid:
+          description: GPU UUID.
+          type: str
+          sample: GPU-fdf55793-3a7a-d742-fbd7-efd736274ebd
+        name:
+          description: Product name.
+          type: str
+          sample: NVIDIA H200
+        pci_bus_id:
+          description: PCI bus id as domain:bus:device.function.
+          type: str
+          sample: "00000000:00:06.0"
+        driver_version:
+          description: Userspace driver version nvidia-smi reports for this GPU.
+          type: str
+          sample: 580.159.04
+        compute_cap:
+          description: CUDA compute capability, MAJOR.MINOR.
+          type: str
+          sample: "9.0"
+        cuda_arch:
+          description: The compute capability as a CUDA architecture number (CMAKE_CUDA_ARCHITECTURES).
+          type: str
+          sample: "90"
+        memory_total_mib:
+          description: Total memory in MiB (V(null) for a GPU in MIG mode).
+          type: int
+          sample: 143771
+        memory_used_mib:
+          description: Used memory in MiB.
+          type: int
+          sample: 0
+        memory_free_mib:
+          description: Free memory in MiB.
+          type: int
+          sample: 143156
+        utilization_gpu_pct:
+          description: GPU utilization in percent over the last sample period.
+          type: int
+          sample: 0
+        mig_mode:
+          description: Current MIG mode, V(Enabled), V(Disabled), or V(null) where MIG is not supported.
+          type: str
+          sample: Disabled
+    gpulab_gpu_count:
+      description: Number of GPUs in RV(ansible_facts.gpulab_gpus).
+      returned: always
+      type: int
+      sample: 1
+    gpulab_gpu_driver:
+      description: Driver versions. All values are V(null) on a host without nvidia-smi.
+      returned: always
+      type: dict
+      contains:
+        driver_version:
+          description:
+            - Userspace driver version.
+            - On a mismatch, the NVML library version nvidia-smi printed, which may lack the patch level.
+          type: str
+          sample: 580.159.04
+        cuda_version:
+          description: Highest CUDA version the driver supports.
+          type: str
+          sample: "13.0"
+        kernel_module_version:
+          description: Version of the loaded kernel module, from O(driver_version_file).
+          type: str
+          sample: 580.159.04
+        mismatch:
+          description: True when the userspace driver and the loaded kernel module differ (reboot needed).
+          type: bool
+          sample: false
+        message:
+          description: Why the GPU list is empty, when it is because of a mismatch or a missing nvidia-smi.
+          type: str
+          sample: ""
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi import (
+    GPU_QUERY_ARGS,
+    MIG_QUERY_ARGS,
+    VERSION_ARGS,
+    NvidiaSmiParseError,
+    driver_facts,
+    is_nvml_mismatch,
+    merge_mig_modes,
+    parse_gpu_query,
+    parse_kernel_module_version,
+    parse_mig_query,
+    parse_nvml_library_version,
+    parse_smi_version,
+)
+
+
+class GpuFacts:
+    """Runs nvidia-smi and holds what it learnt; result builds the return value in one place."""
+
+    def __init__(self, module):
+        self.module = module
+        self.nvidia_smi_path = module.params['nvidia_smi_path']
+        self.driver_version_file = module.params['driver_version_file']
+        self.required = module.params['required']
+        self.gpus = []
+        self.driver = {
+            'driver_version': None,
+            'cuda_version': None,
+            'kernel_module_version': None,
+            'mismatch': False,
+            'message': '',
+        }
+
+    @property
+    def result(self):
+        return {
+            'changed': False,
+            'ansible_facts': {
+                'gpulab_gpus': self.gpus,
+                'gpulab_gpu_count': len(self.gpus),
+                'gpulab_gpu_driver': self.driver,
+            },
+        }
+
+    def find_nvidia_smi(self):
+        return self.module.get_bin_path(self.nvidia_smi_path)
+
+    def read_kernel_module_version(self):
+        if not os.path.exists(self.driver_version_file):
+            return None
+        try:
+            with open(self.driver_version_file) as version_file:
+                return parse_kernel_module_version(version_file.read())
+        except (IOError, OSError) as exc:
+            self.module.fail_json(msg='cannot read %s: %s' % (self.driver_version_file, exc))
+        except NvidiaSmiParseError as exc:
+            self.module.fail_json(msg='%s: %s' % (self.driver_version_file, exc))
+
+    def run_smi(self, smi, args, allow_mismatch=False):
+        """Run nvidia-smi; returns (rc, stdout, stderr) and fails on errors (but an allowed mismatch)."""
+        command = [smi] + args
+        rc, stdout, stderr = self.module.run_command(command)
+        if rc != 0 and not (allow_mismatch and is_nvml_mismatch(stdout, stderr)):
+            self.module.fail_json(
+                msg='%s failed (rc=%d): %s' % (' '.join(command), rc, (stdout + stderr).strip()),
+                rc=rc, stdout=stdout, stderr=stderr, cmd=command)
+        return rc, stdout, stderr
+
+    def report_mismatch(self, kernel_module_version, stdout, stderr):
+        nvml_version = parse_nvml_library_version(stdout + '\n' + stderr)
+        self.driver.update(
+            driver_version=nvml_version,
+            kernel_module_version=kernel_module_version,
+            mismatch=True,
+            message=(
+                'nvidia-smi cannot start: Driver/library version mismatch (NVML library %s, '
+                'kernel module %s). The driver was upgraded without a reboot; reboot the host.'
+                % (nvml_version or 'unknown', kernel_module_version or 'unknown')),
+        )
+
+    def gather(self):
+        smi = self.find_nvidia_smi()
+        if smi is None:
+            if self.required:
+                self.module.fail_json(
+                    msg='nvidia-smi (%s) not found, and required=true: install the NVIDIA driver '
+                        'or set nvidia_smi_path' % self.nvidia_smi_path)
+            self.driver['message'] = 'nvidia-smi (%s) not found: no GPU facts (CPU node)' % self.nvidia_smi_path
+            return
+
+        kernel_module_version = self.read_kernel_module_version()
+        rc, stdout, stderr = self.run_smi(smi, GPU_QUERY_ARGS, allow_mismatch=True)
+        if rc != 0:
+            self.report_mismatch(kernel_module_version, stdout, stderr)
+            return
+        mig_stdout = self.run_smi(smi, MIG_QUERY_ARGS)[1]
+        version_stdout = self.run_smi(smi, VERSION_ARGS)[1]
+        try:
+            gpus = merge_mig_modes(parse_gpu_query(stdout), parse_mig_query(mig_stdout))
+            self.driver.update(driver_facts(gpus, parse_smi_version(version_stdout), kernel_module_version))
+        except NvidiaSmiParseError as exc:
+            self.module.fail_json(msg=str(exc), stdout=stdout)
+        self.gpus = gpus
+        if self.driver['mismatch']:
+            self.driver['message'] = (
+                'userspace driver %s differs from the loaded kernel module %s: reboot the host'
+                % (self.driver['driver_version'], kernel_module_version))
+
+
+def build_module():
+    return AnsibleModule(
+        argument_spec=dict(
+            nvidia_smi_path=dict(type='str', default='nvidia-smi'),
+            driver_version_file=dict(type='path', default='/proc/driver/nvidia/version'),
+            required=dict(type='bool', default=False),
+        ),
+        supports_check_mode=True,
+    )
+
+
+def main():
+    module = build_module()
+    facts = GpuFacts(module)
+    facts.gather()
+    module.exit_json(**facts.result)
+
+
+if __name__ == '__main__':
+    main()
