@@ -68,7 +68,7 @@ def h200_answers():
     }
 
 
-def test_h200(tmp_path):
+def test_h200():
     version_file = FIXTURES / 'h200-loaded' / 'proc-driver-nvidia-version'
     kind, result, commands, get_bin_path = run_module({'driver_version_file': str(version_file)}, h200_answers())
     assert kind is ExitJson
