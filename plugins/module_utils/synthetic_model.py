@@ -446,6 +446,16 @@ def existing_state(paths, options_sha256):
     return "current" if current else "stale"
 
 
+def check_free_space(directory, needed_bytes):
+    """Fail before writing when the filesystem cannot hold the new files (written beside the
+    old ones, which are replaced only at the end)."""
+    stat = os.statvfs(directory)
+    free_bytes = stat.f_bavail * stat.f_frsize
+    if free_bytes < needed_bytes:
+        raise SyntheticModelError("%s has %.3f GiB free, the model needs %.3f GiB; free space or lower layers/experts"
+                                  % (directory, free_bytes / float(1 << 30), needed_bytes / float(1 << 30)))
+
+
 def write_model(plan, seed):
     """Write every file to a temp file beside it, then rename them all into place."""
     temps = []

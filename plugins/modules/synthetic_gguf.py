@@ -130,7 +130,9 @@ options:
 notes:
   - The weights are random, so the model's output is gibberish; it proves loading, splitting
     across devices and serving, not quality.
-  - Writing needs free space for one extra copy of each file while the temporary file is written.
+  - Writing needs free space for the new files beside the old ones until they are renamed into
+    place; the module checks the space first.
+  - Changing O(shards) leaves the files of the old layout in place; remove them when done.
 seealso:
   - name: llama.cpp gguf-split
     description: The split file naming and keys reproduced by O(shards).
@@ -176,7 +178,9 @@ shard_paths:
   elements: str
   sample: [/var/lib/gpulab/models/synthetic-minimax-m2.gguf]
 size_bytes:
-  description: Total size of all files in bytes.
+  description:
+    - Total size of all files in bytes.
+    - The C(size), C(mode), C(owner) keys Ansible adds for O(path) describe the first file only.
   returned: always
   type: int
   sample: 190283904
@@ -272,6 +276,7 @@ class SyntheticGGUF:
             self.changed = True
             self.size_bytes = sum(self.plan.file_sizes())
             if not self.check_mode:
+                sm.check_free_space(os.path.dirname(os.path.abspath(self.plan.paths[0])), self.size_bytes)
                 sm.write_model(self.plan, self.plan.opts["seed"])
         self.apply_file_attributes()
 
@@ -315,7 +320,7 @@ def build_module():
         experts_used=dict(type="int", default=defaults["experts_used"]),
         expert_ffn_size=dict(type="int", default=defaults["expert_ffn_size"]),
         context_length=dict(type="int", default=defaults["context_length"]),
-        quantization=dict(type="str", choices=sorted(sm.QUANTIZATIONS), default=defaults["quantization"]),
+        quantization=dict(type="str", choices=["Q8_0", "F16"], default=defaults["quantization"]),
         vocab_gguf=dict(type="path"),
         chat_template=dict(type="str"),
         seed=dict(type="int", default=defaults["seed"]),

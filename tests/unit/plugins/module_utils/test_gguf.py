@@ -324,3 +324,10 @@ def test_existing_state(tmp_path):
     _write(foreign, [("general.architecture", V(gguf.STRING, "minimax-m2"))], [])
     with pytest.raises(sm.SyntheticModelError, match=r"real\.gguf exists and is not a synthetic model"):
         sm.existing_state([foreign], plan.options_sha256)
+
+
+def test_free_space_check_names_the_directory(tmp_path):
+    sm.check_free_space(str(tmp_path), 1)
+    with pytest.raises(sm.SyntheticModelError, match=r"%s has [0-9.]+ GiB free, the model needs 1048576\.000 GiB"
+                       % str(tmp_path)):
+        sm.check_free_space(str(tmp_path), 1 << 50)
