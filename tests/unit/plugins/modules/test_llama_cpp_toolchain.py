@@ -1,0 +1,140 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""gpulab.inference.llama_cpp_toolchain: what it runs, what it reports, compatibility verdicts."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.gpulab.inference.plugins.modules import llama_cpp_toolchain
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "llama_cpp"
+
+BINARIES = {
+    "c++": "/usr/bin/c++",
+    "cmake": "/usr/bin/cmake",
+    "ninja": "/usr/bin/ninja",
+    "ccache": "/usr/bin/ccache",
+    "nvcc": "/usr/local/cuda/bin/nvcc",
+    "nvidia-smi": "/usr/bin/nvidia-smi",
+}
+
+OUTPUTS = {
+    ("/usr/bin/c++", "--version"): (FIXTURES / "cxx-gnu-debian12.txt").read_text(),
+    ("/usr/bin/cmake", "--version"): (FIXTURES / "cmake-debian12.txt").read_text(),
+    ("/usr/local/cuda/bin/nvcc", "--version"): (FIXTURES / "nvcc-12.8.txt").read_text(),
+    ("/usr/bin/nvidia-smi", "--version"): (FIXTURES / "nvidia-smi-version.txt").read_text(),
+}
+
+
+def run_module(args, capsys, binaries=None, outputs=None):
+    binaries = BINARIES if binaries is None else binaries
+    outputs = OUTPUTS if outputs is None else outputs
+    calls = []
+
+    def get_bin_path(self, name, required=False, opt_dirs=None):
+        return binaries.get(name)
+
+    def run_command(self, argv, **kwargs):
+        calls.append(list(argv))
+        text = outputs.get(tuple(argv))
+        return (0, text, "") if text is not None else (1, "", "not found")
+
+    with patch_module_args(args), \
+            mock.patch.object(AnsibleModule, "get_bin_path", get_bin_path), \
+            mock.patch.object(AnsibleModule, "run_command", run_command), \
+            mock.patch.object(llama_cpp_toolchain.platform, "machine", return_value="x86_64"), \
+            mock.patch.object(llama_cpp_toolchain.os, "confstr", return_value="glibc 2.36"), \
+            mock.patch.object(llama_cpp_toolchain.glob, "glob", return_value=[]):
+        with pytest.raises(SystemExit) as exit_info:
+            llama_cpp_toolchain.main()
+    return exit_info.value.code != 0, json.loads(capsys.readouterr().out), calls
+
+
+def test_reports_full_toolchain(tmp_path, capsys):
+    failed, result, calls = run_module({"install_dir": str(tmp_path)}, capsys)
+    assert not failed, result
+    assert result["changed"] is False
+    toolchain = result["toolchain"]
+    assert toolchain == {
+        "cpu_arch": "x86_64",
+        "glibc_version": "2.36",
+        "compiler": {"id": "gnu", "version": "12.2.0", "path": "/usr/bin/c++"},
+        "cmake_version": "3.25.1",
+        "ninja_path": "/usr/bin/ninja",
+        "ccache_path": "/usr/bin/ccache",
+        "nvcc_path": "/usr/local/cuda/bin/nvcc",
+        "nvcc_version": "12.8.93",
+        "libibverbs_present": False,
+        "driver_version": "580.159.04",
+        "driver_cuda_version": "13.0",
+        "installed_build_id": None,
+    }
+    assert result["ansible_facts"]["gpulab_llama_cpp_toolchain"] == toolchain
+    assert result["compatible"] is None
+    assert sorted(calls) == [
+        ["/usr/bin/c++", "--version"],
+        ["/usr/bin/cmake", "--version"],
+        ["/usr/bin/nvidia-smi", "--version"],
+        ["/usr/local/cuda/bin/nvcc", "--version"],
+    ]
+
+
+def test_cpu_node_without_cuda_tools(tmp_path, capsys):
+    binaries = {"c++": "/usr/bin/c++", "cmake": "/usr/bin/cmake"}
+    failed, result, calls = run_module({"install_dir": str(tmp_path)}, capsys, binaries=binaries)
+    assert not failed, result
+    assert result["toolchain"]["nvcc_path"] is None
+    assert result["toolchain"]["nvcc_version"] is None
+    assert result["toolchain"]["driver_cuda_version"] is None
+    assert result["toolchain"]["ccache_path"] is None
+    assert ["/usr/local/cuda/bin/nvcc", "--version"] not in calls
+
+
+def test_falls_back_to_the_plain_banner_for_old_drivers(tmp_path, capsys):
+    outputs = dict(OUTPUTS)
+    del outputs[("/usr/bin/nvidia-smi", "--version")]
+    outputs[("/usr/bin/nvidia-smi",)] = (FIXTURES / "nvidia-smi-plain-h200.txt").read_text()
+    failed, result, calls = run_module({"install_dir": str(tmp_path)}, capsys, outputs=outputs)
+    assert not failed, result
+    assert result["toolchain"]["driver_cuda_version"] == "13.0"
+    assert ["/usr/bin/nvidia-smi"] in calls
+
+
+def test_reads_installed_build_id(tmp_path, capsys):
+    build = tmp_path / "0123456789ab"
+    build.mkdir()
+    (build / "BUILD_INFO.json").write_text(json.dumps({"build_id": "0123456789ab"}))
+    (tmp_path / "current").symlink_to("0123456789ab")
+    failed, result, _ = run_module({"install_dir": str(tmp_path)}, capsys)
+    assert not failed, result
+    assert result["toolchain"]["installed_build_id"] == "0123456789ab"
+
+
+BUILD_INFO = {"build_id": "0123456789ab", "cpu_arch": "x86_64", "glibc_version": "2.36", "cuda": True,
+              "nvcc_version": "12.8.93", "cuda_architectures": ["120"]}
+
+
+def test_compatible_peer(tmp_path, capsys):
+    failed, result, _ = run_module({"install_dir": str(tmp_path), "build_info": BUILD_INFO,
+                                    "gpus": [{"compute_cap": "12.0", "cuda_arch": "120"}]}, capsys)
+    assert not failed, result
+    assert result["compatible"] is True
+    assert result["problems"] == []
+
+
+def test_incompatible_peer_says_why(tmp_path, capsys):
+    failed, result, _ = run_module({"install_dir": str(tmp_path), "build_info": BUILD_INFO,
+                                    "gpus": [{"compute_cap": "9.0", "cuda_arch": "90"}]}, capsys)
+    assert not failed, result
+    assert result["compatible"] is False
+    assert result["problems"] == ["GPU architecture 90 is not in the build's list 120"]
