@@ -10,7 +10,8 @@ VENV := .venv
 VENV_STAMP := $(VENV)/.installed
 COLLECTIONS := $(CURDIR)/.build/collections
 COLLECTION_LINK := $(COLLECTIONS)/ansible_collections/gpulab/inference
-SANITY_ROOT := $(CURDIR)/.build/sanity/ansible_collections/gpulab/inference
+# Outside the checkout: ansible-test would otherwise list files through the enclosing git repo.
+SANITY_ROOT := /tmp/gpulab-sanity/ansible_collections/gpulab/inference
 LLAMA_CPP_PYTHON_VERSION := 0.3.36
 LLAMA_CPP_COMMIT := 0c1e570
 LLAMA_CPP_ARCHIVE := .cache/llama.cpp-$(LLAMA_CPP_COMMIT).tar.gz
@@ -96,16 +97,34 @@ lint: deps
 	$(call step,ansible-lint --offline (production profile))
 	@ansible-lint --offline
 
-sanity: deps
+# ansible-test installs its own pinned linters (pylint, yamllint, ...): they get a venv of their
+# own so they cannot disturb the tools of .venv. --local, since --venv bootstraps pip from the
+# internet.
+SANITY_VENV := .build/sanity-venv
+$(SANITY_VENV)/.installed: requirements.txt
+	$(call step,venv for ansible-test sanity)
+	@test -x $(SANITY_VENV)/bin/python || $(PYTHON) -m venv $(SANITY_VENV)
+	@$(SANITY_VENV)/bin/pip install -q --upgrade pip
+	@$(SANITY_VENV)/bin/pip install -q "$$(grep '^ansible-core==' requirements.txt)"
+	@touch $@
+
+sanity: deps $(SANITY_VENV)/.installed
 	$(call step,ansible-test sanity in $(SANITY_ROOT))
 	@rm -rf $(SANITY_ROOT) && mkdir -p $(SANITY_ROOT)
 	@git ls-files -z --cached --others --exclude-standard | rsync -a --from0 --files-from=- ./ $(SANITY_ROOT)/
-	@cd $(SANITY_ROOT) && ansible-test sanity --venv --python 3.11 --color no
+	@pip_version=$$(grep -ohP "pip='\K[0-9.]+" $(SANITY_VENV)/lib/python3*/site-packages/ansible_test/_internal/python_requirements.py); \
+	  mkdir -p $(HOME)/.ansible/test/cache && \
+	  cp scripts/ansible-test-get-pip.py $(HOME)/.ansible/test/cache/get_pip_$${pip_version//./_}.py
+	@cd $(SANITY_ROOT) && PATH=$(CURDIR)/$(SANITY_VENV)/bin:$$PATH VIRTUAL_ENV=$(CURDIR)/$(SANITY_VENV) \
+	  ansible-test sanity --local --requirements --python 3.11 --color no
 
 unit: deps
 	$(call step,pytest tests/unit)
 	@python -m pytest -q tests/unit || { rc=$$?; [ $$rc -eq 5 ] && echo "no unit tests collected" || exit $$rc; }
 
+# The scenarios get a lab of their own (containers, network, subnet), so a demo lab survives.
+molecule: export GPULAB_LAB_NAME := gpulab-test
+molecule: export GPULAB_LAB_FABRIC_PREFIX := 10.231.78
 molecule: deps llama-cpp-archive
 	@for s in $(MOLECULE_SCENARIOS); do \
 	  bash scripts/timed.sh "molecule test -s $$s" molecule test -s $$s || exit 1; \
