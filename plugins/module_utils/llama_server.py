@@ -36,14 +36,14 @@ def rpc_devices(cuda, gpus, gpu_indices=None):
     """Devices a worker exposes, one RPC server each.
 
     cuda: whether the build has CUDA. gpus: gpulab_gpus facts (dicts with index and
-    memory_free_mib). gpu_indices: optional subset of nvidia-smi indices to expose.
+    memory_mib). gpu_indices: optional subset of nvidia-smi indices to expose.
     A CUDA build exposes one server per GPU (CUDA_VISIBLE_DEVICES=<index>, the
     server then sees it as CUDA0); a CPU build exposes the CPU device once.
     Returns a list of dicts: instance (0..n-1, the port offset), device (the
-    rpc-server --device name), gpu_index (or None), memory_free_mib (or None).
+    rpc-server --device name), gpu_index (or None), memory_mib (or None).
     """
     if not cuda:
-        return [{"instance": 0, "device": "CPU", "gpu_index": None, "memory_free_mib": None}]
+        return [{"instance": 0, "device": "CPU", "gpu_index": None, "memory_mib": None}]
     by_index = {}
     for gpu in gpus or []:
         by_index[int(gpu["index"])] = gpu
@@ -66,7 +66,7 @@ def rpc_devices(cuda, gpus, gpu_indices=None):
             "instance": instance,
             "device": "CUDA0",
             "gpu_index": index,
-            "memory_free_mib": by_index[index].get("memory_free_mib"),
+            "memory_mib": by_index[index].get("memory_total_mib"),
         })
     return devices
 
@@ -96,9 +96,9 @@ def rpc_endpoints(workers):
     """Flatten workers into endpoints in inventory order and refuse duplicates.
 
     workers: list of dicts host, address, endpoints (list of dicts port,
-    device, memory_free_mib) as published by llama_rpc_server on each worker.
-    Returns a list of dicts host, address, port, endpoint ('addr:port', IPv6 in
-    brackets), memory_free_mib.
+    device, memory_mib, instance) and unit, as published by llama_rpc_server on
+    each worker. Returns a list of dicts host, address, port, endpoint
+    ('addr:port', IPv6 in brackets), device, memory_mib, unit, instance.
     """
     flat = []
     seen = {}
@@ -129,7 +129,9 @@ def rpc_endpoints(workers):
                 "port": port,
                 "endpoint": "%s:%d" % (host_part, port),
                 "device": item.get("device"),
-                "memory_free_mib": item.get("memory_free_mib"),
+                "memory_mib": item.get("memory_mib"),
+                "unit": worker.get("unit"),
+                "instance": item.get("instance"),
             })
     return flat
 
@@ -152,7 +154,7 @@ def device_order(endpoints, local_gpus):
             "kind": "rpc",
             "host": endpoint["host"],
             "endpoint": endpoint["endpoint"],
-            "memory_free_mib": endpoint.get("memory_free_mib"),
+            "memory_mib": endpoint.get("memory_mib"),
         })
     for i, gpu in enumerate(local_gpus or []):
         order.append({
@@ -160,7 +162,7 @@ def device_order(endpoints, local_gpus):
             "kind": "local",
             "host": None,
             "endpoint": None,
-            "memory_free_mib": gpu.get("memory_free_mib"),
+            "memory_mib": gpu.get("memory_total_mib"),
         })
     return order
 
@@ -168,7 +170,9 @@ def device_order(endpoints, local_gpus):
 def tensor_split(mode, devices):
     """The --tensor-split proportions, one per device in llama.cpp's order.
 
-    mode: 'equal', 'proportional' (free memory per device) or a list of numbers.
+    mode: 'equal', 'proportional' or a list of numbers. Proportional uses each device's
+    memory size, not its free memory: once the model is loaded the free memory shrinks,
+    and a split that moved on every run would restart the head every time.
     Returns a list of numbers (ints for equal/proportional).
     """
     names = [d["name"] for d in devices]
@@ -205,12 +209,12 @@ def tensor_split(mode, devices):
     if mode == "equal":
         return [1] * len(devices)
     if mode == "proportional":
-        unknown = [d["name"] for d in devices if not d.get("memory_free_mib")]
+        unknown = [d["name"] for d in devices if not d.get("memory_mib")]
         if unknown:
             raise LlamaServerError(
-                "free memory is unknown for %s; proportional needs it for every device (use equal or a list)"
+                "memory size is unknown for %s; proportional needs it for every device (use equal or a list)"
                 % ", ".join(unknown))
-        return [int(d["memory_free_mib"]) for d in devices]
+        return [int(d["memory_mib"]) for d in devices]
     raise LlamaServerError(
         "llama_server_tensor_split %r is not equal, proportional or a list of numbers" % (mode,))
 
@@ -259,12 +263,3 @@ def health_timeout_s(model_bytes, floor_s=120, load_rate_mib_s=100):
         raise LlamaServerError("model size %r bytes is negative" % (model_bytes,))
     return int(floor_s + math.ceil(model_bytes / float(MIB) / load_rate_mib_s))
 
-
-def peers_changed(recorded, current):
-    """Whether the worker services differ from those the head was started against.
-
-    recorded/current: dicts unit key -> systemd InvocationID (a new id per start).
-    llama-server does not reconnect to a restarted RPC server, so any difference
-    (a restart, a new or a removed worker) means the head must restart too.
-    """
-    return dict(recorded or {}) != dict(current or {})

@@ -20,7 +20,7 @@ description:
   - Reads only; never changes the host.
 version_added: "0.1.0"
 author:
-  - gpulab.inference contributors
+  - gpulab.inference contributors (@gpulab)
 attributes:
   check_mode:
     support: full
@@ -34,7 +34,7 @@ options:
     type: bool
     required: true
   gpus:
-    description: The node's C(gpulab_gpus) facts (C(index), C(memory_free_mib)).
+    description: The node's C(gpulab_gpus) facts (C(index), C(memory_mib)).
     type: list
     elements: dict
     default: []
@@ -55,8 +55,8 @@ options:
     description: Port of the first server; server I(i) listens on O(port_base) + I(i).
     type: int
     default: 50052
-  memory_free_mib:
-    description: Free host memory in MiB, reported for the CPU device (used by a proportional split).
+  memory_mib:
+    description: Host memory size in MiB, reported for the CPU device (used by a proportional split).
     type: int
 """
 
@@ -72,7 +72,7 @@ EXAMPLES = r"""
   gpulab.inference.llama_rpc_server_plan:
     cuda: false
     address: 10.231.77.11
-    memory_free_mib: "{{ ansible_facts.memfree_mb }}"
+    memory_mib: "{{ ansible_facts.memtotal_mb }}"
 
 - name: Expose only GPUs 1 and 2, from port 51000
   gpulab.inference.llama_rpc_server_plan:
@@ -93,11 +93,11 @@ servers:
   description:
     - One entry per RPC server with C(instance) (the systemd instance and port offset),
       C(device) (the C(--device) name), C(gpu_index) (C(CUDA_VISIBLE_DEVICES), or V(null) for the
-      CPU), C(port) and C(memory_free_mib).
+      CPU), C(port) and C(memory_mib).
   returned: success
   type: list
   elements: dict
-  sample: [{instance: 0, device: CPU, gpu_index: null, port: 50052, memory_free_mib: 20000}]
+  sample: [{instance: 0, device: CPU, gpu_index: null, port: 50052, memory_mib: 20000}]
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -117,7 +117,7 @@ def build_module():
             address=dict(type="str", required=True),
             allow_any_address=dict(type="bool", default=False),
             port_base=dict(type="int", default=50052),
-            memory_free_mib=dict(type="int"),
+            memory_mib=dict(type="int"),
         ),
         supports_check_mode=True,
     )
@@ -138,12 +138,11 @@ def main():
     for server in servers:
         server["port"] = params["port_base"] + server["instance"]
         if server["device"] == "CPU":
-            server["memory_free_mib"] = params["memory_free_mib"]
-    warnings = []
+            server["memory_mib"] = params["memory_mib"]
     if address in ("0.0.0.0", "::"):
-        warnings.append("RPC servers bind to %s: the ggml RPC protocol has no authentication; "
-                        "only the nftables rules keep other hosts out" % address)
-    module.exit_json(changed=False, address=address, servers=servers, warnings=warnings)
+        module.warn("RPC servers bind to %s: the ggml RPC protocol has no authentication; "
+                    "only the nftables rules keep other hosts out" % address)
+    module.exit_json(changed=False, address=address, servers=servers)
 
 
 if __name__ == "__main__":

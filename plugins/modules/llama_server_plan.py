@@ -21,7 +21,7 @@ description:
   - Reads only; never changes the host.
 version_added: "0.1.0"
 author:
-  - gpulab.inference contributors
+  - gpulab.inference contributors (@gpulab)
 attributes:
   check_mode:
     support: full
@@ -38,24 +38,14 @@ options:
     required: true
   workers:
     description:
-      - RPC workers in C(--rpc) order, as published by the C(llama_rpc_server) role on each worker.
+      - RPC workers in C(--rpc) order, the manifests C(/etc/gpulab/rpc-server/servers.json) that the
+        C(llama_rpc_server) role publishes on each worker.
+      - Each has C(host) (inventory name, used in messages), C(address) (the fabric address its
+        servers are bound to), C(unit) (the template unit name) and C(endpoints), one entry per
+        RPC server with C(instance), C(port), C(device) and C(memory_mib). Other keys are ignored.
     type: list
     elements: dict
     default: []
-    suboptions:
-      host:
-        description: Inventory name of the worker, used in messages.
-        type: str
-        required: true
-      address:
-        description: The worker's fabric address its RPC servers are bound to.
-        type: str
-        required: true
-      endpoints:
-        description: One entry per RPC server with C(port), C(device) and C(memory_free_mib).
-        type: list
-        elements: dict
-        required: true
   local_gpus:
     description:
       - The head's own GPUs (C(gpulab_gpus) facts) that llama-server uses. Empty for a CPU build.
@@ -64,7 +54,7 @@ options:
     default: []
   tensor_split:
     description:
-      - V(equal) (one part per device), V(proportional) (free memory per device) or a list of
+      - V(equal) (one part per device), V(proportional) (memory size per device: free memory shrinks once the model is loaded) or a list of
         numbers, one per device in llama.cpp's order.
     type: raw
     default: equal
@@ -82,6 +72,20 @@ options:
     description: Assumed load rate (disk read and transfer to the RPC workers) in MiB/s.
     type: int
     default: 100
+  host:
+    description: llama-server's bind address; the module warns when it is not loopback and no API key is set.
+    type: str
+    default: 127.0.0.1
+  api_key_set:
+    description: Whether an API key is configured.
+    type: bool
+    default: false
+  api_key_vaulted:
+    description:
+      - Whether the API key comes from ansible-vault (C(llama_server_api_key is vault_encrypted)).
+        When V(false) with O(api_key_set=true), the module warns that the key looks like plain text.
+    type: bool
+    default: true
 """
 
 EXAMPLES = r"""
@@ -91,7 +95,7 @@ EXAMPLES = r"""
     workers:
       - host: node-b
         address: 10.231.77.11
-        endpoints: [{port: 50052, device: CPU, memory_free_mib: 20000}]
+        endpoints: [{port: 50052, device: CPU, memory_mib: 20000}]
   register: plan
 
 - name: Plan the reference lab: three GPUs split 1:1:1, six shards
@@ -101,7 +105,7 @@ EXAMPLES = r"""
     local_gpus: "{{ ansible_facts.gpulab_gpus }}"
     tensor_split: equal
 
-- name: Split by free memory
+- name: Split by memory size
   gpulab.inference.llama_server_plan:
     model_path: /srv/models/model.gguf
     workers: "{{ llama_server_workers }}"
@@ -150,6 +154,7 @@ health_timeout_s:
   type: int
 """
 
+import ipaddress
 import os
 
 from ansible.module_utils.basic import AnsibleModule
@@ -199,6 +204,24 @@ class LlamaServerPlan:
         }
 
     @property
+    def warnings(self):
+        warnings = []
+        if self.params["api_key_set"] and not self.params["api_key_vaulted"]:
+            warnings.append(
+                "llama_server_api_key is not vault-encrypted: keep it in ansible-vault "
+                "(ansible-vault encrypt_string), or set llama_server_api_key_warn_plaintext: false "
+                "when its whole variable file is encrypted")
+        try:
+            loopback = ipaddress.ip_address(self.params["host"]).is_loopback
+        except ValueError:
+            loopback = self.params["host"] == "localhost"
+        if not loopback and not self.params["api_key_set"]:
+            warnings.append(
+                "llama-server listens on %s without an API key: anyone who reaches it can use it; "
+                "set llama_server_api_key" % self.params["host"])
+        return warnings
+
+    @property
     def result(self):
         result = dict(changed=False)
         result.update(self.plan)
@@ -209,16 +232,15 @@ def build_module():
     return AnsibleModule(
         argument_spec=dict(
             model_path=dict(type="path", required=True),
-            workers=dict(type="list", elements="dict", default=[], options=dict(
-                host=dict(type="str", required=True),
-                address=dict(type="str", required=True),
-                endpoints=dict(type="list", elements="dict", required=True),
-            )),
+            workers=dict(type="list", elements="dict", default=[]),
             local_gpus=dict(type="list", elements="dict", default=[]),
             tensor_split=dict(type="raw", default="equal"),
             health_timeout_s=dict(type="int", default=0),
             health_timeout_floor_s=dict(type="int", default=120),
             health_load_rate_mib_s=dict(type="int", default=100),
+            host=dict(type="str", default="127.0.0.1"),
+            api_key_set=dict(type="bool", default=False),
+            api_key_vaulted=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
     )
@@ -231,6 +253,8 @@ def main():
         plan.run()
     except LlamaServerError as exc:
         module.fail_json(msg=str(exc))
+    for warning in plan.warnings:
+        module.warn(warning)
     module.exit_json(**plan.result)
 
 

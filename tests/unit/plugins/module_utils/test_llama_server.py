@@ -13,35 +13,35 @@ from ansible_collections.gpulab.inference.plugins.module_utils.llama_server impo
     health_timeout_s,
     missing_shards,
     model_shards,
-    peers_changed,
     rpc_devices,
     rpc_endpoints,
     tensor_split,
 )
 
-H200 = {"index": 0, "name": "NVIDIA H200", "memory_free_mib": 143156}
-RTX_A = {"index": 0, "name": "RTX PRO 6000", "memory_free_mib": 97000}
-RTX_B = {"index": 1, "name": "RTX PRO 6000", "memory_free_mib": 96000}
+H200 = {"index": 0, "name": "NVIDIA H200", "memory_total_mib": 143156}
+RTX_A = {"index": 0, "name": "RTX PRO 6000", "memory_total_mib": 97000}
+RTX_B = {"index": 1, "name": "RTX PRO 6000", "memory_total_mib": 96000}
 
 
 def worker(host, address, *ports, **kwargs):
-    free = kwargs.get("free")
-    return {"host": host, "address": address,
-            "endpoints": [{"port": p, "device": "CUDA0", "memory_free_mib": free} for p in ports]}
+    mem = kwargs.get("mem")
+    return {"host": host, "address": address, "unit": "gpulab-rpc-server",
+            "endpoints": [{"port": p, "device": "CUDA0", "memory_mib": mem, "instance": i}
+                          for i, p in enumerate(ports)]}
 
 
 # --- worker devices ----------------------------------------------------------
 
 def test_cpu_build_exposes_one_cpu_device_even_with_gpus():
     assert rpc_devices(False, [H200]) == [
-        {"instance": 0, "device": "CPU", "gpu_index": None, "memory_free_mib": None}]
+        {"instance": 0, "device": "CPU", "gpu_index": None, "memory_mib": None}]
 
 
 def test_cuda_build_exposes_one_server_per_gpu_each_seeing_cuda0():
     devices = rpc_devices(True, [RTX_B, RTX_A])
     assert [(d["instance"], d["device"], d["gpu_index"]) for d in devices] == [
         (0, "CUDA0", 0), (1, "CUDA0", 1)]
-    assert devices[1]["memory_free_mib"] == 96000
+    assert devices[1]["memory_mib"] == 96000
 
 
 def test_cuda_build_with_selected_indices():
@@ -80,6 +80,8 @@ def test_endpoints_in_inventory_order():
     assert [e["endpoint"] for e in endpoints] == [
         "10.231.77.11:50052", "10.231.77.12:50052", "10.231.77.12:50053"]
     assert [e["host"] for e in endpoints] == ["node-b", "node-c", "node-c"]
+    assert [e["instance"] for e in endpoints] == [0, 0, 1]
+    assert endpoints[2]["unit"] == "gpulab-rpc-server"
 
 
 def test_ipv6_endpoint_in_brackets():
@@ -103,11 +105,11 @@ def test_worker_without_endpoints_fails():
 # --- device order ------------------------------------------------------------
 
 def test_rpc_devices_come_before_local_gpus():
-    endpoints = rpc_endpoints([worker("node-b", "192.168.100.11", 50052, free=95000)])
+    endpoints = rpc_endpoints([worker("node-b", "192.168.100.11", 50052, mem=95000)])
     devices = device_order(endpoints, [RTX_A, RTX_B])
     assert [d["name"] for d in devices] == ["RPC0", "CUDA0", "CUDA1"]
     assert devices[0]["endpoint"] == "192.168.100.11:50052"
-    assert [d["memory_free_mib"] for d in devices] == [95000, 97000, 96000]
+    assert [d["memory_mib"] for d in devices] == [95000, 97000, 96000]
 
 
 def test_cpu_head_has_only_rpc_devices():
@@ -118,7 +120,7 @@ def test_cpu_head_has_only_rpc_devices():
 # --- tensor split ------------------------------------------------------------
 
 def seed_devices():
-    endpoints = rpc_endpoints([worker("node-b", "192.168.100.11", 50052, free=95000)])
+    endpoints = rpc_endpoints([worker("node-b", "192.168.100.11", 50052, mem=95000)])
     return device_order(endpoints, [RTX_A, RTX_B])
 
 
@@ -128,13 +130,13 @@ def test_equal_split_is_one_per_device():
     assert format_tensor_split(split) == "1,1,1"
 
 
-def test_proportional_split_uses_free_memory():
+def test_proportional_split_uses_memory_size():
     assert tensor_split("proportional", seed_devices()) == [95000, 97000, 96000]
 
 
-def test_proportional_split_needs_every_free_memory():
+def test_proportional_split_needs_every_memory_size():
     devices = device_order(rpc_endpoints([worker("b", "10.0.0.1", 50052)]), [RTX_A])
-    with pytest.raises(LlamaServerError, match="free memory is unknown for RPC0"):
+    with pytest.raises(LlamaServerError, match="memory size is unknown for RPC0"):
         tensor_split("proportional", devices)
 
 
@@ -224,11 +226,3 @@ def test_health_timeout_rejects_zero_rate():
     with pytest.raises(LlamaServerError, match="must be > 0"):
         health_timeout_s(1, load_rate_mib_s=0)
 
-
-# --- worker restarts ---------------------------------------------------------
-
-def test_peers_changed_on_new_invocation():
-    assert not peers_changed({"node-b/0": "aa"}, {"node-b/0": "aa"})
-    assert peers_changed({"node-b/0": "aa"}, {"node-b/0": "bb"})
-    assert peers_changed({}, {"node-b/0": "aa"})
-    assert peers_changed({"node-b/0": "aa", "node-c/0": "cc"}, {"node-b/0": "aa"})
