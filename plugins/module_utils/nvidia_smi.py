@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
-# Copyright: gpulab.inference maintainers
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# Copyright: contributors to gpulab.inference
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Pure parsers for nvidia-smi answers, shared by gpu_facts and gpu_residency.
 
 No AnsibleModule in here: every function takes text and returns data, or raises

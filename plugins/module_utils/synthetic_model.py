@@ -247,8 +247,13 @@ def minimax_m2_tensors(opts, n_vocab):
 def minimax_m2_metadata(opts):
     """Architecture keys read by load_hparams and llama_model_minimax_m2::load_arch_hparams."""
     arch = "minimax-m2"
-    u32 = lambda v: gguf.GGUFValue(gguf.UINT32, v)  # noqa: E731
-    f32 = lambda v: gguf.GGUFValue(gguf.FLOAT32, v)  # noqa: E731
+
+    def u32(value):
+        return gguf.GGUFValue(gguf.UINT32, value)
+
+    def f32(value):
+        return gguf.GGUFValue(gguf.FLOAT32, value)
+
     return [
         (arch + ".context_length", u32(opts["context_length"])),
         (arch + ".embedding_length", u32(opts["hidden_size"])),

@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
-# Copyright: gpulab.inference maintainers
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# Copyright: contributors to gpulab.inference
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ description:
     later task (the C(gpulab.inference.gpu_preflight) role) can stop the play with a clear reason.
   - Reads only; changes nothing.
 author:
-  - gpulab.inference maintainers
+  - gpulab.inference contributors (@gpulab)
 options:
   nvidia_smi_path:
     description:
@@ -45,10 +45,13 @@ options:
 attributes:
   check_mode:
     support: full
+    description: Only reads; runs the same in check mode.
   diff_mode:
     support: none
+    description: Nothing is changed, so there is no diff.
   facts:
     support: full
+    description: Sets C(gpulab_gpus), C(gpulab_gpu_count) and C(gpulab_gpu_driver).
 notes:
   - The CUDA version comes from C(nvidia-smi --version), since no C(--query-gpu) field holds it.
 seealso:

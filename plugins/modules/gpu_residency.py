@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
-# Copyright: gpulab.inference maintainers
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# Copyright: contributors to gpulab.inference
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ description:
     check can tell an RPC worker from a stray process.
   - Reads only; changes nothing.
 author:
-  - gpulab.inference maintainers
+  - gpulab.inference contributors (@gpulab)
 options:
   nvidia_smi_path:
     description:
@@ -39,8 +39,10 @@ options:
 attributes:
   check_mode:
     support: full
+    description: Only reads; runs the same in check mode.
   diff_mode:
     support: none
+    description: Nothing is changed, so there is no diff.
 notes:
   - A process that exits between the two queries is still listed, with RV(residency.processes[].exited=true).
   - Fails when C(nvidia-smi) is missing or refuses to start (for example after a driver upgrade

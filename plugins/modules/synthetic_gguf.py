@@ -27,7 +27,7 @@ description:
     O(hidden_size), O(experts) and the others to approach the real model's memory footprint.
 version_added: "0.1.0"
 author:
-  - gpulab.inference contributors
+  - gpulab.inference contributors (@gpulab)
 extends_documentation_fragment:
   - ansible.builtin.files
 attributes:

@@ -10,36 +10,22 @@ FAKE_SMI = str(LAB_FILES / "fake-nvidia-smi")
 
 
 def lab_inventory(tmp_path, heads, workers):
-    """Inventory of local hosts, each with its own state dir and fake nvidia-smi profile."""
-    def host(name, profile, **extra):
+    """Inventory of local hosts; heads and workers map a name to (fake GPU profile, fabric address)."""
+    def host(name, profile, address):
         profile_dir = LAB_FILES / "nvidia-smi" / profile
-        return local_host(
+        hostvars = local_host(
             gpu_preflight_state_dir=str(tmp_path / name),
             gpu_preflight_nvidia_smi_path=FAKE_SMI,
             gpu_preflight_driver_version_file=str(profile_dir / "proc-driver-nvidia-version"),
-            lab_profile_dir=str(profile_dir),
-            **extra,
         )
+        if address is not None:
+            hostvars["gpulab_fabric_address"] = address
+        return hostvars
 
     return {"all": {"children": {"gpu_nodes": {"children": {
         "inference_head": {"hosts": {name: host(name, *spec) for name, spec in heads.items()}},
         "rpc_workers": {"hosts": {name: host(name, *spec) for name, spec in workers.items()}},
     }}}}}
-
-
-def build(tmp_path, heads, workers):
-    inventory = lab_inventory(
-        tmp_path,
-        {name: (profile,) for name, (profile, _) in heads.items()},
-        {name: (profile,) for name, (profile, _) in workers.items()},
-    )
-    groups = inventory["all"]["children"]["gpu_nodes"]["children"]
-    for group in groups.values():
-        for name, hostvars in group["hosts"].items():
-            address = (heads.get(name) or workers.get(name))[1]
-            if address is not None:
-                hostvars["gpulab_fabric_address"] = address
-    return inventory
 
 
 # The fake nvidia-smi reads its profile from GPULAB_FAKE_NVIDIA_SMI_DIR; one profile per run
@@ -48,12 +34,12 @@ ENV = {"GPULAB_FAKE_NVIDIA_SMI_DIR": str(LAB_FILES / "nvidia-smi" / "rtx-pro-600
 
 
 def test_two_heads_fail_before_any_change(run_playbook, tmp_path):
-    inventory = build(tmp_path,
+    inventory = lab_inventory(tmp_path,
                       {"node-a": ("rtx-pro-6000-x2", "10.0.0.1"), "node-x": ("rtx-pro-6000-x2", "10.0.0.3")},
                       {"node-b": ("rtx-pro-6000-maxq", "10.0.0.2")})
     result = run_playbook("playbooks/facts.yml", inventory, envvars=ENV)
     assert result.status == "failed"
-    host, task, msg = result.failures[0]
+    task, msg = result.failures[0][1:]
     assert task == "Exactly one host is the inference head"
     assert "holds 2: node-a, node-x" in msg
     assert result.changed_tasks() == []
@@ -61,12 +47,12 @@ def test_two_heads_fail_before_any_change(run_playbook, tmp_path):
 
 
 def test_worker_without_fabric_address_is_named(run_playbook, tmp_path):
-    inventory = build(tmp_path,
+    inventory = lab_inventory(tmp_path,
                       {"node-a": ("rtx-pro-6000-x2", "10.0.0.1")},
                       {"node-b": ("rtx-pro-6000-maxq", None), "node-c": ("h200", "not-an-address")})
     result = run_playbook("playbooks/facts.yml", inventory, envvars=ENV)
     assert result.status == "failed"
-    _, task, msg = result.failures[0]
+    task, msg = result.failures[0][1:]
     assert task == "Every worker and the head have a fabric address"
     assert "node-b (unset)" in msg
     assert "node-c (not-an-address)" in msg
@@ -75,19 +61,19 @@ def test_worker_without_fabric_address_is_named(run_playbook, tmp_path):
 
 
 def test_shared_fabric_address_is_refused(run_playbook, tmp_path):
-    inventory = build(tmp_path,
+    inventory = lab_inventory(tmp_path,
                       {"node-a": ("rtx-pro-6000-x2", "10.0.0.1")},
                       {"node-b": ("rtx-pro-6000-maxq", "10.0.0.2"), "node-c": ("h200", "10.0.0.2")})
     result = run_playbook("playbooks/facts.yml", inventory, envvars=ENV)
     assert result.status == "failed"
-    _, task, msg = result.failures[0]
+    task, msg = result.failures[0][1:]
     assert task == "Fabric addresses are unique"
     assert "10.0.0.2 on node-b, node-c" in msg
 
 
 @pytest.mark.parametrize("profile, count, arch", [("rtx-pro-6000-x2", 2, "120"), ("h200", 1, "90")])
 def test_good_inventory_records_gpus(run_playbook, tmp_path, profile, count, arch):
-    inventory = build(tmp_path, {"node-a": (profile, "10.0.0.1")}, {})
+    inventory = lab_inventory(tmp_path, {"node-a": (profile, "10.0.0.1")}, {})
     env = {"GPULAB_FAKE_NVIDIA_SMI_DIR": str(LAB_FILES / "nvidia-smi" / profile)}
     result = run_playbook("playbooks/facts.yml", inventory, envvars=env)
     assert result.status == "successful", result.failures
