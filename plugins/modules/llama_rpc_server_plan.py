@@ -15,7 +15,7 @@ description:
   - Runs on an RPC worker before anything is changed. A CUDA build gets one RPC server per GPU
     (llama.cpp's advice), each seeing only its GPU through C(CUDA_VISIBLE_DEVICES); a CPU build
     gets one server for the CPU device.
-  - Refuses a wildcard bind address (V(0.0.0.0), V(::)) unless O(allow_any_address=true): the
+  - Refuses a wildcard bind address (V(0.0.0.0), V(::)) unless O(allow_any_address=true), because the
     ggml RPC protocol has no authentication.
   - Reads only; never changes the host.
 version_added: "0.1.0"

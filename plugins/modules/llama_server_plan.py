@@ -54,8 +54,9 @@ options:
     default: []
   tensor_split:
     description:
-      - V(equal) (one part per device), V(proportional) (memory size per device: free memory shrinks once the model is loaded) or a list of
+      - V(equal) (one part per device), V(proportional) (memory size per device) or a list of
         numbers, one per device in llama.cpp's order.
+      - Proportional uses memory size, not free memory, which shrinks once the model is loaded.
     type: raw
     default: equal
   health_timeout_s:
@@ -98,7 +99,7 @@ EXAMPLES = r"""
         endpoints: [{port: 50052, device: CPU, memory_mib: 20000}]
   register: plan
 
-- name: Plan the reference lab: three GPUs split 1:1:1, six shards
+- name: Plan the reference lab, three GPUs split 1:1:1 and six shards
   gpulab.inference.llama_server_plan:
     model_path: /srv/models/MiniMax-M2.7-Q8_0/MiniMax-M2.7-Q8_0-00001-of-00006.gguf
     workers: "{{ llama_server_workers }}"
