@@ -19,7 +19,7 @@ description:
   - With O(build_info), also says whether this host can run that build's binaries and why not.
   - Changes nothing; the result is also set as the fact C(gpulab_llama_cpp_toolchain).
 author:
-  - gpulab.inference contributors
+  - gpulab.inference contributors (@gpulab)
 attributes:
   check_mode:
     support: full
@@ -72,6 +72,7 @@ toolchain:
   type: dict
   sample:
     cpu_arch: x86_64
+    cpu_count: 16
     glibc_version: "2.36"
     compiler: {id: gnu, version: "12.2.0", path: /usr/bin/c++}
     cmake_version: "3.25.1"
@@ -159,8 +160,13 @@ class Toolchain(object):
             glibc = parse_glibc_version(os.confstr("CS_GNU_LIBC_VERSION"))
         except (ValueError, OSError, AttributeError):
             glibc = None
+        try:
+            cpu_count = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cpu_count = os.cpu_count()
         return {
             "cpu_arch": platform.machine(),
+            "cpu_count": cpu_count,
             "glibc_version": glibc,
             "compiler": compiler,
             "cmake_version": parse_cmake_version(self._run([cmake_path, "--version"])) if cmake_path else None,

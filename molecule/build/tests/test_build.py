@@ -1,12 +1,13 @@
 """Every lab node runs the same verified llama.cpp build after the build scenario."""
 
 import json
+import os
 
 import pytest
 
 INSTALL_DIR = "/opt/gpulab/llama.cpp"
-HEAD = "gpulab-node-a"
-NODES = ["gpulab-node-a", "gpulab-node-b", "gpulab-node-c"]
+# The build host's container (another lab instance can name it through the environment).
+HEAD = os.environ.get("GPULAB_BUILD_HEAD_CONTAINER", "gpulab-node-a")
 EXPECTED_BINARIES = {"llama-server", "llama-bench", "llama-cli", "ggml-rpc-server"}
 
 

@@ -54,7 +54,8 @@ def run_module(args, capsys, binaries=None, outputs=None):
             mock.patch.object(AnsibleModule, "run_command", run_command), \
             mock.patch.object(llama_cpp_toolchain.platform, "machine", return_value="x86_64"), \
             mock.patch.object(llama_cpp_toolchain.os, "confstr", return_value="glibc 2.36"), \
-            mock.patch.object(llama_cpp_toolchain.glob, "glob", return_value=[]):
+            mock.patch.object(llama_cpp_toolchain.glob, "glob", return_value=[]), \
+            mock.patch.object(llama_cpp_toolchain.os, "sched_getaffinity", return_value={0, 1, 2, 3}):
         with pytest.raises(SystemExit) as exit_info:
             llama_cpp_toolchain.main()
     return exit_info.value.code != 0, json.loads(capsys.readouterr().out), calls
@@ -67,6 +68,7 @@ def test_reports_full_toolchain(tmp_path, capsys):
     toolchain = result["toolchain"]
     assert toolchain == {
         "cpu_arch": "x86_64",
+        "cpu_count": 4,
         "glibc_version": "2.36",
         "compiler": {"id": "gnu", "version": "12.2.0", "path": "/usr/bin/c++"},
         "cmake_version": "3.25.1",
