@@ -21,7 +21,7 @@ description:
     server's target name and for the C(GGML_RPC_RDMA) option.
   - Changes nothing.
 author:
-  - gpulab.inference contributors
+  - gpulab.inference contributors (@gpulab)
 attributes:
   check_mode:
     support: full

@@ -18,7 +18,7 @@ description:
   - Used before reusing a build, and on a peer after the binaries arrive.
   - Changes nothing.
 author:
-  - gpulab.inference contributors
+  - gpulab.inference contributors (@gpulab)
 attributes:
   check_mode:
     support: full
