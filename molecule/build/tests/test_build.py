@@ -6,8 +6,8 @@ import os
 import pytest
 
 INSTALL_DIR = "/opt/gpulab/llama.cpp"
-# The build host's container (another lab instance can name it through the environment).
-HEAD = os.environ.get("GPULAB_BUILD_HEAD_CONTAINER", "gpulab-node-a")
+# The build host's container, in the lab that GPULAB_LAB_NAME names (as in inventory/demo).
+HEAD = os.environ.get("GPULAB_LAB_NAME", "gpulab") + "-node-a"
 EXPECTED_BINARIES = {"llama-server", "llama-bench", "llama-cli", "ggml-rpc-server"}
 
 
