@@ -78,8 +78,9 @@ lab-destroy: deps ## Remove the lab containers and network (keeps the image and 
 # ---- the main job ---------------------------------------------------------------------------
 .PHONY: demo facts
 demo: lab llama-cpp-archive ## Deploy on the container lab and print what it serves
-	$(call step,GPU facts of every lab node)
-	@ansible-playbook -i inventory/demo playbooks/facts.yml
+	$(call step,deploy.yml on the container lab: build on node-a, ship, RPC workers, head, smoke request)
+	@ansible-playbook -i inventory/demo deploy.yml
+	$(call step,the lab serves an OpenAI-compatible API on node-a: podman exec gpulab-node-a curl -s 127.0.0.1:8080/v1/models)
 
 facts: deps ## GPU facts table of an inventory: make facts INVENTORY=inventory/lab
 	@ansible-playbook -i $(or $(INVENTORY),inventory/lab) playbooks/facts.yml

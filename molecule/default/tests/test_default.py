@@ -1,0 +1,89 @@
+"""The deployed lab: services, binding, firewall, a chat completion and the layer placement."""
+
+import json
+import os
+
+import pytest
+
+LAB = os.environ.get("GPULAB_LAB_NAME", "gpulab")
+FABRIC = os.environ.get("GPULAB_LAB_FABRIC_PREFIX", "10.231.77")
+ADDRESS = {"node-a": f"{FABRIC}.10", "node-b": f"{FABRIC}.11", "node-c": f"{FABRIC}.12"}
+WORKERS = ("node-b", "node-c")
+RPC_PORT = 50052
+BUILD_INFO = "/opt/gpulab/llama.cpp/current/BUILD_INFO.json"
+
+
+@pytest.fixture()
+def node(host):
+    return host.check_output("hostname")
+
+
+def test_rpc_server_runs_unprivileged_on_workers(host, node):
+    if node not in WORKERS:
+        pytest.skip("RPC servers run on the workers")
+    service = host.service("gpulab-rpc-server@0")
+    assert service.is_running
+    assert service.is_enabled
+    user = host.check_output("systemctl show --property=User --value gpulab-rpc-server@0.service")
+    assert user == "gpulab-llama"
+    main_pid = host.check_output("systemctl show --property=MainPID --value gpulab-rpc-server@0.service")
+    assert host.check_output(f"ps -o user= -p {main_pid}") == "gpulab-llama"
+
+
+def test_rpc_port_bound_to_fabric_address_only(host, node):
+    if node not in WORKERS:
+        pytest.skip("RPC servers run on the workers")
+    listening = host.check_output(f"ss -Hltn 'sport = :{RPC_PORT}'").splitlines()
+    local_addresses = [line.split()[3] for line in listening]
+    assert local_addresses == [f"{ADDRESS[node]}:{RPC_PORT}"]
+
+
+def test_firewall_admits_only_the_head(host, node):
+    if node not in WORKERS:
+        pytest.skip("the firewall guards the workers")
+    ruleset = host.check_output("nft list table inet gpulab_rpc")
+    assert f"ip saddr {ADDRESS['node-a']}" in ruleset or f"ip saddr {{ {ADDRESS['node-a']} }}" in ruleset
+    assert str(RPC_PORT) in ruleset
+    assert "drop" in ruleset
+
+
+def test_node_c_cannot_reach_node_b_rpc(host, node):
+    """One probe only: an RPC server serves one client at a time with a backlog of one."""
+    if node != "node-c":
+        pytest.skip("probed from node-c, a node that is not the head")
+    probe = host.run(f"timeout 5 bash -c '</dev/tcp/{ADDRESS['node-b']}/{RPC_PORT}'")
+    assert probe.rc != 0
+
+
+def test_head_serves_a_chat_completion(host, node):
+    if node != "node-a":
+        pytest.skip("llama-server runs on the head")
+    assert host.service("gpulab-llama-server").is_running
+    body = json.dumps({"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8})
+    answer = json.loads(host.check_output(
+        f"curl -sf --max-time 120 -H 'Content-Type: application/json' -d '{body}' "
+        "http://127.0.0.1:8080/v1/chat/completions"))
+    assert answer["usage"]["completion_tokens"] > 0
+    assert answer["choices"][0]["message"]["role"] == "assistant"
+
+
+def test_head_log_shows_layers_on_rpc_devices(host, node):
+    if node != "node-a":
+        pytest.skip("llama-server runs on the head")
+    invocation = host.check_output("systemctl show --property=InvocationID --value gpulab-llama-server.service")
+    log = host.check_output(f"journalctl --no-pager --output=cat _SYSTEMD_INVOCATION_ID={invocation}")
+    for index, worker in enumerate(WORKERS):
+        assert f"RPC{index}[{ADDRESS[worker]}:{RPC_PORT}] model buffer size" in log
+    assert "offloaded 5/5 layers to GPU" in log
+
+
+@pytest.fixture(scope="module")
+def head_build_id():
+    import testinfra
+
+    head = testinfra.get_host(f"podman://{LAB}-node-a")
+    return json.loads(head.file(BUILD_INFO).content_string)["build_id"]
+
+
+def test_same_build_everywhere(host, head_build_id):
+    assert json.loads(host.file(BUILD_INFO).content_string)["build_id"] == head_build_id
