@@ -86,12 +86,13 @@ facts: deps ## GPU facts table of an inventory: make facts INVENTORY=inventory/l
 	@ansible-playbook -i $(or $(INVENTORY),inventory/lab) playbooks/facts.yml
 
 # ---- checks ---------------------------------------------------------------------------------
-.PHONY: test lint sanity unit molecule build
+.PHONY: test lint sanity unit molecule build integration-llama
 test: deps ## Everything CI checks: lint, sanity, unit tests, molecule scenarios
 	@bash scripts/timed.sh "ansible-lint (production profile)" $(MAKE) --no-print-directory lint
 	@bash scripts/timed.sh "ansible-test sanity" $(MAKE) --no-print-directory sanity
 	@bash scripts/timed.sh "unit tests" $(MAKE) --no-print-directory unit
 	@bash scripts/timed.sh "molecule scenarios: $(MOLECULE_SCENARIOS)" $(MAKE) --no-print-directory molecule
+	@bash scripts/timed.sh "synthetic models loaded by the lab's llama.cpp build" $(MAKE) --no-print-directory integration-llama
 	$(call step,all checks passed)
 
 lint: deps
@@ -120,8 +121,8 @@ sanity: deps $(SANITY_VENV)/.installed
 	  ansible-test sanity --local --requirements --python 3.11 --color no
 
 unit: deps
-	$(call step,pytest tests/unit)
-	@python -m pytest -q tests/unit || { rc=$$?; [ $$rc -eq 5 ] && echo "no unit tests collected" || exit $$rc; }
+	$(call step,pytest tests/unit tests/playbooks)
+	@python -m pytest -q -rs tests/unit tests/playbooks || { rc=$$?; [ $$rc -eq 5 ] && echo "no unit tests collected" || exit $$rc; }
 
 # The scenarios get a lab of their own (containers, network, subnet), so a demo lab survives.
 molecule: export GPULAB_LAB_NAME := gpulab-test
@@ -130,6 +131,19 @@ molecule: deps llama-cpp-archive
 	@for s in $(MOLECULE_SCENARIOS); do \
 	  bash scripts/timed.sh "molecule test -s $$s" molecule test -s $$s || exit 1; \
 	done
+
+# The lab's builds are static and were made on Debian 12 like this host, so the newest one that
+# the scenarios left in the controller cache runs here: it loads the synthetic models directly.
+LLAMA_BIN := .build/llama.cpp-bin
+integration-llama: deps llama-cpp-archive ## Load synthetic GGUF models with the lab-built llama.cpp
+	$(call step,pytest tests/integration_llama with the newest lab build)
+	@newest=$$(ls -t .cache/llama.cpp-builds/*.tar.gz 2>/dev/null | head -n 1); \
+	  test -n "$$newest" || { echo "no lab build in .cache/llama.cpp-builds: run 'make molecule' first"; exit 1; }; \
+	  rm -rf $(LLAMA_BIN) && mkdir -p $(LLAMA_BIN) && tar -C $(LLAMA_BIN) --strip-components=1 -xzf "$$newest"; \
+	  tar -C $(LLAMA_BIN) --strip-components=2 -xzf $(LLAMA_CPP_ARCHIVE) llama.cpp/models/ggml-vocab-qwen2.gguf; \
+	  echo "    build $$(basename $$newest .tar.gz)"
+	@GPULAB_LLAMA_BIN_DIR=$(CURDIR)/$(LLAMA_BIN)/bin GPULAB_LLAMA_VOCAB_GGUF=$(CURDIR)/$(LLAMA_BIN)/ggml-vocab-qwen2.gguf \
+	  python -m pytest -q -rs tests/integration_llama
 
 build: deps ## ansible-galaxy collection build into .build/
 	$(call step,ansible-galaxy collection build)
