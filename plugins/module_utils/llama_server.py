@@ -262,4 +262,3 @@ def health_timeout_s(model_bytes, floor_s=120, load_rate_mib_s=100):
     if model_bytes < 0:
         raise LlamaServerError("model size %r bytes is negative" % (model_bytes,))
     return int(floor_s + math.ceil(model_bytes / float(MIB) / load_rate_mib_s))
-

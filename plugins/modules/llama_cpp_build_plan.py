@@ -25,8 +25,10 @@ author:
 attributes:
   check_mode:
     support: full
+    description: Only reads; runs the same in check mode.
   diff_mode:
     support: none
+    description: Nothing is changed, so there is no diff.
 options:
   source_id:
     description: Identity of the source (C(git:URL@COMMIT) or C(archive:sha256:DIGEST)).

@@ -22,8 +22,10 @@ author:
 attributes:
   check_mode:
     support: full
+    description: Only reads; runs the same in check mode.
   diff_mode:
     support: none
+    description: Nothing is changed, so there is no diff.
 options:
   path:
     description: A build directory (C(/opt/gpulab/llama.cpp/<build-id>)) or the C(current) link.

@@ -23,8 +23,10 @@ author:
 attributes:
   check_mode:
     support: full
+    description: Only reads; runs the same in check mode.
   diff_mode:
     support: none
+    description: Nothing is changed, so there is no diff.
 options:
   install_dir:
     description: Directory holding one sub-directory per build id and the C(current) link.

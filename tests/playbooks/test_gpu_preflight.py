@@ -34,9 +34,11 @@ ENV = {"GPULAB_FAKE_NVIDIA_SMI_DIR": str(LAB_FILES / "nvidia-smi" / "rtx-pro-600
 
 
 def test_two_heads_fail_before_any_change(run_playbook, tmp_path):
-    inventory = lab_inventory(tmp_path,
-                      {"node-a": ("rtx-pro-6000-x2", "10.0.0.1"), "node-x": ("rtx-pro-6000-x2", "10.0.0.3")},
-                      {"node-b": ("rtx-pro-6000-maxq", "10.0.0.2")})
+    inventory = lab_inventory(
+        tmp_path,
+        {"node-a": ("rtx-pro-6000-x2", "10.0.0.1"), "node-x": ("rtx-pro-6000-x2", "10.0.0.3")},
+        {"node-b": ("rtx-pro-6000-maxq", "10.0.0.2")},
+    )
     result = run_playbook("playbooks/facts.yml", inventory, envvars=ENV)
     assert result.status == "failed"
     task, msg = result.failures[0][1:]
@@ -47,9 +49,11 @@ def test_two_heads_fail_before_any_change(run_playbook, tmp_path):
 
 
 def test_worker_without_fabric_address_is_named(run_playbook, tmp_path):
-    inventory = lab_inventory(tmp_path,
-                      {"node-a": ("rtx-pro-6000-x2", "10.0.0.1")},
-                      {"node-b": ("rtx-pro-6000-maxq", None), "node-c": ("h200", "not-an-address")})
+    inventory = lab_inventory(
+        tmp_path,
+        {"node-a": ("rtx-pro-6000-x2", "10.0.0.1")},
+        {"node-b": ("rtx-pro-6000-maxq", None), "node-c": ("h200", "not-an-address")},
+    )
     result = run_playbook("playbooks/facts.yml", inventory, envvars=ENV)
     assert result.status == "failed"
     task, msg = result.failures[0][1:]
@@ -61,9 +65,11 @@ def test_worker_without_fabric_address_is_named(run_playbook, tmp_path):
 
 
 def test_shared_fabric_address_is_refused(run_playbook, tmp_path):
-    inventory = lab_inventory(tmp_path,
-                      {"node-a": ("rtx-pro-6000-x2", "10.0.0.1")},
-                      {"node-b": ("rtx-pro-6000-maxq", "10.0.0.2"), "node-c": ("h200", "10.0.0.2")})
+    inventory = lab_inventory(
+        tmp_path,
+        {"node-a": ("rtx-pro-6000-x2", "10.0.0.1")},
+        {"node-b": ("rtx-pro-6000-maxq", "10.0.0.2"), "node-c": ("h200", "10.0.0.2")},
+    )
     result = run_playbook("playbooks/facts.yml", inventory, envvars=ENV)
     assert result.status == "failed"
     task, msg = result.failures[0][1:]

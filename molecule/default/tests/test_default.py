@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import pytest
 
@@ -72,8 +73,9 @@ def test_head_log_shows_layers_on_rpc_devices(host, node):
         pytest.skip("llama-server runs on the head")
     invocation = host.check_output("systemctl show --property=InvocationID --value gpulab-llama-server.service")
     log = host.check_output(f"journalctl --no-pager --output=cat _SYSTEMD_INVOCATION_ID={invocation}")
-    for index, worker in enumerate(WORKERS):
-        assert f"RPC{index}[{ADDRESS[worker]}:{RPC_PORT}] model buffer size" in log
+    # llama.cpp names each RPC buffer after its endpoint: "RPC0[10.231.77.11:50052] model buffer size".
+    for worker in WORKERS:
+        assert re.search(rf"RPC[0-9]+\[{re.escape(ADDRESS[worker])}:{RPC_PORT}\] model buffer size = +[0-9.]+ MiB", log)
     assert "offloaded 5/5 layers to GPU" in log
 
 

@@ -225,4 +225,3 @@ def test_health_timeout_scales_with_model_size():
 def test_health_timeout_rejects_zero_rate():
     with pytest.raises(LlamaServerError, match="must be > 0"):
         health_timeout_s(1, load_rate_mib_s=0)
-
