@@ -16,7 +16,7 @@ LLAMA_CPP_PYTHON_VERSION := 0.3.36
 LLAMA_CPP_COMMIT := 0c1e570
 LLAMA_CPP_ARCHIVE := .cache/llama.cpp-$(LLAMA_CPP_COMMIT).tar.gz
 MOLECULE_SCENARIOS ?= facts build default
-APT_PACKAGES := podman runc debootstrap rsync
+APT_PACKAGES := podman runc debootstrap rsync shellcheck
 
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)

@@ -127,16 +127,16 @@ BUILD_INFO = {"build_id": "0123456789ab", "cpu_arch": "x86_64", "glibc_version":
 
 
 def test_compatible_peer(tmp_path, capsys):
-    failed, result = run_module({"install_dir": str(tmp_path), "build_info": BUILD_INFO,
-                                    "gpus": [{"compute_cap": "12.0", "cuda_arch": "120"}]}, capsys)[:2]
+    args = {"install_dir": str(tmp_path), "build_info": BUILD_INFO, "gpus": [{"compute_cap": "12.0", "cuda_arch": "120"}]}
+    failed, result = run_module(args, capsys)[:2]
     assert not failed, result
     assert result["compatible"] is True
     assert result["problems"] == []
 
 
 def test_incompatible_peer_says_why(tmp_path, capsys):
-    failed, result = run_module({"install_dir": str(tmp_path), "build_info": BUILD_INFO,
-                                    "gpus": [{"compute_cap": "9.0", "cuda_arch": "90"}]}, capsys)[:2]
+    args = {"install_dir": str(tmp_path), "build_info": BUILD_INFO, "gpus": [{"compute_cap": "9.0", "cuda_arch": "90"}]}
+    failed, result = run_module(args, capsys)[:2]
     assert not failed, result
     assert result["compatible"] is False
     assert result["problems"] == ["GPU architecture 90 is not in the build's list 120"]
