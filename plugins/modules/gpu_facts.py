@@ -42,13 +42,9 @@ options:
       - Fail when C(nvidia-smi) cannot be found, instead of reporting a CPU node.
     type: bool
     default: false
+extends_documentation_fragment:
+  - gpulab.inference.read_only
 attributes:
-  check_mode:
-    support: full
-    description: Only reads; runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Nothing is changed, so there is no diff.
   facts:
     support: full
     description: Sets C(gpulab_gpus), C(gpulab_gpu_count) and C(gpulab_gpu_driver).

@@ -36,13 +36,8 @@ options:
       - Where the process file system is mounted (tests point it elsewhere).
     type: path
     default: /proc
-attributes:
-  check_mode:
-    support: full
-    description: Only reads; runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Nothing is changed, so there is no diff.
+extends_documentation_fragment:
+  - gpulab.inference.read_only
 notes:
   - A process that exits between the two queries is still listed, with RV(residency.processes[].exited=true).
   - Fails when C(nvidia-smi) is missing or refuses to start (for example after a driver upgrade

@@ -22,13 +22,8 @@ description:
   - Changes nothing.
 author:
   - gpulab.inference contributors (@gpulab)
-attributes:
-  check_mode:
-    support: full
-    description: Only reads; runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Nothing is changed, so there is no diff.
+extends_documentation_fragment:
+  - gpulab.inference.read_only
 options:
   source_id:
     description: Identity of the source (C(git:URL@COMMIT) or C(archive:sha256:DIGEST)).

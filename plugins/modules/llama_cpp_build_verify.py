@@ -19,13 +19,8 @@ description:
   - Changes nothing.
 author:
   - gpulab.inference contributors (@gpulab)
-attributes:
-  check_mode:
-    support: full
-    description: Only reads; runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Nothing is changed, so there is no diff.
+extends_documentation_fragment:
+  - gpulab.inference.read_only
 options:
   path:
     description: A build directory (C(/opt/gpulab/llama.cpp/<build-id>)) or the C(current) link.

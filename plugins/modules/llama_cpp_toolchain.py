@@ -20,13 +20,8 @@ description:
   - Changes nothing; the result is also set as the fact C(gpulab_llama_cpp_toolchain).
 author:
   - gpulab.inference contributors (@gpulab)
-attributes:
-  check_mode:
-    support: full
-    description: Only reads; runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Nothing is changed, so there is no diff.
+extends_documentation_fragment:
+  - gpulab.inference.read_only
 options:
   install_dir:
     description: Directory holding one sub-directory per build id and the C(current) link.

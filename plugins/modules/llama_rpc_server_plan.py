@@ -21,13 +21,8 @@ description:
 version_added: "0.1.0"
 author:
   - gpulab.inference contributors (@gpulab)
-attributes:
-  check_mode:
-    support: full
-    description: The module only computes, so check mode runs it unchanged.
-  diff_mode:
-    support: none
-    description: Nothing is changed.
+extends_documentation_fragment:
+  - gpulab.inference.read_only
 options:
   cuda:
     description: Whether the deployed llama.cpp build has CUDA (C(cuda) in its BUILD_INFO.json).

@@ -22,13 +22,8 @@ description:
 version_added: "0.1.0"
 author:
   - gpulab.inference contributors (@gpulab)
-attributes:
-  check_mode:
-    support: full
-    description: The module only reads, so check mode runs it unchanged.
-  diff_mode:
-    support: none
-    description: Nothing is changed.
+extends_documentation_fragment:
+  - gpulab.inference.read_only
 options:
   model_path:
     description:
