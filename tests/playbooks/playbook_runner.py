@@ -32,12 +32,23 @@ class PlaybookRun:
     @property
     def failures(self):
         """(host, task name, message) of every failed task, in order."""
-        found = []
-        for event in self.events:
-            if event.get("event") == "runner_on_failed" and not event["event_data"].get("ignore_errors"):
-                data = event["event_data"]
-                found.append((data["host"], data["task"], data["res"].get("msg", "")))
-        return found
+        return [(data["host"], data["task"], data["res"].get("msg", "")) for data in self.failed_events()]
+
+    def failed_events(self):
+        """event_data of every failed task that does not ignore errors (host, role, task, task_path, res)."""
+        return [
+            event["event_data"]
+            for event in self.events
+            if event.get("event") == "runner_on_failed" and not event["event_data"].get("ignore_errors")
+        ]
+
+    def ok_results(self, task):
+        """res of every successful run of the task with this name, in order."""
+        return [
+            e["event_data"]["res"]
+            for e in self.events
+            if e.get("event") == "runner_on_ok" and e["event_data"].get("task") == task
+        ]
 
     def changed_tasks(self):
         return [
@@ -49,7 +60,7 @@ class PlaybookRun:
 
 @pytest.fixture()
 def run_playbook(tmp_path):
-    """Run a playbook of the repository against an inventory given as a dict."""
+    """Run a playbook (relative to the repository, or an absolute path) against an inventory given as a dict."""
     _link_collection()
 
     def _run(playbook, inventory, extravars=None, envvars=None):
