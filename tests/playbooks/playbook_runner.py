@@ -58,31 +58,36 @@ class PlaybookRun:
         ]
 
 
+def run_in(private, playbook, inventory, extravars=None, envvars=None):
+    """Run a playbook (relative to the repository, or an absolute path) against an inventory given
+    as a dict, with private as ansible-runner's private data directory."""
+    _link_collection()
+    (private / "inventory").mkdir(parents=True, exist_ok=True)
+    (private / "inventory" / "hosts.yml").write_text(yaml.safe_dump(inventory))
+    env = {
+        "ANSIBLE_COLLECTIONS_PATH": str(COLLECTIONS),
+        "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    env.update(envvars or {})
+    runner = ansible_runner.run(
+        private_data_dir=str(private),
+        playbook=str(REPO / playbook),
+        inventory=str(private / "inventory" / "hosts.yml"),
+        extravars=extravars or {},
+        envvars=env,
+        quiet=True,
+        json_mode=False,
+    )
+    return PlaybookRun(runner)
+
+
 @pytest.fixture()
 def run_playbook(tmp_path):
-    """Run a playbook (relative to the repository, or an absolute path) against an inventory given as a dict."""
-    _link_collection()
+    """Run a playbook with run_in, its runner data under tmp_path."""
 
     def _run(playbook, inventory, extravars=None, envvars=None):
-        private = tmp_path / "runner"
-        (private / "inventory").mkdir(parents=True, exist_ok=True)
-        (private / "inventory" / "hosts.yml").write_text(yaml.safe_dump(inventory))
-        env = {
-            "ANSIBLE_COLLECTIONS_PATH": str(COLLECTIONS),
-            "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
-            "ANSIBLE_NOCOLOR": "1",
-        }
-        env.update(envvars or {})
-        runner = ansible_runner.run(
-            private_data_dir=str(private),
-            playbook=str(REPO / playbook),
-            inventory=str(private / "inventory" / "hosts.yml"),
-            extravars=extravars or {},
-            envvars=env,
-            quiet=True,
-            json_mode=False,
-        )
-        return PlaybookRun(runner)
+        return run_in(tmp_path / "runner", playbook, inventory, extravars, envvars)
 
     return _run
 
