@@ -200,9 +200,10 @@ def role_failure(serving, host):
     return " | ".join(items) if items else data["res"]["msg"]
 
 
+HEAD_PLAN_TASK = "Plan the RPC list, the tensor split and the health timeout (checks every model shard)"
 ROLE_TASKS = {
     "head-lockstep": "Fail when a worker runs another build than the head (lockstep)",
-    "head-missing-shard": "Plan the RPC list, the tensor split and the health timeout (checks every model shard)",
+    "head-missing-shard": HEAD_PLAN_TASK,
     "worker-any-address": "Plan one RPC server per exposed device",
 }
 
@@ -222,7 +223,7 @@ def test_role_wildcard_rpc_bind_stops_the_worker(serving):
 
 
 def test_role_plain_text_api_key_warns(serving):
-    kind, data = serving["outcome"][(ROLE_PLAY, "head-plain-key", ROLE_TASKS["head-missing-shard"])]
+    kind, data = serving["outcome"][(ROLE_PLAY, "head-plain-key", HEAD_PLAN_TASK)]
     assert kind == "runner_on_ok", data["res"].get("msg")
     assert any("not vault-encrypted" in warning for warning in data["res"]["warnings"])
 
