@@ -11,6 +11,9 @@ mv "$work/llama_cpp_python-$version/vendor/llama.cpp" "$work/llama.cpp"
 # The sdist's .git is a pointer into a parent repository that is not shipped.
 rm -f "$work/llama.cpp/.git"
 mkdir -p "$(dirname "$dest")"
-tar -C "$work" -czf "$dest.tmp" llama.cpp
+# Reproducible bytes (sorted names, fixed owners and times, no gzip timestamp): the build id
+# hashes the archive, so the same source must give the same archive on every machine.
+tar -C "$work" --sort=name --owner=0 --group=0 --numeric-owner --mtime='2000-01-01 00:00:00 UTC' \
+  -cf - llama.cpp | gzip -n >"$dest.tmp"
 mv "$dest.tmp" "$dest"
 echo "    $dest ($(du -h "$dest" | cut -f1))"
