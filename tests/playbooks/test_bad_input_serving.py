@@ -83,12 +83,17 @@ def role_inventory(tmp_path, models):
     other_build.write_text(json.dumps(worker("node-b", "10.0.0.2", build_id="bbbbbbbbbbbb")))
     same_build = tmp_path / "servers.json"
     same_build.write_text(json.dumps(worker("node-b", "10.0.0.2", build_id="aaaaaaaaaaaa")))
+    # Port 1 on loopback: nothing listens there, so the connection is refused at once.
+    silent_worker = tmp_path / "servers-silent.json"
+    silent_worker.write_text(json.dumps(worker("node-b", "127.0.0.1", port=1, build_id="aaaaaaaaaaaa")))
     head = {"role_case": "gpulab.inference.llama_server", "llama_server_build_link": head_build,
             "llama_server_model_path": str(models / "single.gguf"), "llama_server_worker_manifest": str(same_build)}
     cases = {
         "head-lockstep": dict(head, llama_server_worker_manifest=str(other_build)),
         "head-plain-key": dict(head, llama_server_api_key="sk-plain-text"),
         "head-missing-shard": dict(head, llama_server_model_path=str(models / "split-00001-of-00003.gguf")),
+        "head-unreachable-worker": dict(head, llama_server_worker_manifest=str(silent_worker), role_case_reach=True,
+                                        llama_server_worker_connect_timeout_s=2),
         "worker-any-address": {"role_case": "gpulab.inference.llama_rpc_server", "llama_rpc_server_build_link": head_build,
                                "llama_rpc_server_address": "0.0.0.0", "llama_rpc_server_allowed_sources": ["10.0.0.1"]},
     }
@@ -105,7 +110,10 @@ def playbook(cases):
                    for name, (module, args) in cases.items()]},
         {"name": ROLE_PLAY, "hosts": "role_cases", "gather_facts": False,
          "tasks": [{"name": "Validate through the role",
-                    "ansible.builtin.include_role": {"name": "{{ role_case }}", "tasks_from": "validate.yml"}}]},
+                    "ansible.builtin.include_role": {"name": "{{ role_case }}", "tasks_from": "validate.yml"}},
+                   {"name": "Check the workers' reachability through the role",
+                    "ansible.builtin.include_role": {"name": "{{ role_case }}", "tasks_from": "reachability.yml"},
+                    "when": "role_case_reach | default(false)"}]},
     ]
 
 
@@ -191,10 +199,10 @@ def test_plain_text_api_key_warns_and_does_not_fail(serving):
     assert assert_accepted(serving, "api key vaulted").get("warnings", []) == []
 
 
-def role_failure(serving, host):
+def role_failure(serving, host, tasks_file="validate.yml"):
     kind, data = serving["outcome"][(ROLE_PLAY, host, ROLE_TASKS[host])]
     assert kind == "runner_on_failed", data["res"]
-    assert data["task_path"].split(":")[0].endswith("tasks/validate.yml")
+    assert data["task_path"].split(":")[0].endswith("tasks/" + tasks_file)
     # A looped assert reports each item's message under results.
     items = [item["msg"] for item in data["res"].get("results", []) if item.get("failed")]
     return " | ".join(items) if items else data["res"]["msg"]
@@ -205,6 +213,7 @@ ROLE_TASKS = {
     "head-lockstep": "Fail when a worker runs another build than the head (lockstep)",
     "head-missing-shard": HEAD_PLAN_TASK,
     "worker-any-address": "Plan one RPC server per exposed device",
+    "head-unreachable-worker": "Fail when a worker endpoint does not answer",
 }
 
 
@@ -222,6 +231,11 @@ def test_role_wildcard_rpc_bind_stops_the_worker(serving):
     assert "refusing to bind the RPC server to 0.0.0.0" in role_failure(serving, "worker-any-address")
 
 
+def test_role_unreachable_worker_is_named(serving):
+    msg = role_failure(serving, "head-unreachable-worker", "reachability.yml")
+    assert "cannot connect to RPC endpoint(s) 127.0.0.1:1 within 2 s" in msg
+
+
 def test_role_plain_text_api_key_warns(serving):
     kind, data = serving["outcome"][(ROLE_PLAY, "head-plain-key", HEAD_PLAN_TASK)]
     assert kind == "runner_on_ok", data["res"].get("msg")
@@ -232,6 +246,6 @@ def test_nothing_changed(serving):
     result = serving["result"]
     assert result.status == "failed"
     assert result.changed_tasks() == []
-    assert sorted(f[0] for f in result.failures) == ["head-lockstep", "head-missing-shard", "worker-any-address"]
+    assert sorted(f[0] for f in result.failures) == ["head-lockstep", "head-missing-shard", "head-unreachable-worker", "worker-any-address"]
     after = sorted(p.name for p in serving["tmp_path"].rglob("*"))
     assert after == serving["before"]
