@@ -1,14 +1,12 @@
 """gpu_facts with run_command and get_bin_path patched: exact command lines and facts."""
 
 from pathlib import Path
-from unittest import mock
 
 import pytest
 
-from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
-
 from ansible_collections.gpulab.inference.plugins.modules import gpu_facts
+import module_harness
+from module_harness import ExitJson, FailJson
 
 FIXTURES = Path(__file__).resolve().parents[2] / 'fixtures' / 'nvidia-smi'
 PROFILES = Path(__file__).resolve().parents[4] / 'molecule' / 'lab' / 'files' / 'nvidia-smi'
@@ -19,41 +17,10 @@ MIG_QUERY = [SMI, '--query-gpu=index,mig.mode.current', '--format=csv,noheader,n
 VERSION = [SMI, '--version']
 
 
-class ExitJson(Exception):
-    pass
-
-
-class FailJson(Exception):
-    pass
-
-
-def _exit_json(self, **kwargs):
-    raise ExitJson(kwargs)
-
-
-def _fail_json(self, **kwargs):
-    raise FailJson(kwargs)
-
-
 def run_module(args, answers, bin_path=SMI):
-    """Run gpu_facts; answers maps a command tuple to (rc, stdout, stderr).
-
-    Returns (result dict, list of commands run, get_bin_path mock).
-    """
-    commands = []
-
-    def run_command(self, command, *unused_args, **unused_kwargs):
-        commands.append(list(command))
-        return answers[tuple(command)]
-
-    with patch_module_args(args), \
-            mock.patch.object(basic.AnsibleModule, 'exit_json', _exit_json), \
-            mock.patch.object(basic.AnsibleModule, 'fail_json', _fail_json), \
-            mock.patch.object(basic.AnsibleModule, 'run_command', run_command), \
-            mock.patch.object(basic.AnsibleModule, 'get_bin_path', return_value=bin_path) as get_bin_path:
-        with pytest.raises((ExitJson, FailJson)) as raised:
-            gpu_facts.main()
-    return raised.type, raised.value.args[0], commands, get_bin_path
+    """Run gpu_facts; answers maps a command tuple to (rc, stdout, stderr)."""
+    run = module_harness.run_module(gpu_facts.main, args, answers, bin_path)
+    return run.kind, run.result, run.commands, run.get_bin_path
 
 
 def ok(text):

@@ -1,14 +1,12 @@
 """gpu_residency with run_command and get_bin_path patched, and a fake /proc under tmp_path."""
 
 from pathlib import Path
-from unittest import mock
 
 import pytest
 
-from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
-
 from ansible_collections.gpulab.inference.plugins.modules import gpu_residency
+import module_harness
+from module_harness import ExitJson, FailJson
 
 FIXTURES = Path(__file__).resolve().parents[2] / 'fixtures' / 'nvidia-smi'
 SMI = '/usr/bin/nvidia-smi'
@@ -18,39 +16,10 @@ APPS_QUERY = [SMI, '--query-compute-apps=pid,process_name,gpu_uuid,used_memory',
 H200_LOADED_UUID = 'GPU-6091723c-1489-8531-612c-d2c983e2ea71'
 
 
-class ExitJson(Exception):
-    pass
-
-
-class FailJson(Exception):
-    pass
-
-
-def _exit_json(self, **kwargs):
-    raise ExitJson(kwargs)
-
-
-def _fail_json(self, **kwargs):
-    raise FailJson(kwargs)
-
-
 def run_module(args, answers, bin_path=SMI):
-    commands = []
-    warnings = []
-
-    def run_command(self, command, *unused_args, **unused_kwargs):
-        commands.append(list(command))
-        return answers[tuple(command)]
-
-    with patch_module_args(args), \
-            mock.patch.object(basic.AnsibleModule, 'exit_json', _exit_json), \
-            mock.patch.object(basic.AnsibleModule, 'fail_json', _fail_json), \
-            mock.patch.object(basic.AnsibleModule, 'warn', lambda self, msg: warnings.append(msg)), \
-            mock.patch.object(basic.AnsibleModule, 'run_command', run_command), \
-            mock.patch.object(basic.AnsibleModule, 'get_bin_path', return_value=bin_path):
-        with pytest.raises((ExitJson, FailJson)) as raised:
-            gpu_residency.main()
-    return raised.type, raised.value.args[0], commands, warnings
+    """Run gpu_residency; answers maps a command tuple to (rc, stdout, stderr)."""
+    run = module_harness.run_module(gpu_residency.main, args, answers, bin_path)
+    return run.kind, run.result, run.commands, run.warnings
 
 
 def fixture(relative):
