@@ -2,8 +2,6 @@
 
 from pathlib import Path
 
-import pytest
-
 from ansible_collections.gpulab.inference.plugins.modules import gpu_facts
 import module_harness
 from module_harness import ExitJson, FailJson
