@@ -58,12 +58,16 @@ class PlaybookRun:
         ]
 
 
-def run_in(private, playbook, inventory, extravars=None, envvars=None):
+def run_in(private, playbook, inventory, extravars=None, envvars=None, cmdline=None):
     """Run a playbook (relative to the repository, or an absolute path) against an inventory given
-    as a dict, with private as ansible-runner's private data directory."""
+    as a dict or as the path of an inventory, with private as ansible-runner's private data
+    directory; cmdline adds ansible-playbook options (e.g. --syntax-check)."""
     _link_collection()
-    (private / "inventory").mkdir(parents=True, exist_ok=True)
-    (private / "inventory" / "hosts.yml").write_text(yaml.safe_dump(inventory))
+    private.mkdir(parents=True, exist_ok=True)
+    if isinstance(inventory, dict):
+        (private / "inventory").mkdir(exist_ok=True)
+        (private / "inventory" / "hosts.yml").write_text(yaml.safe_dump(inventory))
+        inventory = str(private / "inventory" / "hosts.yml")
     env = {
         "ANSIBLE_COLLECTIONS_PATH": str(COLLECTIONS),
         "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
@@ -73,8 +77,9 @@ def run_in(private, playbook, inventory, extravars=None, envvars=None):
     runner = ansible_runner.run(
         private_data_dir=str(private),
         playbook=str(REPO / playbook),
-        inventory=str(private / "inventory" / "hosts.yml"),
+        inventory=inventory,
         extravars=extravars or {},
+        cmdline=cmdline,
         envvars=env,
         quiet=True,
         json_mode=False,

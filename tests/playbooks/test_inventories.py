@@ -1,0 +1,35 @@
+"""The shipped inventories: every playbook parses against them, and they pass gpu_preflight's
+inventory checks (which run on the controller, so no node is contacted)."""
+
+import pytest
+import yaml
+from playbook_runner import REPO, run_in
+
+PLAYBOOKS = ["deploy.yml"] + sorted("playbooks/" + p.name for p in (REPO / "playbooks").glob("*.yml"))
+INVENTORIES = ["inventory/lab", "inventory/demo"]
+
+
+def write_playbook(path, plays):
+    path.write_text(yaml.safe_dump(plays, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize("inventory", INVENTORIES)
+def test_every_playbook_parses(tmp_path, inventory):
+    book = write_playbook(tmp_path / "all.yml", [{"ansible.builtin.import_playbook": str(REPO / p)} for p in PLAYBOOKS])
+    result = run_in(tmp_path / "runner", book, str(REPO / inventory), cmdline="--syntax-check")
+    assert result.rc == 0, [e.get("stdout") for e in result.events][-5:]
+
+
+@pytest.mark.parametrize("inventory", INVENTORIES)
+def test_inventory_passes_preflight_checks(tmp_path, inventory):
+    book = write_playbook(tmp_path / "check.yml", [{
+        "name": "Inventory checks", "hosts": "gpu_nodes", "gather_facts": False,
+        "tasks": [{"name": "Run gpu_preflight's inventory checks", "ansible.builtin.include_role": {
+            "name": "gpulab.inference.gpu_preflight", "tasks_from": "inventory.yml"}}],
+    }])
+    result = run_in(tmp_path / "runner", book, str(REPO / inventory))
+    assert result.status == "successful", result.failures
+    passed = {e["event_data"]["task"] for e in result.events if e.get("event") == "runner_on_ok"}
+    assert passed >= {"Exactly one host is the inference head", "Every worker and the head have a fabric address",
+                      "Fabric addresses are unique"}
