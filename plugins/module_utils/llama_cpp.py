@@ -15,13 +15,17 @@ import hashlib
 import json
 import re
 
+from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi import (
+    NvidiaSmiParseError,
+    cuda_arch_from_compute_cap,
+)
+
 BUILD_ID_LENGTH = 12
 BUILD_ID_PATTERN = re.compile(r"^[0-9a-f]{%d}$" % BUILD_ID_LENGTH)
 
 # One CMAKE_CUDA_ARCHITECTURES entry: SM number, optional arch-specific (a) or
 # family-specific (f) suffix, e.g. 90, 90a, 100f, 120a.
 CUDA_ARCH_PATTERN = re.compile(r"^(?P<base>[1-9][0-9]{1,2})(?P<suffix>[af]?)$")
-COMPUTE_CAP_PATTERN = re.compile(r"^\s*(?P<major>[0-9]+)\.(?P<minor>[0-9])\s*$")
 
 BUILD_INFO_REQUIRED_KEYS = (
     "build_id",
@@ -45,13 +49,13 @@ class LlamaCppError(ValueError):
 # --- GPU architectures -------------------------------------------------------
 
 def compute_cap_to_cuda_arch(compute_cap):
-    """'12.0' -> '120', '9.0' -> '90', '8.6' -> '86' (nvidia-smi compute_cap)."""
-    match = COMPUTE_CAP_PATTERN.match(str(compute_cap))
-    if not match:
+    """'12.0' -> '120', '9.0' -> '90', '8.6' -> '86': gpu_facts' mapping, with this module's error."""
+    try:
+        return cuda_arch_from_compute_cap(str(compute_cap))
+    except NvidiaSmiParseError:
         raise LlamaCppError(
             "compute capability %r is not of the form MAJOR.MINOR (e.g. 12.0, 9.0, 8.6)"
-            % (compute_cap,))
-    return "%d%s" % (int(match.group("major")), match.group("minor"))
+            % (compute_cap,)) from None
 
 
 def _arch_sort_key(arch):

@@ -95,16 +95,21 @@ def cuda_arch_from_compute_cap(compute_cap):
     return '%d%s' % (int(match.group(1)), match.group(2))
 
 
+def _gpu_query_row(line, field_names):
+    """One --query-gpu CSV line as {field name: text}; a wrong field count names the fields."""
+    fields = [field.strip() for field in line.split(',')]
+    if len(fields) != len(field_names):
+        raise NvidiaSmiParseError(
+            'nvidia-smi --query-gpu answered %d fields, expected %d (%s), in line: %r'
+            % (len(fields), len(field_names), ','.join(field_names), line))
+    return dict(zip(field_names, fields))
+
+
 def parse_gpu_query(output):
     """Parse the answer to GPU_QUERY_ARGS into a list of GPU dicts, ordered by index."""
     gpus = []
     for line in _data_lines(output):
-        fields = [field.strip() for field in line.split(',')]
-        if len(fields) != len(GPU_QUERY_FIELDS):
-            raise NvidiaSmiParseError(
-                'nvidia-smi --query-gpu answered %d fields, expected %d (%s), in line: %r'
-                % (len(fields), len(GPU_QUERY_FIELDS), ','.join(GPU_QUERY_FIELDS), line))
-        row = dict(zip(GPU_QUERY_FIELDS, fields))
+        row = _gpu_query_row(line, GPU_QUERY_FIELDS)
         index = _optional_int(row['index'], 'index', line)
         if index is None:
             raise NvidiaSmiParseError('nvidia-smi field index is N/A in line: %r' % (line,))
@@ -138,17 +143,13 @@ def parse_mig_query(output):
     """Parse the answer to MIG_QUERY_ARGS into {index: "Enabled" | "Disabled" | None}."""
     modes = {}
     for line in _data_lines(output):
-        fields = [field.strip() for field in line.split(',')]
-        if len(fields) != len(MIG_QUERY_FIELDS):
-            raise NvidiaSmiParseError(
-                'nvidia-smi --query-gpu answered %d fields, expected %d (%s), in line: %r'
-                % (len(fields), len(MIG_QUERY_FIELDS), ','.join(MIG_QUERY_FIELDS), line))
-        index = _optional_int(fields[0], 'index', line)
-        mode = None if is_not_available(fields[1]) else fields[1]
+        row = _gpu_query_row(line, MIG_QUERY_FIELDS)
+        index = _optional_int(row['index'], 'index', line)
+        mode = None if is_not_available(row['mig.mode.current']) else row['mig.mode.current']
         if mode not in (None, 'Enabled', 'Disabled'):
             raise NvidiaSmiParseError(
                 'nvidia-smi field mig.mode.current is %r, expected Enabled, Disabled or N/A, '
-                'in line: %r' % (fields[1], line))
+                'in line: %r' % (row['mig.mode.current'], line))
         modes[index] = mode
     return modes
 
