@@ -9,15 +9,9 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
+# Linked to the repository by tests/conftest.py.
 COLLECTIONS = REPO / ".build" / "collections"
 LAB_FILES = REPO / "molecule" / "lab" / "files"
-
-
-def _link_collection():
-    link = COLLECTIONS / "ansible_collections" / "gpulab" / "inference"
-    if not link.exists():
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(REPO)
 
 
 class PlaybookRun:
@@ -62,7 +56,6 @@ def run_in(private, playbook, inventory, extravars=None, envvars=None, cmdline=N
     """Run a playbook (relative to the repository, or an absolute path) against an inventory given
     as a dict or as the path of an inventory, with private as ansible-runner's private data
     directory; cmdline adds ansible-playbook options (e.g. --syntax-check)."""
-    _link_collection()
     private.mkdir(parents=True, exist_ok=True)
     if isinstance(inventory, dict):
         (private / "inventory").mkdir(exist_ok=True)

@@ -1,10 +1,11 @@
-"""Make `ansible_collections.gpulab.inference` importable: the repository is the collection,
-linked into .build/collections (the same link `make` creates)."""
+"""Make `ansible_collections.gpulab.inference` importable for every test, and resolvable by the
+playbooks that tests run: the repository is the collection, linked into .build/collections
+(the same link `make collection` creates)."""
 
 import sys
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 COLLECTIONS_DIR = REPO_ROOT / '.build' / 'collections'
 COLLECTION_LINK = COLLECTIONS_DIR / 'ansible_collections' / 'gpulab' / 'inference'
 
