@@ -352,3 +352,155 @@ def read_gguf(path):
         raise GGUFError("%s: truncated GGUF file: tensor data needs %d bytes, file has %d"
                         % (path, data_end, file_size))
     return GGUFFile(path, version, metadata, tensors, alignment, data_offset, file_size)
+
+
+# ---------------------------------------------------------------- models: split files, every tensor type
+
+# Block layout of every ggml type a model file may hold: id -> (name, values per block, bytes per
+# block). From ggml/src/ggml.c type_traits (blck_size, type_size) and ggml/include/ggml.h
+# enum ggml_type; the ids missing here were removed from ggml (Q4_2, Q4_3, Q4_0_4_4, ...).
+GGML_BLOCK_SIZES = {
+    0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20),
+    6: ("Q5_0", 32, 22), 7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 9: ("Q8_1", 32, 40),
+    10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110), 12: ("Q4_K", 256, 144), 13: ("Q5_K", 256, 176),
+    14: ("Q6_K", 256, 210), 15: ("Q8_K", 256, 292), 16: ("IQ2_XXS", 256, 66), 17: ("IQ2_XS", 256, 74),
+    18: ("IQ3_XXS", 256, 98), 19: ("IQ1_S", 256, 50), 20: ("IQ4_NL", 32, 18), 21: ("IQ3_S", 256, 110),
+    22: ("IQ2_S", 256, 82), 23: ("IQ4_XS", 256, 136), 24: ("I8", 1, 1), 25: ("I16", 1, 2),
+    26: ("I32", 1, 4), 27: ("I64", 1, 8), 28: ("F64", 1, 8), 29: ("IQ1_M", 256, 56),
+    30: ("BF16", 1, 2), 34: ("TQ1_0", 256, 54), 35: ("TQ2_0", 256, 66), 39: ("MXFP4", 32, 17),
+    40: ("NVFP4", 64, 36), 41: ("Q1_0", 128, 18),
+}
+GGML_BLOCK_TYPE_IDS = dict((name, type_id) for type_id, (name, _b, _s) in GGML_BLOCK_SIZES.items())
+
+# gguf-split keys and names (tools/gguf-split/gguf-split.cpp, src/llama.cpp llama_split_path)
+KEY_SPLIT_NO = "split.no"
+KEY_SPLIT_COUNT = "split.count"
+KEY_SPLIT_TENSORS_COUNT = "split.tensors.count"
+
+
+def ggml_type_name(ggml_type):
+    """'Q8_0' for 8; 'type 99' for an id this table does not know."""
+    return GGML_BLOCK_SIZES.get(ggml_type, ("type %s" % (ggml_type,),))[0]
+
+
+def ggml_row_bytes(ggml_type, n_values):
+    """Bytes of n_values of a type (ggml_row_size): n_values must fill whole blocks."""
+    if ggml_type not in GGML_BLOCK_SIZES:
+        raise GGUFError("unknown ggml tensor type %r" % (ggml_type,))
+    name, block_values, block_bytes = GGML_BLOCK_SIZES[ggml_type]
+    if n_values % block_values:
+        raise GGUFError("%d values do not fill whole %s blocks of %d" % (n_values, name, block_values))
+    return n_values // block_values * block_bytes
+
+
+def ggml_nbytes(ggml_type, dims):
+    """Bytes of a tensor of any ggml type (ggml_nbytes for a contiguous tensor)."""
+    if not dims or any(int(d) <= 0 for d in dims):
+        raise GGUFError("tensor dims must be positive, got %r" % (list(dims),))
+    rows = 1
+    for dim in dims[1:]:
+        rows *= int(dim)
+    return ggml_row_bytes(ggml_type, int(dims[0])) * rows
+
+
+def split_path(prefix, split_no, split_count):
+    """llama_split_path: '<prefix>-0000<no+1>-of-0000<count>.gguf' (split_no counts from 0)."""
+    return "%s-%05d-of-%05d.gguf" % (prefix, split_no + 1, split_count)
+
+
+def split_prefix(path, split_no, split_count):
+    """llama_split_prefix: the prefix of a shard's path, or None when the name does not end
+    with '-<no+1>-of-<count>.gguf'."""
+    postfix = "-%05d-of-%05d.gguf" % (split_no + 1, split_count)
+    if not path.endswith(postfix) or len(path) == len(postfix):
+        return None
+    return path[:-len(postfix)]
+
+
+class GGUFModel:
+    """A model's files as llama.cpp loads them: the first file's metadata, every file's tensors.
+
+    shards: the GGUFFile of each file in split order. tensors: list of (TensorInfo, shard index),
+    in file order. size_bytes: the files' total size on disk.
+    """
+
+    def __init__(self, path, shards):
+        self.path = path
+        self.shards = shards
+        self.metadata = shards[0].metadata
+        self.tensors = [(info, index) for index, shard in enumerate(shards) for info in shard.tensors]
+        self.size_bytes = sum(shard.file_size for shard in shards)
+
+    @property
+    def paths(self):
+        return [shard.path for shard in self.shards]
+
+    def get(self, key, default=None):
+        """Plain Python value of a metadata key of the first file."""
+        gvalue = self.metadata.get(key)
+        return default if gvalue is None else gvalue.value
+
+
+def _check_tensor_data(parsed):
+    """Every tensor's data lies inside the file, for every ggml type (read_gguf sizes only the
+    types the writer knows)."""
+    for info in parsed.tensors:
+        if info.ggml_type not in GGML_BLOCK_SIZES:
+            raise GGUFError("%s: tensor %s has ggml type %d, which this reader does not know"
+                            % (parsed.path, info.name, info.ggml_type))
+        end = parsed.data_offset + info.offset + ggml_nbytes(info.ggml_type, info.dims)
+        if end > parsed.file_size:
+            raise GGUFError("%s: truncated GGUF file: tensor %s ends at byte %d, the file has %d"
+                            % (parsed.path, info.name, end, parsed.file_size))
+
+
+def read_gguf_model(path):
+    """Header, metadata and tensor infos of a model and of every shard of a split model.
+
+    path: the model file, or the first shard of a gguf-split model (`*-00001-of-00006.gguf`).
+    As llama.cpp's llama_model_loader: `split.count` in the first file says how many files there
+    are; the others are found by name beside it and each must carry its own `split.no`. Reads no
+    tensor data, only checks that every tensor's data fits inside its file.
+    """
+    import os
+
+    first = read_gguf(path)
+    _check_tensor_data(first)
+    count = first.get(KEY_SPLIT_COUNT, 0)
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise GGUFError("%s: %s is %r, not a count" % (path, KEY_SPLIT_COUNT, count))
+    if count <= 1:
+        return GGUFModel(path, [first])
+    first_no = first.get(KEY_SPLIT_NO, 0)
+    if first_no != 0:
+        raise GGUFError("%s is shard %s of %d of a split model; give the first shard (-00001-of-%05d.gguf)"
+                        % (path, first_no + 1 if isinstance(first_no, int) else first_no, count, count))
+    prefix = split_prefix(path, 0, count)
+    if prefix is None:
+        raise GGUFError("%s: the file says it is the first of %d shards, but its name does not end with "
+                        "-00001-of-%05d.gguf, so the other shards cannot be found; keep gguf-split's names"
+                        % (path, count, count))
+    shards = [first]
+    for split_no in range(1, count):
+        shard_path = split_path(prefix, split_no, count)
+        if not os.path.exists(shard_path):
+            raise GGUFError("missing shard %d of %d: %s does not exist; every shard of a split model must sit "
+                            "beside the first" % (split_no + 1, count, shard_path))
+        shard = read_gguf(shard_path)
+        _check_tensor_data(shard)
+        if shard.get(KEY_SPLIT_NO) != split_no or shard.get(KEY_SPLIT_COUNT) != count:
+            found_no = shard.get(KEY_SPLIT_NO)
+            raise GGUFError("%s: expected shard %d of %d, the file says shard %s of %s (a shard of another model?)"
+                            % (shard_path, split_no + 1, count, found_no + 1 if isinstance(found_no, int) else found_no,
+                               shard.get(KEY_SPLIT_COUNT)))
+        shards.append(shard)
+    model = GGUFModel(path, shards)
+    expected = first.get(KEY_SPLIT_TENSORS_COUNT)
+    if expected is not None and expected != len(model.tensors):
+        raise GGUFError("%s: the shards hold %d tensors, %s says %d" % (path, len(model.tensors), KEY_SPLIT_TENSORS_COUNT, expected))
+    names = set()
+    for info, _index in model.tensors:
+        if info.name in names:
+            raise GGUFError("%s: tensor %s appears twice among the shards" % (path, info.name))
+        names.add(info.name)
+    return model
