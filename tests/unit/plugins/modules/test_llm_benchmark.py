@@ -1,0 +1,155 @@
+"""llm_benchmark against the OpenAI-style test double (tests/doubles): arithmetic and bad input."""
+
+import socket
+
+import pytest
+
+from ansible_collections.gpulab.inference.plugins.modules import llm_benchmark
+
+from module_harness import ExitJson, FailJson, run_module
+from doubles.openai_stream_server import OpenAIDouble
+
+
+def bench(args):
+    return run_module(llm_benchmark.main, args, answers={}, bin_path=None)
+
+
+def closed_port():
+    sock = socket.socket()
+    sock.bind(('127.0.0.1', 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return port
+
+
+def test_ttft_and_inter_token_arithmetic_within_tolerance(tmp_path):
+    progress = tmp_path / 'progress'
+    with OpenAIDouble(ttft_s=0.15, itl_s=0.02) as server:
+        run = bench({'base_url': server.base_url, 'concurrency': [1], 'requests_per_level': 2,
+                     'warmup_requests': 0, 'max_tokens': 21, 'prompt_tokens': 40, 'progress_path': str(progress)})
+        sent = server.requests
+    assert run.kind is ExitJson, run.result
+    result = run.result['benchmark']
+    assert result['engine'] == 'llama.cpp' and result['model'] == 'double-model'
+    assert result['prompt'] == {'target_tokens': 40, 'tokens': 40, 'words': 39, 'sizing': 'tokenizer'}
+    level = result['levels'][0]
+    assert (level['requests'], level['requests_ok'], level['output_tokens']) == (2, 2, 42)
+    assert level['ttft_s']['mean'] == pytest.approx(0.15, abs=0.04)
+    assert level['tpot_s']['mean'] == pytest.approx(0.02, rel=0.2)
+    assert level['itl_s']['p50'] == pytest.approx(0.02, rel=0.2)
+    assert level['decode_tok_s'] == pytest.approx(50.0, rel=0.2)
+    assert level['server']['decode_ratio'] == pytest.approx(1.0, abs=0.05)
+    assert level['prompt_tokens_mean'] == 40 + 5  # the sized prompt + the double's chat template
+    # one warm-up request is always sent: it checks the real path before the sweep
+    assert len(sent) == 3
+    body = sent[-1]
+    assert body['stream'] is True and body['stream_options'] == {'include_usage': True}
+    assert body['ignore_eos'] is True and 'temperature' not in body
+    assert sent[1]['messages'][0]['content'].split()[1] != sent[2]['messages'][0]['content'].split()[1]
+    assert progress.read_text().startswith('done: 1 levels')
+
+
+def test_aggregate_throughput_rises_with_concurrency():
+    with OpenAIDouble(ttft_s=0.02, itl_s=0.01) as server:
+        run = bench({'base_url': server.base_url, 'concurrency': [4, 1], 'requests_per_level': 4,
+                     'warmup_requests': 0, 'max_tokens': 16, 'greedy': True, 'sampling': {'top_k': 1}})
+        max_active = server.max_active
+        body = server.requests[-1]
+    assert run.kind is ExitJson, run.result
+    levels = run.result['benchmark']['levels']
+    assert [lv['concurrency'] for lv in levels] == [1, 4]
+    assert levels[1]['aggregate_output_tok_s'] > 2.5 * levels[0]['aggregate_output_tok_s']
+    assert max_active == 4
+    assert body['temperature'] == 0 and body['top_k'] == 1
+    assert run.result['benchmark']['request']['sampling'] == {'top_k': 1, 'temperature': 0}
+
+
+@pytest.mark.parametrize('field', ['reasoning_content', 'reasoning'])
+def test_answers_empty_because_the_budget_went_to_reasoning_are_flagged(field):
+    with OpenAIDouble(ttft_s=0.01, itl_s=0.001, reasoning_tokens=50, reasoning_field=field) as server:
+        run = bench({'base_url': server.base_url, 'concurrency': [1], 'requests_per_level': 1,
+                     'warmup_requests': 0, 'max_tokens': 8})
+    assert run.kind is ExitJson, run.result
+    level = run.result['benchmark']['levels'][0]
+    assert (level['reasoning_tokens'], level['answer_tokens']) == (8, 0)
+    assert level['answers_empty_budget_spent_reasoning'] == 1
+    assert 'raise max_tokens or disable reasoning' in run.warnings[0]
+
+
+def test_reasoning_and_answer_tokens_apart():
+    with OpenAIDouble(ttft_s=0.01, itl_s=0.001, reasoning_tokens=6) as server:
+        run = bench({'base_url': server.base_url, 'concurrency': [1], 'requests_per_level': 1,
+                     'warmup_requests': 0, 'max_tokens': 10})
+    level = run.result['benchmark']['levels'][0]
+    assert (level['reasoning_tokens'], level['answer_tokens'], level['answers_empty_budget_spent_reasoning']) == (6, 4, 0)
+    assert run.warnings == []
+
+
+@pytest.mark.parametrize('key, message', [
+    ('wrong', r'/v1/models answered 401: the api_key was refused'),
+    ('', r'/v1/models answered 401: the server wants an API key; set api_key'),
+])
+def test_401(key, message):
+    with OpenAIDouble(api_key='right') as server:
+        run = bench({'base_url': server.base_url, 'api_key': key})
+        assert server.requests == []
+    assert run.kind is FailJson
+    assert run.result['msg'].startswith(server.base_url)
+    assert message in run.result['msg']
+    assert 'right' not in str(run.result) and (not key or key not in run.result['msg'])
+
+
+def test_unreachable_endpoint():
+    url = 'http://127.0.0.1:%d' % closed_port()
+    run = bench({'base_url': url})
+    assert run.kind is FailJson
+    assert run.result['msg'].startswith('cannot reach %s/v1/models: ' % url)
+    assert 'check base_url and that the server runs' in run.result['msg']
+
+
+def test_a_model_the_server_does_not_serve():
+    with OpenAIDouble() as server:
+        run = bench({'base_url': server.base_url, 'model': 'MiniMax-M2'})
+        assert server.requests == []
+    assert run.kind is FailJson
+    assert run.result['msg'] == "model 'MiniMax-M2' is not served here; the server lists 'double-model': set model to one of them"
+
+
+def test_a_server_that_does_not_stream():
+    with OpenAIDouble(mode='nonstream', ttft_s=0.0, itl_s=0.0) as server:
+        run = bench({'base_url': server.base_url, 'max_tokens': 4})
+    assert run.kind is FailJson
+    assert 'answered a streaming request with application/json' in run.result['msg']
+    assert 'does not stream' in run.result['msg']
+
+
+def test_concurrency_zero_is_refused_before_any_request():
+    with OpenAIDouble() as server:
+        run = bench({'base_url': server.base_url, 'concurrency': [1, 0]})
+        assert server.requests == []
+    assert run.kind is FailJson
+    assert run.result['msg'] == 'concurrency: every level must be 1 or more, got 0 in [1, 0]'
+
+
+def test_error_events_and_missing_usage_fail_the_first_request():
+    with OpenAIDouble(mode='error', ttft_s=0.0, itl_s=0.0) as server:
+        run = bench({'base_url': server.base_url, 'max_tokens': 8})
+    assert run.kind is FailJson
+    assert run.result['msg'] == 'the first request failed: double: decode failed'
+    with OpenAIDouble(mode='no_usage', ttft_s=0.0, itl_s=0.0) as server:
+        run = bench({'base_url': server.base_url, 'max_tokens': 8})
+    assert run.kind is FailJson
+    assert 'no usage block' in run.result['msg']
+
+
+def test_bad_base_url():
+    run = bench({'base_url': 'localhost:8080'})
+    assert run.kind is FailJson
+    assert run.result['msg'] == "base_url must look like http://HOST:PORT, got 'localhost:8080'"
+
+
+def test_check_mode_sends_no_load():
+    with OpenAIDouble(ttft_s=0.0, itl_s=0.0) as server:
+        run = bench({'base_url': server.base_url, '_ansible_check_mode': True, 'max_tokens': 4})
+        assert len(server.requests) == 1
+    assert run.kind is ExitJson and run.result['benchmark']['levels'] == []
