@@ -1,0 +1,805 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to gpulab.inference
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Decide whether a vLLM layout (TP x PP x DP, expert parallel) can run a Hugging Face model on
+the given GPUs, before anything starts, and rank the layouts that can.
+
+Everything here is a pure function over plain values: the plan module reads config.json and the
+safetensors headers and hands them in. The rules are in one table, RULES, each with the vLLM
+source file (vLLM 0.24.0) that enforces it or trips over it.
+
+Memory arithmetic, per GPU:
+  weights   = sum over the checkpoint's tensors of bytes x the share this GPU holds under the
+              layout (sharded by TP, experts by EP or by TP x DP, layers by PP stage)
+  budget    = memory x gpu_memory_utilization (vLLM's limit for its whole process)
+  kv_cache  = budget - weights - reserve (activations, CUDA graphs, NCCL buffers: an estimate)
+  kv_tokens = kv_cache / (layers on the stage x 2 (K and V) x KV heads on this GPU x head_dim
+              x KV dtype bytes)
+  concurrency at max_model_len = floor(kv_tokens / max_model_len) x DP (one engine per DP rank)
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import math
+import re
+import struct
+
+MIB = 1 << 20
+GIB = 1 << 30
+
+# Parser names registered in vLLM 0.24.0: vllm/reasoning/__init__.py
+# (_REASONING_PARSERS_TO_REGISTER) and vllm/tool_parsers/__init__.py (_TOOL_PARSERS_TO_REGISTER).
+VLLM_REASONING_PARSERS = frozenset((
+    "deepseek_r1", "deepseek_v3", "deepseek_v4", "poolside_v1", "cohere_command3", "cohere_command4",
+    "ernie45", "gemma4", "glm45", "glm47", "openai_gptoss", "granite", "holo2", "hunyuan_a13b", "hy_v3",
+    "kimi_k2", "mimo", "minimax_m2", "minimax_m2_append_think", "minimax_m3", "mistral", "nemotron_v3",
+    "olmo3", "qwen3", "seed_oss", "step3", "step3p5",
+))
+VLLM_TOOL_PARSERS = frozenset((
+    "deepseek_v3", "deepseek_v31", "deepseek_v32", "deepseek_v4", "cohere_command3", "cohere_command4",
+    "ernie45", "glm45", "glm47", "granite-20b-fc", "granite", "granite4", "hermes", "poolside_v1",
+    "hunyuan_a13b", "hy_v3", "internlm", "jamba", "lfm2", "kimi_k2", "llama3_json", "llama4_json",
+    "llama4_pythonic", "longcat", "mimo", "minimax_m2", "minimax_m3", "minicpm5", "mistral", "olmo3",
+    "openai", "phi4_mini_json", "pythonic", "qwen3_coder", "qwen3_xml", "seed_oss", "step3", "step3p5",
+    "xlam", "gigachat3", "functiongemma", "gemma4", "apertus",
+))
+
+# Per-model defaults: config.json `model_type` -> (reasoning parser, tool-call parser); None: none.
+# MiniMax-M2's model card serves it with `--tool-call-parser minimax_m2 --reasoning-parser
+# minimax_m2_append_think` (the answer keeps its <think> block in content for multi-turn use).
+MODEL_PARSERS = {
+    "minimax_m2": ("minimax_m2_append_think", "minimax_m2"),
+    "qwen3": ("qwen3", "hermes"),
+    "qwen3_moe": ("qwen3", "hermes"),
+    "qwen2": (None, "hermes"),
+    "llama": (None, "llama3_json"),
+}
+
+# safetensors dtype names -> bytes per element (safetensors/src/tensor.rs Dtype)
+DTYPE_BYTES = {
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+    "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8,
+}
+TORCH_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "half": 2, "float": 4}
+TORCH_DTYPE_SAFETENSORS = {"bfloat16": "BF16", "float16": "F16", "float32": "F32", "half": "F16", "float": "F32"}
+# --kv-cache-dtype values (vllm/config/cache.py CacheDType) -> bytes; auto = the model's dtype.
+KV_CACHE_DTYPE_BYTES = {"auto": None, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+
+# vLLM pads the vocabulary of VocabParallelEmbedding / ParallelLMHead to a multiple of 64
+# (vllm/model_executor/layers/vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE).
+VOCAB_PADDING = 64
+
+DEFAULT_RESERVE_MIB = 4096
+
+# Architectures whose checkpoint layout is known (config.json `architectures[0]`).
+MOE_ARCHITECTURES = ("MiniMaxM2ForCausalLM", "Qwen3MoeForCausalLM", "MixtralForCausalLM")
+DENSE_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM")
+
+
+class VllmPlanError(ValueError):
+    """Bad input: the message names the offending value and what to do."""
+
+
+# --- the model --------------------------------------------------------------------------------
+
+def _int(config, key, where, default=None):
+    value = config.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise VllmPlanError("config.json of %s: %s is %r, expected a positive integer" % (where, key, value))
+    return value
+
+
+def model_shape(config, where="the model"):
+    """The numbers the rules need, from a parsed config.json (dict).
+
+    Returns a dict: architecture, model_type, layers, hidden_size, heads, kv_heads, head_dim,
+    vocab_size, experts (0 for a dense model), experts_used, expert_ffn_size, ffn_size (dense MLP),
+    tie_word_embeddings, dtype (torch name), dtype_bytes, quant (None or dict method, block [n, k],
+    modules_to_not_convert), max_position_embeddings.
+    """
+    if not isinstance(config, dict):
+        raise VllmPlanError("config.json of %s is not a JSON object" % where)
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    architectures = config.get("architectures") or []
+    architecture = architectures[0] if architectures else ""
+    heads = _int(text, "num_attention_heads", where)
+    hidden = _int(text, "hidden_size", where)
+    shape = {
+        "architecture": architecture,
+        "model_type": config.get("model_type", ""),
+        "layers": _int(text, "num_hidden_layers", where),
+        "hidden_size": hidden,
+        "heads": heads,
+        "kv_heads": _int(text, "num_key_value_heads", where, heads),
+        "head_dim": _int(text, "head_dim", where, hidden // heads if hidden % heads == 0 else None),
+        "vocab_size": _int(text, "vocab_size", where),
+        "tie_word_embeddings": bool(config.get("tie_word_embeddings", text.get("tie_word_embeddings", False))),
+        "max_position_embeddings": text.get("max_position_embeddings"),
+        "attention_bias": bool(text.get("attention_bias", architecture == "Qwen2ForCausalLM")),
+        "qk_norm": architecture in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "MiniMaxM2ForCausalLM"),
+    }
+    dtype = text.get("torch_dtype") or text.get("dtype") or config.get("torch_dtype") or "bfloat16"
+    if dtype not in TORCH_DTYPE_BYTES:
+        raise VllmPlanError("config.json of %s: torch_dtype %r is not one of %s" % (where, dtype, sorted(TORCH_DTYPE_BYTES)))
+    shape["dtype"] = dtype
+    shape["dtype_bytes"] = TORCH_DTYPE_BYTES[dtype]
+    # Experts: MiniMax-M2 and Mixtral name them num_local_experts with intermediate_size per
+    # expert; Qwen3-MoE names them num_experts with moe_intermediate_size.
+    experts = text.get("num_local_experts") or text.get("num_experts") or 0
+    shape["experts"] = experts if isinstance(experts, int) and experts > 0 else 0
+    if shape["experts"]:
+        shape["experts_used"] = _int(text, "num_experts_per_tok", where)
+        key = "moe_intermediate_size" if "moe_intermediate_size" in text else "intermediate_size"
+        shape["expert_ffn_size"] = _int(text, key, where)
+        shape["ffn_size"] = 0
+    else:
+        shape["experts_used"] = 0
+        shape["expert_ffn_size"] = 0
+        shape["ffn_size"] = _int(text, "intermediate_size", where)
+    shape["quant"] = quantization(config.get("quantization_config"), where)
+    return shape
+
+
+def quantization(qconfig, where="the model"):
+    """The quantisation that matters to the rules: method and FP8 block [n, k], or None."""
+    if not qconfig:
+        return None
+    if not isinstance(qconfig, dict):
+        raise VllmPlanError("config.json of %s: quantization_config is not an object" % where)
+    method = qconfig.get("quant_method")
+    block = qconfig.get("weight_block_size")
+    if block is not None:
+        if (not isinstance(block, list) or len(block) != 2
+                or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
+            raise VllmPlanError("config.json of %s: quantization_config.weight_block_size is %r, "
+                                "expected two positive integers [n, k]" % (where, block))
+    return {
+        "method": method,
+        "block": list(block) if block else None,
+        "modules_to_not_convert": list(qconfig.get("modules_to_not_convert") or qconfig.get("ignored_layers") or []),
+    }
+
+
+# --- the checkpoint's tensors -----------------------------------------------------------------
+
+def checkpoint_tensors(shape):
+    """The tensors a Hugging Face checkpoint of this shape holds: a list of (name, dtype, dims).
+
+    Used to estimate per-GPU weights when no safetensors are present, and by synthetic_hf to
+    write them. FP8 block checkpoints (quant method fp8 with weight_block_size) store the linear
+    weights of the decoder layers as F8_E4M3 with a float32 `<name>_scale_inv` per [n, k] block
+    (vllm/model_executor/layers/quantization/fp8.py registers `weight_scale_inv`); embeddings,
+    norms, the router and lm_head stay in the model's dtype.
+    """
+    architecture = shape["architecture"]
+    if architecture not in MOE_ARCHITECTURES + DENSE_ARCHITECTURES:
+        raise VllmPlanError(
+            "architecture %r has no known checkpoint layout (known: %s); give the model's safetensors files "
+            "so their headers are read instead" % (architecture, ", ".join(MOE_ARCHITECTURES + DENSE_ARCHITECTURES)))
+    dt = TORCH_DTYPE_SAFETENSORS[shape["dtype"]]
+    hidden, heads, kv_heads, head_dim = shape["hidden_size"], shape["heads"], shape["kv_heads"], shape["head_dim"]
+    quant = shape.get("quant") or {}
+    block = quant.get("block") if quant.get("method") == "fp8" else None
+    skipped = quant.get("modules_to_not_convert") or []
+    tensors = [("model.embed_tokens.weight", dt, [shape["vocab_size"], hidden])]
+
+    def linear(name, out_features, in_features):
+        module = name.rsplit(".", 1)[0]
+        if block and not any(s and (module.endswith("." + s) or ("." + s + ".") in module) for s in skipped):
+            tensors.append((name, "F8_E4M3", [out_features, in_features]))
+            tensors.append((name + "_scale_inv", "F32",
+                            [-(-out_features // block[0]), -(-in_features // block[1])]))
+        else:
+            tensors.append((name, dt, [out_features, in_features]))
+
+    for layer in range(shape["layers"]):
+        p = "model.layers.%d." % layer
+        tensors.append((p + "input_layernorm.weight", dt, [hidden]))
+        tensors.append((p + "post_attention_layernorm.weight", dt, [hidden]))
+        linear(p + "self_attn.q_proj.weight", heads * head_dim, hidden)
+        linear(p + "self_attn.k_proj.weight", kv_heads * head_dim, hidden)
+        linear(p + "self_attn.v_proj.weight", kv_heads * head_dim, hidden)
+        linear(p + "self_attn.o_proj.weight", hidden, heads * head_dim)
+        if shape["attention_bias"]:
+            for proj, width in (("q_proj", heads), ("k_proj", kv_heads), ("v_proj", kv_heads)):
+                tensors.append((p + "self_attn.%s.bias" % proj, dt, [width * head_dim]))
+        if architecture == "MiniMaxM2ForCausalLM":
+            # per-layer Q/K norms over every head (vllm/model_executor/models/minimax_m2.py)
+            tensors.append((p + "self_attn.q_norm.weight", dt, [heads * head_dim]))
+            tensors.append((p + "self_attn.k_norm.weight", dt, [kv_heads * head_dim]))
+        elif shape["qk_norm"]:
+            tensors.append((p + "self_attn.q_norm.weight", dt, [head_dim]))
+            tensors.append((p + "self_attn.k_norm.weight", dt, [head_dim]))
+        experts, ffn = shape["experts"], shape["expert_ffn_size"]
+        if architecture in ("MiniMaxM2ForCausalLM", "MixtralForCausalLM"):
+            moe = p + "block_sparse_moe."
+            tensors.append((moe + "gate.weight", dt, [experts, hidden]))
+            if architecture == "MiniMaxM2ForCausalLM":
+                tensors.append((moe + "e_score_correction_bias", "F32", [experts]))
+            for e in range(experts):
+                linear(moe + "experts.%d.w1.weight" % e, ffn, hidden)
+                linear(moe + "experts.%d.w2.weight" % e, hidden, ffn)
+                linear(moe + "experts.%d.w3.weight" % e, ffn, hidden)
+        elif architecture == "Qwen3MoeForCausalLM":
+            tensors.append((p + "mlp.gate.weight", dt, [experts, hidden]))
+            for e in range(experts):
+                linear(p + "mlp.experts.%d.gate_proj.weight" % e, ffn, hidden)
+                linear(p + "mlp.experts.%d.up_proj.weight" % e, ffn, hidden)
+                linear(p + "mlp.experts.%d.down_proj.weight" % e, hidden, ffn)
+        else:
+            linear(p + "mlp.gate_proj.weight", shape["ffn_size"], hidden)
+            linear(p + "mlp.up_proj.weight", shape["ffn_size"], hidden)
+            linear(p + "mlp.down_proj.weight", hidden, shape["ffn_size"])
+    tensors.append(("model.norm.weight", dt, [hidden]))
+    if not shape["tie_word_embeddings"]:
+        tensors.append(("lm_head.weight", dt, [shape["vocab_size"], hidden]))
+    return tensors
+
+
+def tensor_nbytes(dtype, dims):
+    count = 1
+    for d in dims:
+        count *= d
+    return count * DTYPE_BYTES[dtype]
+
+
+def parse_safetensors_header(data, where):
+    """Parse a safetensors header: 8 bytes little-endian length, then that much JSON.
+
+    `data` holds at least the first 8 + length bytes. Returns {name: (dtype, dims, nbytes)};
+    nbytes comes from data_offsets, so it is exact whatever the dtype.
+    """
+    if len(data) < 8:
+        raise VllmPlanError("%s is not a safetensors file: shorter than its 8-byte header length" % where)
+    (length,) = struct.unpack("<Q", data[:8])
+    if length > len(data) - 8:
+        raise VllmPlanError("%s: safetensors header says %d bytes of JSON but the file has %d" % (where, length, len(data) - 8))
+    try:
+        header = json.loads(data[8:8 + length].decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise VllmPlanError("%s: safetensors header is not JSON: %s" % (where, exc))
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            start, end = info["data_offsets"]
+            tensors[name] = (info["dtype"], list(info["shape"]), int(end) - int(start))
+        except (KeyError, TypeError, ValueError):
+            raise VllmPlanError("%s: safetensors entry %r lacks dtype, shape or data_offsets" % (where, name))
+    return tensors
+
+
+# --- the layout -------------------------------------------------------------------------------
+
+class Layout:
+    """A requested layout; `ep` is --enable-expert-parallel."""
+
+    def __init__(self, tp=1, pp=1, dp=1, ep=False):
+        self.tp, self.pp, self.dp, self.ep = int(tp), int(pp), int(dp), bool(ep)
+
+    @property
+    def world(self):
+        return self.tp * self.pp * self.dp
+
+    @property
+    def moe_shards(self):
+        """vLLM flattens DP into the MoE group (vllm/model_executor/layers/fused_moe/config.py
+        FusedMoEParallelConfig.make): without EP the experts are tensor-sharded over TP x DP GPUs,
+        with EP each of those TP x DP GPUs holds whole experts (EP size = TP x DP)."""
+        return self.tp * self.dp
+
+    def as_dict(self):
+        return {"tensor_parallel_size": self.tp, "pipeline_parallel_size": self.pp,
+                "data_parallel_size": self.dp, "enable_expert_parallel": self.ep}
+
+    def label(self):
+        parts = ["TP=%d" % self.tp]
+        if self.pp > 1:
+            parts.append("PP=%d" % self.pp)
+        if self.dp > 1:
+            parts.append("DP=%d" % self.dp)
+        if self.ep:
+            parts.append("EP")
+        return "+".join(parts)
+
+
+def pp_partitions(layers, pp):
+    """Layers per pipeline stage, as vllm/distributed/utils.py get_pp_indices splits them: the
+    remainder goes to the stages before the last, from the second-to-last backwards."""
+    partitions = [layers // pp] * pp
+    for i in range(2, layers % pp + 2):
+        partitions[-i] += 1
+    return partitions
+
+
+LAYER_RE = re.compile(r"^model\.layers\.([0-9]+)\.")
+
+
+def tensor_role(name):
+    """How vLLM places a checkpoint tensor: expert, q (column, sharded by TP), kv (sharded, or
+    replicated once TP exceeds the KV heads), row (sharded by TP), vocab (sharded by TP),
+    replicated (norms, router, biases of the router)."""
+    if ".experts." in name:
+        return "expert"
+    if re.search(r"\.(k_proj|v_proj)\.", name):
+        return "kv"
+    if re.search(r"\.(q_proj|gate_proj|up_proj|w1|w3)\.", name) or ".shared_expert." in name:
+        return "column"
+    if re.search(r"\.(o_proj|down_proj|w2)\.", name):
+        return "row"
+    if name.startswith(("model.embed_tokens.", "lm_head.")):
+        return "vocab"
+    return "replicated"
+
+
+def summarize(tensors, shape):
+    """Sum the checkpoint's bytes by (role, place): place is a layer index, "embed" (first stage),
+    "head" (lm_head and the final norm: last stage) or "all" (every stage). Tensors of layers past
+    num_hidden_layers (MTP modules) are left out, as vLLM skips them when it serves without
+    speculative decoding. tensors: {name: (dtype, dims, nbytes)}."""
+    summary = {}
+    for name, (_dtype, _dims, nbytes) in tensors.items():
+        match = LAYER_RE.match(name)
+        if match:
+            place = int(match.group(1))
+            if place >= shape["layers"]:
+                continue
+        elif name.startswith("model.embed_tokens."):
+            place = "embed"
+        elif name.startswith(("lm_head.", "model.norm.")):
+            place = "head"
+        else:
+            place = "all"
+        key = (tensor_role(name), place)
+        summary[key] = summary.get(key, 0) + nbytes
+    return summary
+
+
+def weights_per_gpu(summary, shape, layout):
+    """Bytes of weights on the fullest GPU, and the split by role.
+
+    summary: summarize()'s answer. Returns (bytes, {role: bytes}, [bytes per PP stage]).
+    """
+    tp, experts = layout.tp, shape["experts"]
+    if layout.ep and experts:
+        expert_share = float(-(-experts // layout.moe_shards)) / experts
+    else:
+        expert_share = 1.0 / layout.moe_shards
+    kv_share = float(max(1, shape["kv_heads"] // tp)) / shape["kv_heads"]
+    padded_vocab = -(-shape["vocab_size"] // VOCAB_PADDING) * VOCAB_PADDING
+    vocab_share = float(-(-padded_vocab // tp)) / shape["vocab_size"]
+    shares = {"expert": expert_share, "kv": kv_share, "column": 1.0 / tp, "row": 1.0 / tp,
+              "vocab": vocab_share, "replicated": 1.0}
+    partitions = pp_partitions(shape["layers"], layout.pp)
+    stage_of = []
+    for stage, count in enumerate(partitions):
+        stage_of.extend([stage] * count)
+    last = layout.pp - 1
+    stages = [dict((role, 0.0) for role in shares) for _ in partitions]
+    for (role, place), nbytes in summary.items():
+        if place == "embed":
+            targets = [0]
+            # a tied lm_head on the last stage is a copy of the embedding
+            if shape["tie_word_embeddings"] and layout.pp > 1:
+                targets.append(last)
+        elif place == "head":
+            targets = [last]
+        elif place == "all":
+            targets = range(layout.pp)
+        else:
+            targets = [stage_of[place]]
+        for stage in targets:
+            stages[stage][role] += nbytes * shares[role]
+    totals = [int(sum(s.values())) for s in stages]
+    fullest = max(range(len(totals)), key=lambda i: totals[i])
+    return totals[fullest], dict((k, int(v)) for k, v in stages[fullest].items()), totals
+
+
+def kv_bytes_per_token(shape, layout, kv_cache_dtype, layers):
+    """KV cache bytes one token takes on one GPU of a stage with `layers` layers: K and V, the KV
+    heads this GPU holds (vllm/config/model.py get_num_kv_heads: max(1, kv_heads // TP))."""
+    dtype_bytes = KV_CACHE_DTYPE_BYTES[kv_cache_dtype] or shape["dtype_bytes"]
+    return layers * 2 * max(1, shape["kv_heads"] // layout.tp) * shape["head_dim"] * dtype_bytes
+
+
+def memory_estimate(summary, shape, layout, gpu_memory_mib, opts):
+    """The per-GPU estimate: weights, budget, KV cache, KV tokens and concurrency."""
+    weights, by_role, stage_weights = weights_per_gpu(summary, shape, layout)
+    budget = int(gpu_memory_mib * MIB * opts["gpu_memory_utilization"])
+    reserve = int(opts["reserve_mib"] * MIB)
+    partitions = pp_partitions(shape["layers"], layout.pp)
+    # every stage needs room for its own layers' KV; the tightest stage bounds the tokens
+    kv_tokens = None
+    kv_cache = None
+    for stage, stage_bytes in enumerate(stage_weights):
+        stage_kv = budget - stage_bytes - reserve
+        per_token = kv_bytes_per_token(shape, layout, opts["kv_cache_dtype"], partitions[stage])
+        tokens = max(0, stage_kv) // per_token if per_token else 0
+        if kv_tokens is None or tokens < kv_tokens:
+            kv_tokens, kv_cache = tokens, stage_kv
+    per_engine = kv_tokens // opts["max_model_len"] if opts["max_model_len"] else 0
+    return {
+        "weights_bytes": weights,
+        "weights_gib": round(weights / float(GIB), 2),
+        "weights_by_role_gib": dict((k, round(v / float(GIB), 3)) for k, v in by_role.items() if v),
+        "budget_gib": round(budget / float(GIB), 2),
+        "reserve_gib": round(reserve / float(GIB), 2),
+        "kv_cache_gib": round(kv_cache / float(GIB), 2),
+        "kv_bytes_per_token": kv_bytes_per_token(shape, layout, opts["kv_cache_dtype"], max(partitions)),
+        "kv_tokens_per_gpu": int(kv_tokens),
+        "kv_tokens_total": int(kv_tokens) * layout.dp,
+        "concurrency_at_max_model_len": int(per_engine) * layout.dp,
+        "gpu_memory_gib": round(gpu_memory_mib * MIB / float(GIB), 2),
+    }
+
+
+# --- the rules --------------------------------------------------------------------------------
+# Each rule takes the context and returns a list of (level, message); level is "error" (vLLM
+# refuses the layout or fails while loading) or "warning" (it runs, but not as well as it could).
+
+def _finding(rule, level, message):
+    return {"rule": rule["name"], "level": level, "message": message, "source": rule["source"]}
+
+
+def rule_gpus(ctx):
+    layout, hw = ctx["layout"], ctx["hardware"]
+    total = hw["gpus_total"]
+    uses = "TP %d x PP %d x DP %d = %d GPUs" % (layout.tp, layout.pp, layout.dp, layout.world)
+    if layout.world > total:
+        return [("error", "%s, but %s has only %d GPUs; shrink the layout" % (uses, hw["label"], total))]
+    if layout.world < total:
+        return [("warning", "%s of %d: %d GPUs stay idle; a larger TP or DP would use them"
+                 % (uses, total, total - layout.world))]
+    return []
+
+
+def rule_nodes(ctx):
+    layout, hw = ctx["layout"], ctx["hardware"]
+    if hw["nodes"] > 1 and layout.world % hw["nodes"]:
+        return [("error", "%s uses %d GPUs, which do not divide evenly over %d nodes (vLLM starts "
+                 "world_size / nnodes workers per node)" % (layout.label(), layout.world, hw["nodes"]))]
+    return []
+
+
+def rule_attention_heads(ctx):
+    shape, layout = ctx["shape"], ctx["layout"]
+    if shape["heads"] % layout.tp:
+        return [("error", "the %d attention heads do not divide by TP %d; vLLM refuses it: use a TP that "
+                 "divides %d" % (shape["heads"], layout.tp, shape["heads"]))]
+    return []
+
+
+def rule_kv_heads(ctx):
+    shape, layout = ctx["shape"], ctx["layout"]
+    kv, tp = shape["kv_heads"], layout.tp
+    if kv >= tp and kv % tp:
+        return [("error", "the %d KV heads do not divide by TP %d" % (kv, tp))]
+    if kv < tp and tp % kv:
+        return [("error", "TP %d exceeds the %d KV heads and is not a multiple of them, so they cannot "
+                 "be replicated evenly" % (tp, kv))]
+    if kv < tp:
+        return [("warning", "TP %d exceeds the %d KV heads: each is replicated on %d GPUs, so KV cache "
+                 "per token does not shrink beyond TP %d" % (tp, kv, tp // kv, kv))]
+    return []
+
+
+def rule_expert_parallel_needs_experts(ctx):
+    if ctx["layout"].ep and not ctx["shape"]["experts"]:
+        return [("error", "enable_expert_parallel is set but the model has no experts; turn it off")]
+    return []
+
+
+def rule_experts_vs_tp(ctx):
+    shape, layout = ctx["shape"], ctx["layout"]
+    if shape["architecture"] == "MiniMaxM2ForCausalLM" and layout.tp > shape["experts"]:
+        return [("error", "TP %d is greater than the %d experts" % (layout.tp, shape["experts"]))]
+    return []
+
+
+def rule_experts_vs_ep(ctx):
+    shape, layout = ctx["shape"], ctx["layout"]
+    if not (layout.ep and shape["experts"]):
+        return []
+    ep = layout.moe_shards
+    if shape["experts"] < ep:
+        return [("error", "EP size %d (TP x DP) exceeds the %d experts: some GPUs would hold no expert"
+                 % (ep, shape["experts"]))]
+    if shape["experts"] % ep:
+        return [("warning", "the %d experts do not divide by EP size %d (TP x DP): vLLM places them "
+                 "unevenly, the fullest GPU holds %d" % (shape["experts"], ep, -(-shape["experts"] // ep)))]
+    return []
+
+
+def rule_expert_shard_vs_block(ctx):
+    shape, layout = ctx["shape"], ctx["layout"]
+    if not shape["experts"]:
+        return []
+    ffn = shape["expert_ffn_size"]
+    shards = 1 if layout.ep else layout.moe_shards
+    how = ("with expert parallelism experts are placed whole" if layout.ep
+           else "without expert parallelism each expert is tensor-sharded over TP x DP = %d GPUs" % shards)
+    if ffn % shards:
+        return [("error", "the expert FFN size %d does not divide by %d (%s)" % (ffn, shards, how))]
+    block = (shape["quant"] or {}).get("block")
+    if not block:
+        return []
+    part = ffn // shards
+    for size, edge in ((block[0], "n"), (block[1], "k")):
+        if part % size and (edge == "n" or layout.tp > 1):
+            return [("error", "expert FFN %d / %d = %d is not a multiple of the FP8 block size %d (%s); "
+                     "vLLM fails while creating the weights. Enable expert parallelism or use a TP x DP "
+                     "that keeps the shard a multiple of %d" % (ffn, shards, part, size, how, size))]
+    return []
+
+
+def rule_linear_shard_vs_block(ctx):
+    shape, layout = ctx["shape"], ctx["layout"]
+    block = (shape["quant"] or {}).get("block")
+    tp = layout.tp
+    if not block or tp == 1:
+        return []
+    shards = [("attention Q output", shape["heads"] * shape["head_dim"] // tp, block[0]),
+              ("attention output input", shape["heads"] * shape["head_dim"] // tp, block[1])]
+    if shape["kv_heads"] >= tp:
+        shards.append(("attention K/V output", shape["kv_heads"] // tp * shape["head_dim"], block[0]))
+    if shape["ffn_size"]:
+        shards.append(("MLP gate/up output", shape["ffn_size"] // tp, block[0]))
+        shards.append(("MLP down input", shape["ffn_size"] // tp, block[1]))
+    bad = ["%s %d" % (what, size) for what, size, b in shards if size % b]
+    if bad:
+        return [("error", "with TP %d these FP8 weight shards are not multiples of the block %s: %s"
+                 % (tp, block, ", ".join(bad)))]
+    return []
+
+
+def rule_pipeline_layers(ctx):
+    shape, layout = ctx["shape"], ctx["layout"]
+    if layout.pp > shape["layers"]:
+        return [("error", "PP %d exceeds the %d layers" % (layout.pp, shape["layers"]))]
+    return []
+
+
+def rule_max_model_len(ctx):
+    shape, opts = ctx["shape"], ctx["opts"]
+    limit = shape.get("max_position_embeddings")
+    if isinstance(limit, int) and opts["max_model_len"] > limit:
+        return [("error", "max_model_len %d exceeds the model's max_position_embeddings %d"
+                 % (opts["max_model_len"], limit))]
+    return []
+
+
+def rule_memory(ctx):
+    est, opts, layout = ctx["estimate"], ctx["opts"], ctx["layout"]
+    if est is None:
+        return []
+    weights = est["weights_gib"]
+    if est["kv_cache_gib"] <= 0:
+        return [("error", "%s puts %.1f GiB (%.1f GB) of weights on a GPU; with %.1f GiB reserved for activations "
+                 "that exceeds the %.1f GiB vLLM may use (%.1f GiB x gpu_memory_utilization %s): spread the weights "
+                 "over more GPUs" % (layout.label(), weights, est["weights_bytes"] / 1e9, est["reserve_gib"],
+                                     est["budget_gib"], est["gpu_memory_gib"], opts["gpu_memory_utilization"]))]
+    if est["kv_tokens_per_gpu"] < opts["max_model_len"]:
+        return [("error", "%s leaves %.1f GiB for the KV cache, %d tokens, fewer than max_model_len %d: "
+                 "lower max_model_len or spread the weights over more GPUs"
+                 % (layout.label(), est["kv_cache_gib"], est["kv_tokens_per_gpu"], opts["max_model_len"]))]
+    return []
+
+
+RULES = (
+    {"name": "gpus", "check": rule_gpus, "source": "vllm/config/parallel.py (world_size_across_dp = TP x PP x DP)",
+     "what": "TP x PP x DP fits the GPUs; idle GPUs are a warning"},
+    {"name": "nodes", "check": rule_nodes, "source": "vllm/config/parallel.py (nnodes, world_size per node)",
+     "what": "the layout divides evenly over the nodes"},
+    {"name": "attention_heads", "check": rule_attention_heads,
+     "source": "vllm/config/model.py ModelConfig.verify_with_parallel_config",
+     "what": "attention heads divide by TP"},
+    {"name": "kv_heads", "check": rule_kv_heads,
+     "source": "vllm/model_executor/models/minimax_m2.py and llama.py (Attention __init__); "
+               "vllm/config/model.py get_num_kv_heads",
+     "what": "KV heads divide by TP, or TP divides by KV heads (replicated)"},
+    {"name": "expert_parallel_needs_experts", "check": rule_expert_parallel_needs_experts,
+     "source": "vllm/config/model.py ModelConfig._verify_with_expert_parallelism",
+     "what": "expert parallelism only for MoE models"},
+    {"name": "experts_vs_tp", "check": rule_experts_vs_tp,
+     "source": "vllm/model_executor/models/minimax_m2.py MiniMaxM2MoE.__init__",
+     "what": "TP not greater than the experts (MiniMax-M2)"},
+    {"name": "experts_vs_ep", "check": rule_experts_vs_ep,
+     "source": "vllm/model_executor/layers/fused_moe/expert_map_manager.py determine_expert_map",
+     "what": "experts spread over EP = TP x DP; uneven is a warning"},
+    {"name": "expert_shard_vs_block", "check": rule_expert_shard_vs_block,
+     "source": "vllm/model_executor/layers/quantization/fp8.py Fp8MoEMethod.create_weights; "
+               "vllm/model_executor/layers/fused_moe/config.py FusedMoEParallelConfig.make",
+     "what": "tensor-sharded expert FFN (no EP) a multiple of the FP8 block"},
+    {"name": "linear_shard_vs_block", "check": rule_linear_shard_vs_block,
+     "source": "vllm/model_executor/layers/quantization/utils/fp8_utils.py validate_fp8_block_shape",
+     "what": "TP shards of attention and dense MLP weights multiples of the FP8 block"},
+    {"name": "pipeline_layers", "check": rule_pipeline_layers, "source": "vllm/distributed/utils.py get_pp_indices",
+     "what": "PP not greater than the layers"},
+    {"name": "max_model_len", "check": rule_max_model_len,
+     "source": "vllm/config/model.py ModelConfig.get_and_verify_max_len",
+     "what": "max_model_len within max_position_embeddings"},
+    {"name": "memory", "check": rule_memory,
+     "source": "vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory; vllm/config/cache.py gpu_memory_utilization",
+     "what": "weights fit memory x utilisation and leave KV cache for max_model_len"},
+)
+
+
+def check_layout(summary, shape, hardware, layout, opts):
+    """Apply every rule. Returns {layout, valid, findings, estimate}."""
+    estimate = None
+    if layout.world <= hardware["gpus_total"] and layout.pp <= shape["layers"]:
+        estimate = memory_estimate(summary, shape, layout, hardware["gpu_memory_mib"], opts)
+    ctx = {"shape": shape, "layout": layout, "hardware": hardware, "opts": opts, "estimate": estimate}
+    findings = []
+    for rule in RULES:
+        for level, message in rule["check"](ctx):
+            findings.append(_finding(rule, level, message))
+    return {
+        "layout": layout.as_dict(),
+        "label": layout.label(),
+        "valid": not any(f["level"] == "error" for f in findings),
+        "findings": findings,
+        "estimate": estimate,
+    }
+
+
+# --- inputs -----------------------------------------------------------------------------------
+
+def hardware(nodes):
+    """nodes: list of {name, gpus: [gpu facts with memory_total_mib]}. All nodes must have the
+    same number of GPUs (vLLM starts the same number of workers on each); the smallest GPU
+    bounds the memory."""
+    if not nodes:
+        raise VllmPlanError("no nodes given: pass at least one node with its GPUs (gpu_facts)")
+    counts = {}
+    memories = []
+    for node in nodes:
+        gpus = node.get("gpus") or []
+        counts[node.get("name", "?")] = len(gpus)
+        for gpu in gpus:
+            memory = gpu.get("memory_total_mib")
+            if not isinstance(memory, int) or memory <= 0:
+                raise VllmPlanError("GPU %s on node %s has no memory_total_mib (%r); a GPU in MIG mode is "
+                                    "not supported" % (gpu.get("index", "?"), node.get("name", "?"), memory))
+            memories.append(memory)
+    if not memories:
+        raise VllmPlanError("the nodes %s have no GPUs: run gpu_preflight (gpu_facts) first" % ", ".join(sorted(counts)))
+    if len(set(counts.values())) > 1:
+        raise VllmPlanError(
+            "the nodes have different GPU counts (%s): a multi-node vLLM layout needs the same number of GPUs "
+            "on every node; leave the odd node out of the group" % ", ".join("%s %d" % kv for kv in sorted(counts.items())))
+    per_node = list(counts.values())[0]
+    return {
+        "nodes": len(nodes),
+        "gpus_per_node": per_node,
+        "gpus_total": per_node * len(nodes),
+        "gpu_memory_mib": min(memories),
+        "label": "%d node(s) x %d GPUs of %d MiB" % (len(nodes), per_node, min(memories)),
+    }
+
+
+def check_opts(opts):
+    util = opts.get("gpu_memory_utilization")
+    if not isinstance(util, (int, float)) or not 0 < util <= 1:
+        raise VllmPlanError("gpu_memory_utilization is %r, expected a fraction in (0, 1]" % (util,))
+    if opts.get("kv_cache_dtype") not in KV_CACHE_DTYPE_BYTES:
+        raise VllmPlanError("kv_cache_dtype %r is not one of %s" % (opts.get("kv_cache_dtype"), ", ".join(sorted(KV_CACHE_DTYPE_BYTES))))
+    if not isinstance(opts.get("max_model_len"), int) or opts["max_model_len"] <= 0:
+        raise VllmPlanError("max_model_len is %r, expected a positive number of tokens (the model's config.json has no "
+                            "max_position_embeddings to default to)" % (opts.get("max_model_len"),))
+    if not isinstance(opts.get("reserve_mib"), int) or opts["reserve_mib"] < 0:
+        raise VllmPlanError("reserve_mib is %r, expected a non-negative integer" % (opts.get("reserve_mib"),))
+    return opts
+
+
+def check_layout_input(layout):
+    for name, value in (("tensor_parallel_size", layout.tp), ("pipeline_parallel_size", layout.pp),
+                        ("data_parallel_size", layout.dp)):
+        if value < 1:
+            raise VllmPlanError("%s is %d, expected 1 or more" % (name, value))
+    return layout
+
+
+def parsers(shape, reasoning_parser=None, tool_call_parser=None):
+    """Resolve the reasoning and tool-call parsers: an override, else the model's default.
+    '' turns one off. Unknown names fail here, not after vLLM has loaded for minutes."""
+    default_reasoning, default_tool = MODEL_PARSERS.get(shape["model_type"], (None, None))
+    reasoning = default_reasoning if reasoning_parser is None else (reasoning_parser or None)
+    tool = default_tool if tool_call_parser is None else (tool_call_parser or None)
+    if reasoning and reasoning not in VLLM_REASONING_PARSERS:
+        raise VllmPlanError("reasoning parser %r is not one vLLM 0.24 registers; known: %s"
+                            % (reasoning, ", ".join(sorted(VLLM_REASONING_PARSERS))))
+    if tool and tool not in VLLM_TOOL_PARSERS:
+        raise VllmPlanError("tool-call parser %r is not one vLLM 0.24 registers; known: %s"
+                            % (tool, ", ".join(sorted(VLLM_TOOL_PARSERS))))
+    return reasoning, tool
+
+
+# --- ranking ----------------------------------------------------------------------------------
+
+def _divisors(n):
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def candidate_layouts(shape, hardware):
+    """Every TP x PP x DP (x EP for MoE models) that uses at most the GPUs, TP within a node
+    first (NVLink), powers of two and divisors of the GPU count."""
+    total = hardware["gpus_total"]
+    sizes = sorted(set(_divisors(total)))
+    layouts = []
+    for tp in sizes:
+        for pp in sizes:
+            for dp in sizes:
+                if tp * pp * dp > total:
+                    continue
+                for ep in ((False, True) if shape["experts"] else (False,)):
+                    if ep and tp * dp == 1:
+                        continue
+                    layouts.append(Layout(tp, pp, dp, ep))
+    return layouts
+
+
+def rank_key(result):
+    """Valid layouts first; then every GPU used; then fewer pipeline stages (a request crosses
+    them one after another); then the most KV capacity (concurrency at max_model_len, then
+    tokens); then fewer data-parallel engines (one API, one KV pool)."""
+    layout = result["layout"]
+    est = result["estimate"] or {}
+    world = layout["tensor_parallel_size"] * layout["pipeline_parallel_size"] * layout["data_parallel_size"]
+    return (not result["valid"], -world, layout["pipeline_parallel_size"],
+            -est.get("concurrency_at_max_model_len", 0), -est.get("kv_tokens_total", 0),
+            layout["data_parallel_size"])
+
+
+def rank_layouts(summary, shape, hardware, opts, limit=10):
+    results = [check_layout(summary, shape, hardware, layout, opts) for layout in candidate_layouts(shape, hardware)]
+    ranked = sorted((r for r in results if r["valid"]), key=rank_key)
+    return [{"label": r["label"], "layout": r["layout"], "estimate": r["estimate"],
+             "warnings": [f["message"] for f in r["findings"] if f["level"] == "warning"]} for r in ranked[:limit]]
+
+
+def plan(config, tensors, tensor_source, nodes, layout, opts, reasoning_parser=None, tool_call_parser=None, where="the model"):
+    """The whole plan: the verdict on `layout`, the findings, the estimate and the ranking.
+
+    config: parsed config.json; tensors: {name: (dtype, dims, nbytes)} or None (estimated from
+    the config); tensor_source: where the sizes come from (safetensors, config, ...)."""
+    shape = model_shape(config, where)
+    opts = dict(opts)
+    if opts.get("max_model_len") is None:
+        # vLLM's default: the model's own context (vllm/config/model.py get_and_verify_max_len)
+        opts["max_model_len"] = shape.get("max_position_embeddings")
+    opts = check_opts(opts)
+    check_layout_input(layout)
+    hw = hardware(nodes)
+    reasoning, tool = parsers(shape, reasoning_parser, tool_call_parser)
+    if tensors is None:
+        tensors = dict((name, (dt, dims, tensor_nbytes(dt, dims))) for name, dt, dims in checkpoint_tensors(shape))
+    summary = summarize(tensors, shape)
+    verdict = check_layout(summary, shape, hw, layout, opts)
+    params = sum(int(math.ceil(float(nb) / DTYPE_BYTES.get(dt, 1))) for dt, _dims, nb in tensors.values())
+    return {
+        "valid": verdict["valid"],
+        "layout": verdict["layout"],
+        "label": verdict["label"],
+        "findings": verdict["findings"],
+        "errors": [f["message"] for f in verdict["findings"] if f["level"] == "error"],
+        "warnings": [f["message"] for f in verdict["findings"] if f["level"] == "warning"],
+        "estimate": verdict["estimate"],
+        "ranked": rank_layouts(summary, shape, hw, opts),
+        "hardware": hw,
+        "model": {
+            "architecture": shape["architecture"], "model_type": shape["model_type"], "layers": shape["layers"],
+            "heads": shape["heads"], "kv_heads": shape["kv_heads"], "head_dim": shape["head_dim"],
+            "experts": shape["experts"], "expert_ffn_size": shape["expert_ffn_size"],
+            "quantization": shape["quant"], "parameters": params,
+            "weights_bytes": sum(nb for _dt, _dims, nb in tensors.values()),
+            "tensor_source": tensor_source,
+        },
+        "max_model_len": opts["max_model_len"],
+        "reasoning_parser": reasoning,
+        "tool_call_parser": tool,
+    }

@@ -1,0 +1,321 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to gpulab.inference
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: vllm_plan
+short_description: Check a vLLM layout (TP, PP, DP, expert parallel) against a model and the GPUs before launch
+description:
+  - Reads a Hugging Face model directory (C(config.json), and the safetensors headers for the
+    exact bytes of every tensor; no weights are read) and checks a requested vLLM layout against
+    the rules vLLM enforces or trips over while loading - attention and KV heads against TP,
+    tensor-sharded expert FFN against the FP8 block size, experts against the EP size,
+    TP x PP x DP against the GPUs, and memory.
+  - Memory per GPU - the weights this GPU holds under the layout, against memory x
+    O(gpu_memory_utilization) less O(reserve_mib); what is left is the KV cache, reported as KV
+    tokens per GPU and the concurrency it supports at O(max_model_len).
+  - Returns C(valid), findings a person can act on, the per-GPU estimate, and the valid layouts
+    for the same hardware ranked (every GPU used, then fewer pipeline stages, then the most KV
+    capacity).
+  - Resolves the model's reasoning and tool-call parsers (per-model defaults, overridable) and
+    fails on a name vLLM 0.24 does not register.
+  - Reads only; never changes the host. An invalid layout does not fail the module; the caller
+    decides (the C(vllm_server) role fails with the findings).
+version_added: "0.1.0"
+author:
+  - gpulab.inference contributors (@gpulab)
+extends_documentation_fragment:
+  - gpulab.inference.read_only
+options:
+  model_path:
+    description:
+      - Hugging Face model directory with C(config.json). With C(model.safetensors.index.json) its
+        shards are read, else every C(*.safetensors) file; without any, sizes are estimated from
+        C(config.json) for the architectures the module knows (MiniMax-M2, Qwen3-MoE, Mixtral,
+        Llama, Qwen2, Qwen3, Mistral).
+    type: path
+    required: true
+  nodes:
+    description:
+      - The nodes the layout spans, each with C(name) and C(gpus) (the C(gpulab_gpus) facts of
+        C(gpulab.inference.gpu_facts); only C(memory_total_mib) is used). Every node must have the
+        same number of GPUs.
+      - Give either O(nodes) or O(gpus).
+    type: list
+    elements: dict
+  gpus:
+    description: The GPUs of a single node (C(gpulab_gpus) facts); shorthand for one entry in O(nodes).
+    type: list
+    elements: dict
+  tensor_parallel_size:
+    description: C(--tensor-parallel-size).
+    type: int
+    default: 1
+  pipeline_parallel_size:
+    description: C(--pipeline-parallel-size).
+    type: int
+    default: 1
+  data_parallel_size:
+    description: C(--data-parallel-size).
+    type: int
+    default: 1
+  enable_expert_parallel:
+    description: C(--enable-expert-parallel); experts are placed whole over TP x DP GPUs instead of tensor-sharded.
+    type: bool
+    default: false
+  gpu_memory_utilization:
+    description: C(--gpu-memory-utilization), the fraction of each GPU's memory vLLM may use.
+    type: float
+    default: 0.9
+  max_model_len:
+    description: C(--max-model-len) in tokens; null takes the model's C(max_position_embeddings), as vLLM does.
+    type: int
+  kv_cache_dtype:
+    description: C(--kv-cache-dtype); V(auto) is the model's dtype.
+    type: str
+    default: auto
+    choices: [auto, bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2]
+  reserve_mib:
+    description:
+      - Memory per GPU kept out of the KV cache for activations, CUDA graphs and communication
+        buffers, an estimate (vLLM measures its own at start-up).
+    type: int
+    default: 4096
+  reasoning_parser:
+    description: C(--reasoning-parser); null takes the model's default, an empty string none.
+    type: str
+  tool_call_parser:
+    description: C(--tool-call-parser); null takes the model's default, an empty string none.
+    type: str
+  ranked_limit:
+    description: How many valid layouts to return in RV(ranked).
+    type: int
+    default: 10
+"""
+
+EXAMPLES = r"""
+- name: Check MiniMax-M2.5 with TP=8 and expert parallelism on this node's GPUs
+  gpulab.inference.vllm_plan:
+    model_path: /srv/models/MiniMax-M2.5
+    gpus: "{{ ansible_facts.gpulab_gpus }}"
+    tensor_parallel_size: 8
+    enable_expert_parallel: true
+    max_model_len: 196608
+  register: vllm_layout
+
+- name: Fail with the findings when the layout cannot run
+  ansible.builtin.assert:
+    that: vllm_layout.valid
+    fail_msg: "{{ vllm_layout.errors | join('; ') }} (valid: {{ vllm_layout.ranked | map(attribute='label') | join(', ') }})"
+
+- name: Check a two-node layout
+  gpulab.inference.vllm_plan:
+    model_path: /srv/models/MiniMax-M2.5
+    nodes:
+      - {name: node-a, gpus: "{{ node_a_gpus }}"}
+      - {name: node-b, gpus: "{{ node_b_gpus }}"}
+    tensor_parallel_size: 8
+    data_parallel_size: 2
+    enable_expert_parallel: true
+"""
+
+RETURN = r"""
+valid:
+  description: Whether the requested layout passes every rule.
+  returned: success
+  type: bool
+  sample: true
+label:
+  description: The layout in short, e.g. C(TP=8+EP).
+  returned: success
+  type: str
+  sample: TP=8+EP
+layout:
+  description: The requested layout.
+  returned: success
+  type: dict
+  sample: {tensor_parallel_size: 8, pipeline_parallel_size: 1, data_parallel_size: 1, enable_expert_parallel: true}
+findings:
+  description: One entry per rule that spoke, with C(rule), C(level) (error or warning), C(message) and C(source) (the vLLM file).
+  returned: success
+  type: list
+  elements: dict
+errors:
+  description: The messages of the error findings.
+  returned: success
+  type: list
+  elements: str
+warnings_found:
+  description: The messages of the warning findings (also issued as module warnings).
+  returned: success
+  type: list
+  elements: str
+estimate:
+  description:
+    - Per-GPU estimate, null when the layout needs more GPUs than exist. C(weights_gib) on the
+      fullest GPU, C(weights_by_role_gib), C(budget_gib), C(reserve_gib), C(kv_cache_gib),
+      C(kv_bytes_per_token), C(kv_tokens_per_gpu), C(kv_tokens_total) (over DP engines),
+      C(concurrency_at_max_model_len), C(gpu_memory_gib).
+  returned: success
+  type: dict
+ranked:
+  description: Valid layouts for the same hardware, best first, each with C(label), C(layout), C(estimate), C(warnings).
+  returned: success
+  type: list
+  elements: dict
+hardware:
+  description: C(nodes), C(gpus_per_node), C(gpus_total), C(gpu_memory_mib) (the smallest GPU).
+  returned: success
+  type: dict
+model:
+  description:
+    - What was read - C(architecture), C(model_type), C(layers), C(heads), C(kv_heads), C(head_dim),
+      C(experts), C(expert_ffn_size), C(quantization), C(parameters), C(weights_bytes), and
+      C(tensor_source) (V(safetensors), V(index) or V(config)).
+  returned: success
+  type: dict
+max_model_len:
+  description: The max_model_len checked (the model's own when none was given).
+  returned: success
+  type: int
+reasoning_parser:
+  description: The C(--reasoning-parser) to pass, or null.
+  returned: success
+  type: str
+  sample: minimax_m2_append_think
+tool_call_parser:
+  description: The C(--tool-call-parser) to pass, or null.
+  returned: success
+  type: str
+  sample: minimax_m2
+"""
+
+import json
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpulab.inference.plugins.module_utils import vllm_plan as vp
+
+INDEX_NAME = "model.safetensors.index.json"
+# a safetensors header larger than this is not one (the format caps it at 100 MB)
+MAX_HEADER_BYTES = 100 * 1000 * 1000
+
+
+def read_json(path, what):
+    try:
+        with open(path, "rb") as handle:
+            return json.loads(handle.read().decode("utf-8"))
+    except (IOError, OSError) as exc:
+        raise vp.VllmPlanError("cannot read %s %s: %s" % (what, path, exc))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise vp.VllmPlanError("%s %s is not valid JSON: %s" % (what, path, exc))
+
+
+def read_safetensors_header(path):
+    """Read only the header of a safetensors file: 8 bytes of length, then the JSON."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(8)
+            if len(head) < 8:
+                raise vp.VllmPlanError("%s is not a safetensors file: shorter than 8 bytes" % path)
+            length = int.from_bytes(head, "little")
+            if length > MAX_HEADER_BYTES:
+                raise vp.VllmPlanError("%s is not a safetensors file: header length %d" % (path, length))
+            return vp.parse_safetensors_header(head + handle.read(length), path)
+    except (IOError, OSError) as exc:
+        raise vp.VllmPlanError("cannot read %s: %s" % (path, exc))
+
+
+def read_model(model_path):
+    """config.json, the tensors with exact sizes (or None) and where they came from."""
+    if not os.path.isdir(model_path):
+        raise vp.VllmPlanError("model_path %s is not a directory; give the Hugging Face model directory" % model_path)
+    config_path = os.path.join(model_path, "config.json")
+    if not os.path.isfile(config_path):
+        raise vp.VllmPlanError("model directory %s has no config.json: it is not a Hugging Face model directory "
+                               "(download the whole repository, or write one with gpulab.inference.synthetic_hf)" % model_path)
+    config = read_json(config_path, "config")
+    index_path = os.path.join(model_path, INDEX_NAME)
+    if os.path.isfile(index_path):
+        index = read_json(index_path, "safetensors index")
+        weight_map = index.get("weight_map") if isinstance(index, dict) else None
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise vp.VllmPlanError("%s has no weight_map" % index_path)
+        files = sorted(set(weight_map.values()))
+        missing = [f for f in files if not os.path.isfile(os.path.join(model_path, f))]
+        if missing:
+            return config, None, "index", index.get("metadata", {}).get("total_size"), missing
+    else:
+        files = sorted(f for f in os.listdir(model_path) if f.endswith(".safetensors"))
+    if not files:
+        return config, None, "config", None, []
+    tensors = {}
+    for name in files:
+        tensors.update(read_safetensors_header(os.path.join(model_path, name)))
+    return config, tensors, "safetensors", None, []
+
+
+def build_module():
+    return AnsibleModule(
+        argument_spec=dict(
+            model_path=dict(type="path", required=True),
+            nodes=dict(type="list", elements="dict"),
+            gpus=dict(type="list", elements="dict"),
+            tensor_parallel_size=dict(type="int", default=1),
+            pipeline_parallel_size=dict(type="int", default=1),
+            data_parallel_size=dict(type="int", default=1),
+            enable_expert_parallel=dict(type="bool", default=False),
+            gpu_memory_utilization=dict(type="float", default=0.9),
+            max_model_len=dict(type="int"),
+            kv_cache_dtype=dict(type="str", default="auto", choices=sorted(vp.KV_CACHE_DTYPE_BYTES)),
+            reserve_mib=dict(type="int", default=vp.DEFAULT_RESERVE_MIB),
+            reasoning_parser=dict(type="str"),
+            tool_call_parser=dict(type="str"),
+            ranked_limit=dict(type="int", default=10),
+        ),
+        required_one_of=[("nodes", "gpus")],
+        mutually_exclusive=[("nodes", "gpus")],
+        supports_check_mode=True,
+    )
+
+
+def run(module):
+    p = module.params
+    config, tensors, source, index_total, missing = read_model(p["model_path"])
+    if missing:
+        module.warn("the index names shard(s) missing from %s (%s): sizes are estimated from config.json"
+                    % (p["model_path"], ", ".join(missing[:3]) + (" ..." if len(missing) > 3 else "")))
+    nodes = p["nodes"] if p["nodes"] is not None else [{"name": "this node", "gpus": p["gpus"]}]
+    layout = vp.Layout(p["tensor_parallel_size"], p["pipeline_parallel_size"], p["data_parallel_size"],
+                       p["enable_expert_parallel"])
+    opts = {"gpu_memory_utilization": p["gpu_memory_utilization"], "max_model_len": p["max_model_len"],
+            "kv_cache_dtype": p["kv_cache_dtype"], "reserve_mib": p["reserve_mib"]}
+    result = vp.plan(config, tensors, source, nodes, layout, opts, p["reasoning_parser"], p["tool_call_parser"],
+                     where=p["model_path"])
+    if index_total:
+        result["model"]["index_total_size"] = index_total
+    result["ranked"] = result["ranked"][:max(0, p["ranked_limit"])]
+    return result
+
+
+def main():
+    module = build_module()
+    try:
+        result = run(module)
+    except vp.VllmPlanError as exc:
+        module.fail_json(msg=str(exc))
+    for warning in result["warnings"]:
+        module.warn(warning)
+    result["warnings_found"] = result.pop("warnings")
+    result["max_model_len"] = result.pop("max_model_len", None)
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()
