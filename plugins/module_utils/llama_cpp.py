@@ -15,6 +15,16 @@ import hashlib
 import json
 import re
 
+from ansible_collections.gpulab.inference.plugins.module_utils.cuda import (
+    CudaError,
+    arch_compute_cap,
+    check_cuda_build,
+    compiled_arch,
+    compiled_arch_for_compute_cap,
+    compiled_arch_runs_on,
+    major_minor,
+    toolkit_problem,
+)
 from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi import (
     NvidiaSmiParseError,
     cuda_arch_from_compute_cap,
@@ -24,8 +34,12 @@ BUILD_ID_LENGTH = 12
 BUILD_ID_PATTERN = re.compile(r"^[0-9a-f]{%d}$" % BUILD_ID_LENGTH)
 
 # One CMAKE_CUDA_ARCHITECTURES entry: SM number, optional arch-specific (a) or
-# family-specific (f) suffix, e.g. 90, 90a, 100f, 120a.
-CUDA_ARCH_PATTERN = re.compile(r"^(?P<base>[1-9][0-9]{1,2})(?P<suffix>[af]?)$")
+# family-specific (f) suffix, optional -real (SASS only) or -virtual (PTX only),
+# e.g. 90, 90-real, 100f, 120a-real.
+CUDA_ARCH_PATTERN = re.compile(r"^(?P<base>[1-9][0-9]{1,2})(?P<suffix>[af]?)(?P<kind>-real|-virtual)?$")
+# Build ids in a text (wrapper scripts, unit files) that name a build directory.
+BUILD_DIR_REF = r"/(?P<id>[0-9a-f]{%d})(?![0-9a-f])" % BUILD_ID_LENGTH
+MIN_KEEP_BUILDS = 2
 
 BUILD_INFO_REQUIRED_KEYS = (
     "build_id",
@@ -60,14 +74,15 @@ def compute_cap_to_cuda_arch(compute_cap):
 
 def _arch_sort_key(arch):
     match = CUDA_ARCH_PATTERN.match(arch)
-    return (int(match.group("base")), match.group("suffix"))
+    return (int(match.group("base")), match.group("suffix"), match.group("kind") or "")
 
 
 def validate_cuda_architectures(architectures):
-    """Check an override list and return it normalised (strings, unique, sorted).
+    """Check an override list and return it as llama.cpp compiles it (unique, sorted).
 
-    Raises LlamaCppError naming every entry that is not an SM number with an
-    optional a/f suffix, so a typo such as '12.0', 'sm_90' or '9O' stops the play.
+    Raises LlamaCppError naming every entry that is not an SM number with an optional
+    a/f suffix and -real/-virtual, so a typo such as '12.0', 'sm_90' or '9O' stops the play.
+    A plain 12X becomes 12Xa, as ggml/src/ggml-cuda/CMakeLists.txt rewrites it.
     """
     if isinstance(architectures, str):
         architectures = [item for item in re.split(r"[;,\s]+", architectures) if item]
@@ -77,44 +92,67 @@ def validate_cuda_architectures(architectures):
         text = str(item).strip().lower()
         if not CUDA_ARCH_PATTERN.match(text):
             bad.append(str(item))
-        elif text not in normalised:
+            continue
+        text = compiled_arch(text)
+        if text not in normalised:
             normalised.append(text)
     if bad:
         raise LlamaCppError(
             "llama_cpp_cuda_architectures has invalid entries %s: each must be an SM number "
-            "with an optional 'a' or 'f' suffix, e.g. 90, 90a, 100f, 120 (compute capability "
-            "12.0 is written 120)" % ", ".join(repr(b) for b in bad))
+            "with an optional 'a' or 'f' suffix and -real/-virtual, e.g. 90, 90-real, 100f, 120a-real "
+            "(compute capability 12.0 is written 120)" % ", ".join(repr(b) for b in bad))
     return sorted(normalised, key=_arch_sort_key)
 
 
 def architectures_from_gpus(gpus):
-    """Sorted unique CUDA architectures of gathered GPU facts.
+    """Sorted unique CUDA architectures, as compiled, for gathered GPU facts.
 
-    Each item carries `cuda_arch` ('120') or at least `compute_cap` ('12.0').
+    Each item carries `compute_cap` ('12.0') or at least `cuda_arch` ('120'); every GPU gets
+    SASS for exactly its architecture ('120a-real', '90-real').
     """
     found = []
     for gpu in gpus or []:
-        arch = gpu.get("cuda_arch") or compute_cap_to_cuda_arch(gpu.get("compute_cap", ""))
-        arch = str(arch)
+        compute_cap = gpu.get("compute_cap")
+        try:
+            if compute_cap:
+                arch = compiled_arch_for_compute_cap(compute_cap)
+            else:
+                arch = compiled_arch(str(gpu.get("cuda_arch") or "") + "-real")
+        except CudaError:
+            raise LlamaCppError(
+                "compute capability %r is not of the form MAJOR.MINOR (e.g. 12.0, 9.0, 8.6)"
+                % (compute_cap if compute_cap else gpu.get("cuda_arch"),)) from None
         if arch not in found:
             found.append(arch)
     return validate_cuda_architectures(found)
 
 
 def arch_covers(build_arch, gpu_arch):
-    """True when code built for `build_arch` runs natively on a GPU of `gpu_arch`.
+    """True when code built for `build_arch` (e.g. '120a-real') runs natively on a GPU of `gpu_arch` ('120').
 
     Plain and 'a' entries match their own SM only; an 'f' (family) entry also
     matches later minor versions of the same major (100f runs on 100 and 103).
     """
-    built = CUDA_ARCH_PATTERN.match(str(build_arch))
     gpu = CUDA_ARCH_PATTERN.match(str(gpu_arch))
-    if not built or not gpu:
+    if not gpu:
         return False
-    built_base, gpu_base = int(built.group("base")), int(gpu.group("base"))
-    if built.group("suffix") == "f":
-        return built_base // 10 == gpu_base // 10 and gpu_base >= built_base
-    return built_base == gpu_base
+    base = gpu.group("base")
+    return compiled_arch_runs_on(build_arch, "%s.%s" % (base[:-1], base[-1]))
+
+
+def parse_cmake_cache_architectures(cache_text):
+    """CMAKE_CUDA_ARCHITECTURES from a CMakeCache.txt, as llama.cpp compiles them (12X -> 12Xa).
+
+    None when the cache has no such entry (a CPU build).
+    """
+    match = re.search(r"^CMAKE_CUDA_ARCHITECTURES(?::[A-Z]+)?=(.*)$", cache_text or "", re.MULTILINE)
+    if not match:
+        return None
+    entries = [item for item in re.split(r"[;\s]+", match.group(1).strip()) if item]
+    try:
+        return [compiled_arch(item) for item in entries]
+    except CudaError as exc:
+        raise LlamaCppError("CMakeCache.txt: %s" % exc) from None
 
 
 # --- Captured tool output ----------------------------------------------------
@@ -145,6 +183,31 @@ def parse_cmake_version(text):
     """'cmake version 3.25.1' -> '3.25.1' (None if absent)."""
     match = re.search(r"cmake version\s+([0-9][0-9A-Za-z.\-]*)", text or "")
     return match.group(1) if match else None
+
+
+def parse_llama_version(text):
+    """`llama-cli --version` -> {'version', 'build_number', 'commit', 'compiler', 'target'}.
+
+    Two formats (common/build-info.cpp, common/arg.cpp in llama.cpp):
+      version: b8070-0c1e570 (build 8070, commit 0c1e570)   (current)
+      version: 4567 (0c1e570)                               (older: build number, commit)
+    followed by "built with <compiler> for <target>". Raises LlamaCppError without a version line.
+    """
+    text = text or ""
+    current = re.search(r"^version:\s*(\S+)\s+\(build\s+(-?[0-9]+),\s*commit\s+([^)\s]+)\)", text, re.MULTILINE)
+    older = re.search(r"^version:\s*(-?[0-9]+)\s+\(([^)\s]+)\)", text, re.MULTILINE)
+    built = re.search(r"^built with (.+?) for (.+?)\s*$", text, re.MULTILINE)
+    if current:
+        result = {"version": current.group(1), "build_number": current.group(2), "commit": current.group(3)}
+    elif older:
+        result = {"version": older.group(1), "build_number": older.group(1), "commit": older.group(2)}
+    else:
+        first = text.strip().splitlines()[0] if text.strip() else ""
+        raise LlamaCppError("--version printed no 'version: ...' line (first line: %r): is this a llama.cpp binary?"
+                            % first[:200])
+    result["compiler"] = built.group(1) if built else None
+    result["target"] = built.group(2) if built else None
+    return result
 
 
 def parse_glibc_version(text):
@@ -188,8 +251,14 @@ def has_rpc_rdma_option(cmakelists_text):
 
 # --- Configuration -----------------------------------------------------------
 
-def resolve_cuda(mode, nvcc_path, gpus):
-    """auto|on|off -> bool. 'on' without nvcc is an error; auto needs nvcc and GPUs."""
+def resolve_cuda(mode, nvcc_path, gpus, driver_error=None, architectures=None):
+    """auto|on|off -> bool.
+
+    'on' without nvcc is an error. 'auto' builds for the CPU only where there is no nvcc; with
+    nvcc it builds for CUDA, and is an error when no GPU is visible (unless architectures are
+    given) or the driver cannot be read (e.g. upgraded without a reboot): a CPU build there
+    would be shipped to GPU nodes without anyone noticing.
+    """
     if mode not in ("auto", "on", "off"):
         raise LlamaCppError("llama_cpp_cuda is %r: use auto, on or off" % (mode,))
     if mode == "off":
@@ -199,8 +268,22 @@ def resolve_cuda(mode, nvcc_path, gpus):
             raise LlamaCppError(
                 "llama_cpp_cuda is 'on' but no nvcc was found on this host: install the CUDA "
                 "toolkit (or put nvcc on PATH / set llama_cpp_nvcc_path), or use 'auto' or 'off'")
-        return True
-    return bool(nvcc_path) and bool(gpus)
+    elif not nvcc_path:
+        return False
+    if driver_error:
+        raise LlamaCppError(
+            "llama_cpp_cuda is %r and nvcc %s is present, but the NVIDIA driver cannot be used: %s "
+            "(set llama_cpp_cuda: 'off' only if a CPU build is really wanted)" % (mode, nvcc_path, driver_error))
+    if not gpus and not architectures:
+        if mode == "on":
+            raise LlamaCppError(
+                "CUDA is on but no GPU architecture is known: no GPUs were gathered on the nodes, "
+                "so set llama_cpp_cuda_architectures (e.g. ['120a-real'])")
+        raise LlamaCppError(
+            "llama_cpp_cuda is 'auto' and nvcc %s is present, but no NVIDIA GPU is visible on the nodes "
+            "that will run the build (nvidia-smi missing or listing none): check the driver, or set "
+            "llama_cpp_cuda: 'off' for a CPU build, or 'on' with llama_cpp_cuda_architectures" % nvcc_path)
+    return True
 
 
 def resolve_rdma(mode, source_has_option, libibverbs_present, llama_cpp_version="this llama.cpp version"):
@@ -272,13 +355,18 @@ def canonical_json(value):
 
 
 def fingerprint(source_id, options, nvcc_version, compiler, cuda_architectures):
-    """The inputs that decide what gets built; the driver is deliberately absent."""
+    """The inputs that decide what gets built; the driver is deliberately absent.
+
+    nvcc enters only when options say GGML_CUDA=ON.
+    """
     if not source_id:
         raise LlamaCppError("the llama.cpp source id is empty: cannot fingerprint the build")
+    cuda = str((options or {}).get("GGML_CUDA", "OFF")).upper() in ("ON", "TRUE", "1", "YES")
     return {
         "source": str(source_id),
         "cmake_options": dict((str(k), str(v)) for k, v in (options or {}).items()),
-        "nvcc_version": str(nvcc_version) if nvcc_version else "none",
+        # A CPU build does not use nvcc: a toolkit upgrade must not change its id.
+        "nvcc_version": str(nvcc_version) if nvcc_version and cuda else "none",
         "compiler": "%s %s" % (compiler.get("id"), compiler.get("version"))
         if isinstance(compiler, dict) else str(compiler),
         "cuda_architectures": sorted(str(a) for a in (cuda_architectures or [])),
@@ -294,7 +382,12 @@ def build_id(fingerprint_data):
 # --- BUILD_INFO.json ---------------------------------------------------------
 
 def parse_build_info(text):
-    """Load and check a BUILD_INFO.json; raises LlamaCppError naming what is missing."""
+    """Load and check a BUILD_INFO.json (text or bytes); raises LlamaCppError naming what is wrong."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise LlamaCppError("BUILD_INFO.json is not UTF-8 (byte %d): rebuild or remove that build" % exc.start)
     try:
         info = json.loads(text)
     except ValueError as exc:
@@ -317,46 +410,265 @@ def checksum_mismatches(expected, actual):
     return sorted(name for name, digest in expected.items() if actual.get(name) != digest)
 
 
-# --- Distribution ------------------------------------------------------------
+# --- Distribution: who can share one build ---------------------------------
 
-def compatibility_problems(build_info, peer):
-    """Why a peer cannot run the build host's binaries ([] = it can).
+def _cuda_major(version):
+    parsed = major_minor(version)
+    return parsed[0] if parsed else None
 
-    peer: {'cpu_arch', 'glibc_version', 'driver_cuda_version', 'gpus': [{'cuda_arch'|'compute_cap'}]}
-    Rules: same CPU architecture; glibc at least the build host's (static binaries
-    still load the host's libc); for a CUDA build, the driver supports the toolkit's
-    major version and every local GPU is in the build's architecture list.
+
+def sharing_problems(build, node):
+    """Why a node cannot run binaries built on another host at all ([] = it can share them).
+
+    The only reasons to build locally: another CPU architecture, an older glibc (static
+    binaries still load the host's libc) and, for a CUDA build, a driver whose CUDA major is
+    older than the toolkit's (CUDA's minor-version compatibility ends at the major).
+    build: {'cpu_arch', 'glibc_version', 'cuda', 'nvcc_version'} (a BUILD_INFO.json or the build
+    host's toolchain); node: {'cpu_arch', 'glibc_version', 'driver_cuda_version'}.
     """
     problems = []
-    if peer.get("cpu_arch") != build_info.get("cpu_arch"):
-        problems.append("cpu arch %s differs from the build's %s"
-                        % (peer.get("cpu_arch"), build_info.get("cpu_arch")))
-    peer_glibc = version_tuple(peer.get("glibc_version"))
-    build_glibc = version_tuple(build_info.get("glibc_version"))
-    if not peer_glibc or peer_glibc < build_glibc:
+    if node.get("cpu_arch") != build.get("cpu_arch"):
+        problems.append("cpu arch %s differs from the build's %s" % (node.get("cpu_arch"), build.get("cpu_arch")))
+    node_glibc = version_tuple(node.get("glibc_version"))
+    if not node_glibc or node_glibc < version_tuple(build.get("glibc_version")):
         problems.append("glibc %s is older than the build host's %s"
-                        % (peer.get("glibc_version"), build_info.get("glibc_version")))
-    if build_info.get("cuda"):
-        toolkit_major = version_tuple(build_info.get("nvcc_version"))[:1]
-        driver_major = version_tuple(peer.get("driver_cuda_version"))[:1]
-        if not driver_major:
-            problems.append("no NVIDIA driver found for a CUDA build")
-        elif driver_major < toolkit_major:
-            problems.append("driver supports CUDA %s, older than the build's toolkit %s"
-                            % (peer.get("driver_cuda_version"), build_info.get("nvcc_version")))
-        built = build_info.get("cuda_architectures") or []
-        for gpu in peer.get("gpus") or []:
-            arch = str(gpu.get("cuda_arch") or compute_cap_to_cuda_arch(gpu.get("compute_cap", "")))
-            if not any(arch_covers(b, arch) for b in built):
-                problems.append("GPU architecture %s is not in the build's list %s"
-                                % (arch, ";".join(built)))
+                        % (node.get("glibc_version"), build.get("glibc_version")))
+    if build.get("cuda"):
+        toolkit_major = _cuda_major(build.get("nvcc_version"))
+        driver_major = _cuda_major(node.get("driver_cuda_version"))
+        if driver_major is not None and toolkit_major is not None and driver_major < toolkit_major:
+            problems.append("its driver supports CUDA %s, an older major than the build's toolkit %s"
+                            % (node.get("driver_cuda_version"), build.get("nvcc_version")))
     return problems
 
 
-def lockstep_mismatches(expected, reported):
-    """Hosts whose reported build id differs from the expected one.
+def run_problems(build_info, node):
+    """Why a node that shares binaries would still fail with this build ([] = it runs it).
 
-    expected/reported: {host: build_id}. Returns [(host, expected_id, reported_id)].
+    Every GPU's architecture must be among those compiled (BUILD_INFO's spelling, e.g.
+    120a-real), and the driver must cover the toolkit's major.minor (module_utils/cuda.py).
     """
-    return sorted((host, expected[host], reported.get(host))
-                  for host in expected if reported.get(host) != expected[host])
+    problems = []
+    if not build_info.get("cuda"):
+        return problems
+    built = build_info.get("cuda_architectures") or []
+    for gpu in node.get("gpus") or []:
+        compute_cap = gpu.get("compute_cap")
+        if not compute_cap:
+            arch = str(gpu.get("cuda_arch") or "")
+            compute_cap = "%s.%s" % (arch[:-1], arch[-1:]) if len(arch) >= 2 else ""
+        if not any(compiled_arch_runs_on(b, compute_cap) for b in built):
+            label = gpu.get("name") or ("%s" % gpu["index"] if gpu.get("index") is not None else "")
+            problems.append("GPU %s(compute capability %s) is not among the build's architectures %s"
+                            % (label + " " if label else "", compute_cap, ";".join(built) or "none"))
+    problems.extend(check_cuda_build(
+        [dict(node, gpus=[])], build_info.get("nvcc_version"), forward_compat=node.get("forward_compat", False)))
+    return problems
+
+
+def compatibility_problems(build_info, peer):
+    """Why a peer cannot run the build host's binaries ([] = it can): sharing_problems + run_problems."""
+    return sharing_problems(build_info, peer) or run_problems(build_info, peer)
+
+
+def partition_nodes(build, nodes):
+    """Split surveyed nodes into those that share the build host's binaries and those that build locally.
+
+    Returns (sharing, local): sharing is the list of node dicts, local a list of (host, problems).
+    """
+    sharing, local = [], []
+    for node in nodes or []:
+        problems = sharing_problems(build, node)
+        if problems:
+            local.append((node.get("host"), problems))
+        else:
+            sharing.append(node)
+    return sharing, local
+
+
+def lockstep_problem(reference, node_build, host="this node"):
+    """The one lockstep rule for distribution and the head: None when the node's build may serve
+    beside the reference build, else why not.
+
+    reference / node_build: BUILD_INFO.json contents (or at least build_id, source, cpu_arch,
+    glibc_version, cuda, nvcc_version). The same id always passes. Another id passes only for a
+    local build that had to be (sharing_problems of the node's platform against the reference
+    build) from the same source, since ggml RPC needs the same protocol on both ends.
+    """
+    if not node_build or not node_build.get("build_id"):
+        return "%s has no valid llama.cpp build (expected %s)" % (host, reference.get("build_id"))
+    if node_build.get("build_id") == reference.get("build_id"):
+        return None
+    ref_source = (reference.get("source") or {}).get("id")
+    node_source = (node_build.get("source") or {}).get("id")
+    if ref_source != node_source:
+        return ("%s runs llama.cpp build %s from source %s, the cluster's build %s is from %s: "
+                "ggml RPC needs the same source on every node; run playbooks/build.yml"
+                % (host, node_build.get("build_id"), node_source, reference.get("build_id"), ref_source))
+    platform = {
+        "cpu_arch": node_build.get("cpu_arch"),
+        "glibc_version": node_build.get("glibc_version"),
+        # A local build's toolkit is one its own driver runs: its major stands for the driver's.
+        "driver_cuda_version": node_build.get("nvcc_version") if node_build.get("cuda") else None,
+    }
+    if not sharing_problems(reference, platform) and not (reference.get("cuda") and not node_build.get("cuda")):
+        return ("%s runs llama.cpp build %s but could run the cluster's build %s (same CPU architecture, "
+                "glibc and CUDA major): run playbooks/build.yml so every node gets build %s"
+                % (host, node_build.get("build_id"), reference.get("build_id"), reference.get("build_id")))
+    return None
+
+
+# --- BUILD_INFO.json composition ---------------------------------------------
+
+def compose_build_info(plan, toolchain, version, binaries, compiled_architectures, source, built_on):
+    """The BUILD_INFO.json document of a staged build (a dict; the caller writes it).
+
+    plan: llama_cpp_build_plan's result; toolchain: llama_cpp_toolchain's; version:
+    parse_llama_version's; binaries: {name: sha256}; compiled_architectures: read back from the
+    CMake cache (parse_cmake_cache_architectures), None for a CPU build; source: {'kind', 'id', ...}.
+    """
+    if not binaries:
+        raise LlamaCppError("no binaries to record in BUILD_INFO.json")
+    if plan.get("cuda"):
+        if not compiled_architectures:
+            raise LlamaCppError("CUDA build without CMAKE_CUDA_ARCHITECTURES in the CMake cache")
+        if sorted(compiled_architectures) != sorted(plan.get("cuda_architectures") or []):
+            raise LlamaCppError("the CMake cache compiled %s but the plan asked for %s: remove the build tree and run again"
+                                % (";".join(compiled_architectures), ";".join(plan.get("cuda_architectures") or [])))
+    return {
+        "managed_by": "gpulab.inference",
+        "build_id": plan["build_id"],
+        "llama_cpp_version": version.get("version"),
+        "build_number": version.get("build_number"),
+        "commit": version.get("commit"),
+        "source": source,
+        "cmake_options": plan.get("cmake_options") or {},
+        "cuda": bool(plan.get("cuda")),
+        "cuda_architectures": list(compiled_architectures or []) if plan.get("cuda") else [],
+        "rpc_rdma": bool(plan.get("rpc_rdma")),
+        "nvcc_version": toolchain.get("nvcc_version") if plan.get("cuda") else None,
+        "compiler": (plan.get("fingerprint") or {}).get("compiler"),
+        "driver_version": toolchain.get("driver_version"),
+        "cpu_arch": toolchain.get("cpu_arch"),
+        "glibc_version": toolchain.get("glibc_version"),
+        "built_on": built_on,
+        "fingerprint": plan.get("fingerprint") or {},
+        "rpc_server_binary": plan.get("rpc_server_binary"),
+        "binaries": dict(binaries),
+    }
+
+
+# --- Pruning -----------------------------------------------------------------
+
+def check_keep_builds(keep):
+    """llama_cpp_keep_builds must keep current and the previous build (rollback)."""
+    try:
+        keep = int(keep)
+    except (TypeError, ValueError):
+        raise LlamaCppError("llama_cpp_keep_builds is %r: use a whole number, 2 or more" % (keep,))
+    if keep < MIN_KEEP_BUILDS:
+        raise LlamaCppError(
+            "llama_cpp_keep_builds is %d: it counts the current build and the previous one, which is kept "
+            "for rollback, so use %d or more" % (keep, MIN_KEEP_BUILDS))
+    return keep
+
+
+def referenced_build_ids(texts, install_dir):
+    """Build ids that appear as <install_dir>/<id> in any of the texts (wrappers, unit files)."""
+    pattern = re.compile(re.escape(str(install_dir).rstrip("/")) + BUILD_DIR_REF)
+    found = set()
+    for text in texts or []:
+        found.update(match.group("id") for match in pattern.finditer(text or ""))
+    return sorted(found)
+
+
+def select_prunable(installed, current, previous, referenced, keep):
+    """Build ids to remove: never current, the previous one or a referenced one; newest kept.
+
+    installed: [(build_id, mtime)]; keep counts current. Returns ids, oldest first.
+    """
+    keep = check_keep_builds(keep)
+    protected = set([current, previous]) | set(referenced or [])
+    protected.discard(None)
+    newest_first = sorted(installed or [], key=lambda item: (-item[1], item[0]))
+    kept = [bid for bid, _ in newest_first if bid in protected]
+    prunable = []
+    for bid, _mtime in newest_first:
+        if bid in protected:
+            continue
+        if len(kept) < keep:
+            kept.append(bid)
+        else:
+            prunable.append(bid)
+    return list(reversed(prunable))
+
+
+# --- What one build must cover -----------------------------------------------
+
+def node_driver_error(node):
+    """Why a surveyed node's driver cannot be used (None when it can or the node has no GPU).
+
+    node['gpu_driver'] is gpu_facts' gpulab_gpu_driver: after a driver upgrade without a reboot
+    it says mismatch=true and nvidia-smi lists no GPU.
+    """
+    driver = node.get("gpu_driver") or {}
+    if driver.get("mismatch"):
+        return "%s: %s" % (node.get("host"), driver.get("message") or
+                           "the NVIDIA driver was upgraded without a reboot (driver/library version mismatch): reboot it")
+    return None
+
+
+def plan_build_targets(mode, toolchain, nodes, override_architectures=None, forward_compat=False):
+    """Decide CUDA on/off and the architectures of the one build every sharing node runs.
+
+    toolchain: the build host's (llama_cpp_toolchain); nodes: one survey per host that is to run
+    the build ({'host', 'cpu_arch', 'glibc_version', 'driver_version', 'driver_cuda_version',
+    'gpu_driver', 'gpus'}). The architectures are the union of the GPUs of every node that can
+    share the build host's binaries (partition_nodes), so one build id serves them all.
+    Raises LlamaCppError, listing every problem, for a toolkit too old (or too new) for a GPU,
+    a driver too old for the toolkit, a driver upgraded without a reboot, or nvcc without GPUs.
+    Returns {'cuda', 'cuda_architectures', 'sharing_hosts', 'local_hosts': {host: [problems]}}.
+    """
+    nvcc = toolchain.get("nvcc_path")
+    tentative = mode != "off" and bool(nvcc)
+    build = {"cpu_arch": toolchain.get("cpu_arch"), "glibc_version": toolchain.get("glibc_version"),
+             "cuda": tentative, "nvcc_version": toolchain.get("nvcc_version")}
+    sharing, local = partition_nodes(build, nodes)
+    gpus = [gpu for node in sharing for gpu in node.get("gpus") or []]
+    driver_errors = [error for error in (node_driver_error(node) for node in sharing) if error]
+    overrides = validate_cuda_architectures(override_architectures) if override_architectures else []
+    cuda = resolve_cuda(mode, nvcc, gpus, "; ".join(driver_errors) or None, overrides)
+    if not cuda:
+        build["cuda"] = False
+        sharing, local = partition_nodes(build, nodes)
+        architectures = []
+    else:
+        architectures = overrides or architectures_from_gpus(gpus)
+        problems = check_cuda_build(sharing, toolchain.get("nvcc_version"), forward_compat)
+        for arch in overrides:
+            problem = toolkit_problem_for_arch(arch, toolchain.get("nvcc_version"))
+            if problem:
+                problems.append(problem)
+        if overrides:
+            for node in sharing:
+                for gpu in node.get("gpus") or []:
+                    if not any(compiled_arch_runs_on(a, gpu.get("compute_cap")) for a in overrides):
+                        problems.append(
+                            "%s on %s (compute capability %s) is not covered by llama_cpp_cuda_architectures %s: "
+                            "add %s or leave the list empty to build for every node's GPUs"
+                            % (gpu.get("name"), node.get("host"), gpu.get("compute_cap"), ";".join(overrides),
+                               compiled_arch_for_compute_cap(gpu.get("compute_cap"))))
+        if problems:
+            raise LlamaCppError("refusing to build llama.cpp with CUDA %s: %s"
+                                % (toolchain.get("nvcc_version"), " | ".join(problems)))
+    return {
+        "cuda": cuda,
+        "cuda_architectures": architectures,
+        "sharing_hosts": [node.get("host") for node in sharing],
+        "local_hosts": dict(local),
+    }
+
+
+def toolkit_problem_for_arch(arch, toolkit_version):
+    """toolkit_problem for an architecture entry of llama_cpp_cuda_architectures."""
+    return toolkit_problem("architecture %s" % arch, arch_compute_cap(arch), toolkit_version)

@@ -43,10 +43,36 @@ options:
     elements: str
     default: []
   gpus:
-    description: GPU facts of the build host (items with C(cuda_arch) or C(compute_cap)).
+    description:
+      - GPU facts of the build host (items with C(cuda_arch) or C(compute_cap)).
+      - Used only when O(nodes) is empty.
     type: list
     elements: dict
     default: []
+  nodes:
+    description:
+      - One survey per host that is to run the build, each the RV(gpulab.inference.llama_cpp_toolchain#module:node)
+        of M(gpulab.inference.llama_cpp_toolchain) run on that host (C(host), C(cpu_arch),
+        C(glibc_version), C(driver_version), C(driver_cuda_version), C(gpu_driver), C(gpus)).
+      - The CUDA architectures are the union of the GPUs of every node that can share the build
+        host's binaries, so one build id serves them all; nodes that cannot (another CPU
+        architecture, an older glibc, a driver of an older CUDA major) are listed in
+        RV(local_hosts) and build for themselves.
+      - A toolkit too old or too new for a GPU, or a driver too old for the toolkit, on any
+        sharing node fails the module, naming the node, the GPU and what to upgrade.
+    type: list
+    elements: dict
+    default: []
+  forward_compat:
+    description:
+      - The nodes have NVIDIA's CUDA forward-compatibility package for the toolkit installed, so a
+        driver that supports an older CUDA than the toolkit is accepted.
+    type: bool
+    default: false
+  keep_builds:
+    description: Builds kept on each node, current and the previous one included; less than 2 is refused.
+    type: int
+    default: 2
   rpc_rdma:
     description: Build the RPC RDMA transport; C(auto) when the source has it and libibverbs is present.
     type: str
@@ -127,6 +153,15 @@ rpc_rdma:
   description: Whether the RDMA transport is on.
   returned: when source_dir is given
   type: bool
+sharing_hosts:
+  description: Hosts of O(nodes) that run this build (the build host's binaries).
+  returned: always
+  type: list
+  elements: str
+local_hosts:
+  description: Hosts of O(nodes) that cannot share the build host's binaries, each with the reasons.
+  returned: always
+  type: dict
 rpc_server_binary:
   description: Name of the RPC server target in this source (C(ggml-rpc-server) or C(rpc-server)).
   returned: when source_dir is given
@@ -134,17 +169,18 @@ rpc_server_binary:
 """
 
 import os
+import re
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_cpp import (
     LlamaCppError,
-    architectures_from_gpus,
     build_id,
+    check_keep_builds,
     cmake_arguments,
     cmake_options,
     fingerprint,
     has_rpc_rdma_option,
-    resolve_cuda,
+    plan_build_targets,
     resolve_rdma,
     rpc_server_target,
     validate_cuda_architectures,
@@ -153,11 +189,12 @@ from ansible_collections.gpulab.inference.plugins.module_utils.llama_cpp import 
 # Where the RPC server's target lives: current trees first, older ones after.
 RPC_TARGET_FILES = ("tools/rpc/CMakeLists.txt", "examples/rpc/CMakeLists.txt")
 RPC_BACKEND_FILES = ("ggml/src/ggml-rpc/CMakeLists.txt", "ggml/CMakeLists.txt")
+CMAKE_OPTION_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def _read(source_dir, relative):
     try:
-        with open(os.path.join(source_dir, relative)) as handle:
+        with open(os.path.join(source_dir, relative), errors="replace") as handle:
             return handle.read()
     except (IOError, OSError):
         return None
@@ -165,18 +202,20 @@ def _read(source_dir, relative):
 
 def resolve(params):
     toolchain = params["toolchain"]
-    cuda = resolve_cuda(params["cuda"], toolchain.get("nvcc_path"), params["gpus"])
-    architectures = []
-    if cuda:
-        architectures = validate_cuda_architectures(params["cuda_architectures"]) \
-            if params["cuda_architectures"] else architectures_from_gpus(params["gpus"])
-        if not architectures:
-            raise LlamaCppError(
-                "CUDA is on but no GPU architecture is known: no GPUs were gathered on this "
-                "host, so set llama_cpp_cuda_architectures (e.g. ['120'])")
-    elif params["cuda_architectures"]:
+    check_keep_builds(params["keep_builds"])
+    nodes = params["nodes"] or [dict(toolchain, host="build host", gpus=params["gpus"])]
+    targets = plan_build_targets(params["cuda"], toolchain, nodes, params["cuda_architectures"],
+                                 params["forward_compat"])
+    cuda, architectures = targets["cuda"], targets["cuda_architectures"]
+    if not cuda and params["cuda_architectures"]:
         validate_cuda_architectures(params["cuda_architectures"])
-    result = {"cuda": cuda, "cuda_architectures": architectures, "build_id": None}
+    for key in params["extra_cmake_options"]:
+        if not CMAKE_OPTION_NAME.match(str(key)):
+            raise LlamaCppError(
+                "extra_cmake_options has the option name %r: CMake option names are letters, digits and _ "
+                "(e.g. GGML_CUDA_FA_ALL_QUANTS)" % (key,))
+    result = {"cuda": cuda, "cuda_architectures": architectures, "build_id": None,
+              "sharing_hosts": targets["sharing_hosts"], "local_hosts": targets["local_hosts"]}
     if not params["source_dir"]:
         if params["rpc_rdma"] == "on" and not toolchain.get("libibverbs_present"):
             resolve_rdma("on", True, False)
@@ -221,6 +260,9 @@ def build_module():
             cuda=dict(type="str", choices=["auto", "on", "off"], default="auto"),
             cuda_architectures=dict(type="list", elements="str", default=[]),
             gpus=dict(type="list", elements="dict", default=[]),
+            nodes=dict(type="list", elements="dict", default=[]),
+            forward_compat=dict(type="bool", default=False),
+            keep_builds=dict(type="int", default=2),
             rpc_rdma=dict(type="str", choices=["auto", "on", "off"], default="auto"),
             toolchain=dict(type="dict", required=True),
             native=dict(type="bool", default=False),

@@ -16,7 +16,11 @@ description:
   - Reports the CPU architecture, glibc version, C++ compiler, CMake, ninja, ccache, nvcc,
     libibverbs and the NVIDIA driver's CUDA version of the host, plus the llama.cpp build
     currently installed under O(install_dir)/current.
-  - With O(build_info), also says whether this host can run that build's binaries and why not.
+  - With O(build_info), also says whether this host can run that build's binaries and why not,
+    telling apart reasons to build locally (RV(sharing_problems)) from a build that misses this
+    host's GPUs or needs a newer driver (RV(run_problems)).
+  - RV(node) is what M(gpulab.inference.llama_cpp_build_plan) needs to know of every host that
+    is to run a build.
   - Changes nothing; the result is also set as the fact C(gpulab_llama_cpp_toolchain).
 author:
   - gpulab.inference contributors (@gpulab)
@@ -30,7 +34,26 @@ options:
   nvcc_path:
     description:
       - nvcc to report. When empty, C(nvcc) on PATH, then C(/usr/local/cuda/bin/nvcc).
+      - A path that does not exist or is not executable fails the module.
     type: path
+  nvidia_smi_path:
+    description: The C(nvidia-smi) that reports the driver's CUDA version (a name on PATH or a path).
+    type: str
+    default: nvidia-smi
+  host:
+    description: Inventory name of this host, copied into RV(node).
+    type: str
+    default: ""
+  gpu_driver:
+    description:
+      - This host's C(gpulab_gpu_driver) fact from M(gpulab.inference.gpu_facts) (C(mismatch),
+        C(message)), copied into RV(node).
+    type: dict
+    default: {}
+  forward_compat:
+    description: NVIDIA's CUDA forward-compatibility package is installed here (see M(gpulab.inference.llama_cpp_build_plan)).
+    type: bool
+    default: false
   build_info:
     description:
       - Contents of a BUILD_INFO.json. When given, RV(compatible) and RV(problems) say whether
@@ -90,6 +113,29 @@ problems:
   returned: always
   type: list
   elements: str
+sharing_problems:
+  description: Reasons this host cannot share that build's binaries at all (it builds locally).
+  returned: always
+  type: list
+  elements: str
+run_problems:
+  description: Reasons a host that shares binaries would still fail with that build (missing GPU architecture, old driver).
+  returned: always
+  type: list
+  elements: str
+node:
+  description: This host as the build plan surveys it.
+  returned: always
+  type: dict
+  sample:
+    host: node-b
+    cpu_arch: x86_64
+    glibc_version: "2.36"
+    driver_version: "580.95.05"
+    driver_cuda_version: "13.0"
+    gpu_driver: {mismatch: false}
+    gpus: [{name: NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition, compute_cap: "12.0"}]
+    forward_compat: false
 """
 
 import glob
@@ -100,7 +146,8 @@ import platform
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_cpp import (
     LlamaCppError,
-    compatibility_problems,
+    run_problems,
+    sharing_problems,
     parse_cmake_version,
     parse_compiler_version,
     parse_driver_versions,
@@ -127,8 +174,15 @@ class Toolchain(object):
         return out if rc == 0 else ""
 
     def _nvcc_path(self):
-        if self.params["nvcc_path"]:
-            return self.params["nvcc_path"] if os.access(self.params["nvcc_path"], os.X_OK) else None
+        path = self.params["nvcc_path"]
+        if path:
+            if not os.path.isfile(path):
+                self.module.fail_json(msg="nvcc_path (llama_cpp_nvcc_path) %s does not exist: point it at the "
+                                          "CUDA toolkit's bin/nvcc or leave it empty to search PATH" % path)
+            if not os.access(path, os.X_OK):
+                self.module.fail_json(msg="nvcc_path (llama_cpp_nvcc_path) %s is not executable: fix its mode "
+                                          "(chmod +x) or point it at the CUDA toolkit's bin/nvcc" % path)
+            return path
         return self.module.get_bin_path("nvcc", opt_dirs=["/usr/local/cuda/bin"])
 
     def _installed_build_id(self):
@@ -146,7 +200,7 @@ class Toolchain(object):
         compiler["path"] = compiler_path
         cmake_path = self.module.get_bin_path("cmake")
         nvcc_path = self._nvcc_path()
-        smi_path = self.module.get_bin_path("nvidia-smi")
+        smi_path = self.module.get_bin_path(self.params["nvidia_smi_path"])
         driver = {"driver_version": None, "cuda_version": None}
         if smi_path:
             # `--version` is cheap and names the CUDA version; older drivers lack it.
@@ -183,6 +237,10 @@ def build_module():
         argument_spec=dict(
             install_dir=dict(type="path", default="/opt/gpulab/llama.cpp"),
             nvcc_path=dict(type="path"),
+            nvidia_smi_path=dict(type="str", default="nvidia-smi"),
+            host=dict(type="str", default=""),
+            gpu_driver=dict(type="dict", default={}),
+            forward_compat=dict(type="bool", default=False),
             build_info=dict(type="dict"),
             gpus=dict(type="list", elements="dict", default=[]),
         ),
@@ -190,18 +248,35 @@ def build_module():
     )
 
 
+def survey(toolchain, params):
+    """This host as llama_cpp_build_plan's `nodes` items and run_problems expect it."""
+    return {
+        "host": params["host"],
+        "cpu_arch": toolchain["cpu_arch"],
+        "glibc_version": toolchain["glibc_version"],
+        "driver_version": toolchain["driver_version"],
+        "driver_cuda_version": toolchain["driver_cuda_version"],
+        "gpu_driver": params["gpu_driver"],
+        "gpus": [dict((key, gpu.get(key)) for key in ("index", "name", "compute_cap", "cuda_arch"))
+                 for gpu in params["gpus"]],
+        "forward_compat": params["forward_compat"],
+    }
+
+
 def main():
     module = build_module()
     toolchain = Toolchain(module).gather()
-    compatible, problems = None, []
+    node = survey(toolchain, module.params)
+    compatible, sharing, running = None, [], []
     if module.params["build_info"] is not None:
-        peer = dict(toolchain, gpus=module.params["gpus"])
         try:
-            problems = compatibility_problems(module.params["build_info"], peer)
+            sharing = sharing_problems(module.params["build_info"], node)
+            running = [] if sharing else run_problems(module.params["build_info"], node)
         except LlamaCppError as exc:
             module.fail_json(msg=str(exc), toolchain=toolchain)
-        compatible = not problems
-    module.exit_json(changed=False, toolchain=toolchain, compatible=compatible, problems=problems,
+        compatible = not sharing and not running
+    module.exit_json(changed=False, toolchain=toolchain, compatible=compatible, problems=sharing + running,
+                     sharing_problems=sharing, run_problems=running, node=node,
                      ansible_facts={"gpulab_llama_cpp_toolchain": toolchain})
 
 

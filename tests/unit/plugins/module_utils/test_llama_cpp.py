@@ -7,6 +7,8 @@ import pytest
 
 from ansible_collections.gpulab.inference.plugins.module_utils import llama_cpp as lc
 
+PINNED_CUDA_ID = "2fad4334d9e2"
+
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "llama_cpp"
 
 
@@ -38,7 +40,9 @@ def test_malformed_compute_cap_is_rejected(cap):
 def test_architectures_from_gpus_unique_and_sorted():
     gpus = [{"compute_cap": "12.0", "cuda_arch": "120"}, {"compute_cap": "9.0"},
             {"compute_cap": "12.0", "cuda_arch": "120"}]
-    assert lc.architectures_from_gpus(gpus) == ["90", "120"]
+    # Compiled as llama.cpp's CMake compiles them: SASS per GPU, 12X as the arch-specific 12Xa.
+    assert lc.architectures_from_gpus(gpus) == ["90-real", "120a-real"]
+    assert lc.architectures_from_gpus([{"cuda_arch": "86"}]) == ["86-real"]
 
 
 def test_architectures_from_no_gpus_is_empty():
@@ -51,11 +55,14 @@ def test_valid_override_is_normalised():
     assert lc.validate_cuda_architectures(["120a", "90", 86, "100F", "90"]) == ["86", "90", "100f", "120a"]
 
 
-def test_override_as_cmake_string():
-    assert lc.validate_cuda_architectures("90;120") == ["90", "120"]
+def test_override_as_cmake_string_is_spelled_as_compiled():
+    # ggml/src/ggml-cuda/CMakeLists.txt turns every plain 12X into 12Xa.
+    assert lc.validate_cuda_architectures("90;120") == ["90", "120a"]
+    assert lc.validate_cuda_architectures(["121-real", "90-virtual", "120a-real"]) == [
+        "90-virtual", "120a-real", "121a-real"]
 
 
-@pytest.mark.parametrize("typo", ["12.0", "sm_90", "9O", "120b", "native", "1200", "0"])
+@pytest.mark.parametrize("typo", ["12.0", "sm_90", "9O", "120b", "native", "1200", "0", "120-fake", "120 a"])
 def test_typo_in_override_names_the_entry(typo):
     with pytest.raises(lc.LlamaCppError) as error:
         lc.validate_cuda_architectures(["90", typo])
@@ -72,6 +79,10 @@ def test_typo_in_override_names_the_entry(typo):
     ("100f", "120", False),
     ("103f", "100", False),
     ("100a", "103", False),
+    ("120a-real", "120", True),
+    ("120a-real", "121", False),
+    ("90-real", "90", True),
+    ("90-virtual", "90", True),
 ])
 def test_arch_coverage(built, gpu, covered):
     assert lc.arch_covers(built, gpu) is covered
@@ -124,9 +135,11 @@ def test_cuda_resolution():
     gpus = [{"cuda_arch": "120"}]
     assert lc.resolve_cuda("auto", "/usr/local/cuda/bin/nvcc", gpus) is True
     assert lc.resolve_cuda("auto", None, gpus) is False
-    assert lc.resolve_cuda("auto", "/usr/bin/nvcc", []) is False
+    assert lc.resolve_cuda("auto", None, []) is False
     assert lc.resolve_cuda("off", "/usr/bin/nvcc", gpus) is False
-    assert lc.resolve_cuda("on", "/usr/bin/nvcc", []) is True
+    assert lc.resolve_cuda("off", "/usr/bin/nvcc", [], driver_error="mismatch") is False
+    assert lc.resolve_cuda("on", "/usr/bin/nvcc", [], architectures=["120a-real"]) is True
+    assert lc.resolve_cuda("auto", "/usr/bin/nvcc", [], architectures=["120a-real"]) is True
     with pytest.raises(lc.LlamaCppError, match="no nvcc was found"):
         lc.resolve_cuda("on", None, gpus)
     with pytest.raises(lc.LlamaCppError, match="'yes'"):
@@ -218,12 +231,23 @@ def test_no_nvcc_is_recorded_as_none():
 
 def test_pinned_id_catches_accidental_hash_changes():
     # Changing the hash recipe rebuilds every cluster: make it a deliberate edit.
-    data = lc.fingerprint("archive:sha256:00", {"GGML_RPC": "ON"}, "12.8.93",
-                          {"id": "gnu", "version": "12.2.0"}, ["120"])
+    data = lc.fingerprint("archive:sha256:00", {"GGML_RPC": "ON", "GGML_CUDA": "ON"}, "12.8.93",
+                          {"id": "gnu", "version": "12.2.0"}, ["120a-real"])
     assert lc.canonical_json(data) == (
-        '{"cmake_options":{"GGML_RPC":"ON"},"compiler":"gnu 12.2.0","cuda_architectures":["120"],'
-        '"nvcc_version":"12.8.93","source":"archive:sha256:00"}')
-    assert lc.build_id(data) == "b21f520ccc08"
+        '{"cmake_options":{"GGML_CUDA":"ON","GGML_RPC":"ON"},"compiler":"gnu 12.2.0",'
+        '"cuda_architectures":["120a-real"],"nvcc_version":"12.8.93","source":"archive:sha256:00"}')
+    assert lc.build_id(data) == lc.build_id(json.loads(lc.canonical_json(data)))
+    assert lc.build_id(data) == PINNED_CUDA_ID
+
+
+def test_cpu_build_fingerprint_excludes_nvcc():
+    # A toolkit upgrade must not rebuild (nor re-ship) a CPU build.
+    cpu = {"GGML_RPC": "ON", "GGML_CUDA": "OFF"}
+    compiler = {"id": "gnu", "version": "12.2.0"}
+    with_nvcc = lc.fingerprint("archive:sha256:00", cpu, "12.8.93", compiler, [])
+    assert with_nvcc["nvcc_version"] == "none"
+    assert lc.build_id(with_nvcc) == lc.build_id(lc.fingerprint("archive:sha256:00", cpu, "12.9.41", compiler, []))
+    assert lc.build_id(with_nvcc) == lc.build_id(lc.fingerprint("archive:sha256:00", cpu, None, compiler, []))
 
 
 def test_empty_source_id_is_rejected():
@@ -235,7 +259,7 @@ def test_empty_source_id_is_rejected():
 
 INFO = {
     "build_id": "0123456789ab", "source": {"kind": "archive"}, "cmake_options": {},
-    "cuda": True, "cuda_architectures": ["120"], "nvcc_version": "12.8.93",
+    "cuda": True, "cuda_architectures": ["120a-real"], "nvcc_version": "12.8.93",
     "compiler": "gnu 12.2.0", "cpu_arch": "x86_64", "glibc_version": "2.36",
     "rpc_server_binary": "ggml-rpc-server", "binaries": {"llama-server": "aa", "ggml-rpc-server": "bb"},
 }
@@ -280,9 +304,10 @@ def test_newer_glibc_and_driver_are_compatible():
     ({"cpu_arch": "aarch64"}, "cpu arch aarch64 differs"),
     ({"glibc_version": "2.35"}, "glibc 2.35 is older than the build host's 2.36"),
     ({"glibc_version": None}, "glibc None"),
-    ({"driver_cuda_version": "11.8"}, "driver supports CUDA 11.8"),
-    ({"driver_cuda_version": None}, "no NVIDIA driver"),
-    ({"gpus": [{"cuda_arch": "90"}]}, "GPU architecture 90 is not in the build's list 120"),
+    ({"driver_cuda_version": "11.8"}, "driver supports CUDA 11.8, an older major"),
+    ({"driver_cuda_version": "12.6"}, "supports CUDA 12.6, older than the CUDA toolkit 12.8.93"),
+    ({"driver_cuda_version": None}, "reports no CUDA version"),
+    ({"gpus": [{"cuda_arch": "90"}]}, "GPU (compute capability 9.0) is not among the build's architectures 120a-real"),
 ])
 def test_incompatible_peer_says_why(change, message):
     problems = lc.compatibility_problems(INFO, dict(PEER, **change))
@@ -296,8 +321,223 @@ def test_cpu_build_ignores_gpus_and_driver():
                                                      gpus=[{"cuda_arch": "90"}])) == []
 
 
-def test_lockstep_mismatches_name_host_and_both_ids():
-    expected = {"node-a": "aaaaaaaaaaaa", "node-b": "aaaaaaaaaaaa", "node-c": "cccccccccccc"}
-    reported = {"node-a": "aaaaaaaaaaaa", "node-b": "bbbbbbbbbbbb", "node-c": "cccccccccccc"}
-    assert lc.lockstep_mismatches(expected, reported) == [("node-b", "aaaaaaaaaaaa", "bbbbbbbbbbbb")]
-    assert lc.lockstep_mismatches(expected, expected) == []
+
+
+# --- auto never falls back to a CPU build where a GPU build was meant ------------------------
+
+@pytest.mark.parametrize("mode, gpus, driver_error, message", [
+    # nvcc present, no GPU visible: a CPU build would be shipped to GPU nodes.
+    ("auto", [], None, "no NVIDIA GPU is visible"),
+    ("on", [], None, "no GPU architecture is known"),
+    # Driver upgraded without a reboot: nvidia-smi lists nothing, the driver error says why.
+    ("auto", [], "node-b: Driver/library version mismatch", "Driver/library version mismatch"),
+    ("on", [{"compute_cap": "12.0"}], "node-b: reboot", "node-b: reboot"),
+])
+def test_cuda_auto_refuses_instead_of_a_silent_cpu_build(mode, gpus, driver_error, message):
+    with pytest.raises(lc.LlamaCppError, match=message) as error:
+        lc.resolve_cuda(mode, "/usr/local/cuda/bin/nvcc", gpus, driver_error)
+    assert "llama_cpp_cuda" in str(error.value)
+
+
+# --- --version and the CMake cache -------------------------------------------------------------
+
+@pytest.mark.parametrize("text, expected", [
+    # common/build-info.cpp (current): version, build number, commit.
+    ("version: b8070-0c1e570 (build 8070, commit 0c1e570)\nbuilt with GNU 12.2.0 for Linux x86_64\n",
+     {"version": "b8070-0c1e570", "build_number": "8070", "commit": "0c1e570",
+      "compiler": "GNU 12.2.0", "target": "Linux x86_64"}),
+    # The lab's archive has no .git: build number 0, commit given to CMake.
+    ("version: b0-0c1e570 (build 0, commit 0c1e570)\nbuilt with cc (Debian 12.2.0-14) 12.2.0 for x86_64-linux-gnu\n",
+     {"version": "b0-0c1e570", "build_number": "0", "commit": "0c1e570",
+      "compiler": "cc (Debian 12.2.0-14) 12.2.0", "target": "x86_64-linux-gnu"}),
+    # common/arg.cpp (older): build number and commit only.
+    ("ggml_cuda_init: found 1 CUDA devices\nversion: 4567 (33a75f41)\nbuilt with MSVC 19.40 for x64\n",
+     {"version": "4567", "build_number": "4567", "commit": "33a75f41", "compiler": "MSVC 19.40", "target": "x64"}),
+])
+def test_llama_version_is_parsed(text, expected):
+    assert lc.parse_llama_version(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "error: unknown argument --version", "\x00\x01"])
+def test_llama_version_without_a_version_line_is_named(text):
+    with pytest.raises(lc.LlamaCppError, match="no 'version: ...' line"):
+        lc.parse_llama_version(text)
+
+
+@pytest.mark.parametrize("cache, expected", [
+    ("CMAKE_BUILD_TYPE:STRING=Release\nCMAKE_CUDA_ARCHITECTURES:STRING=90-real;120a-real\n", ["90-real", "120a-real"]),
+    # A plain 12X in the cache is compiled as 12Xa (ggml/src/ggml-cuda/CMakeLists.txt).
+    ("CMAKE_CUDA_ARCHITECTURES:UNINITIALIZED=120;121-real\n", ["120a", "121a-real"]),
+    ("CMAKE_BUILD_TYPE:STRING=Release\nGGML_CUDA:BOOL=OFF\n", None),
+])
+def test_cmake_cache_architectures_as_compiled(cache, expected):
+    assert lc.parse_cmake_cache_architectures(cache) == expected
+
+
+def test_cmake_cache_with_a_strange_architecture_is_named():
+    with pytest.raises(lc.LlamaCppError, match="CMakeCache.txt.*'native'"):
+        lc.parse_cmake_cache_architectures("CMAKE_CUDA_ARCHITECTURES:STRING=native\n")
+
+
+def test_non_utf8_build_info_is_named():
+    with pytest.raises(lc.LlamaCppError, match="not UTF-8"):
+        lc.parse_build_info(b'{"build_id": "\xff\xfe"}')
+    assert lc.parse_build_info(json.dumps(INFO).encode()) == INFO
+
+
+# --- BUILD_INFO.json composition -------------------------------------------------------------------
+
+PLAN = {"build_id": "0123456789ab", "cuda": True, "cuda_architectures": ["90-real", "120a-real"],
+        "cmake_options": {"GGML_CUDA": "ON"}, "rpc_rdma": False, "rpc_server_binary": "ggml-rpc-server",
+        "fingerprint": {"compiler": "gnu 12.2.0"}}
+TOOLCHAIN = {"nvcc_version": "12.8.93", "driver_version": "580.95.05", "cpu_arch": "x86_64", "glibc_version": "2.36"}
+VERSION = {"version": "b0-0c1e570", "build_number": "0", "commit": "0c1e570"}
+
+
+def test_build_info_records_architectures_as_compiled():
+    info = lc.compose_build_info(PLAN, TOOLCHAIN, VERSION, {"llama-server": "aa"}, ["90-real", "120a-real"],
+                                 {"kind": "archive", "id": "archive:sha256:00"}, "node-a")
+    assert info["cuda_architectures"] == ["90-real", "120a-real"]
+    assert (info["build_id"], info["commit"], info["build_number"]) == ("0123456789ab", "0c1e570", "0")
+    assert info["nvcc_version"] == "12.8.93"
+    assert lc.parse_build_info(json.dumps(info))["binaries"] == {"llama-server": "aa"}
+
+
+def test_cpu_build_info_has_no_toolkit():
+    plan = dict(PLAN, cuda=False, cuda_architectures=[])
+    info = lc.compose_build_info(plan, TOOLCHAIN, VERSION, {"llama-server": "aa"}, None, {"kind": "git"}, "node-a")
+    assert (info["cuda"], info["cuda_architectures"], info["nvcc_version"]) == (False, [], None)
+
+
+@pytest.mark.parametrize("compiled, binaries, message", [
+    (["120a-real"], {"llama-server": "aa"}, "compiled 120a-real but the plan asked for 90-real;120a-real"),
+    (None, {"llama-server": "aa"}, "without CMAKE_CUDA_ARCHITECTURES"),
+    (["90-real", "120a-real"], {}, "no binaries"),
+])
+def test_build_info_refuses_what_was_not_built(compiled, binaries, message):
+    with pytest.raises(lc.LlamaCppError, match=message):
+        lc.compose_build_info(PLAN, TOOLCHAIN, VERSION, binaries, compiled, {}, "node-a")
+
+
+# --- one build for every node that can share it -----------------------------------------------------
+
+def node(host, compute_caps, driver_cuda="13.0", cpu_arch="x86_64", glibc="2.36", mismatch=False, name=None):
+    return {"host": host, "cpu_arch": cpu_arch, "glibc_version": glibc, "driver_version": "580.95.05",
+            "driver_cuda_version": driver_cuda, "gpu_driver": {"mismatch": mismatch, "message": "reboot %s" % host},
+            "gpus": [{"name": name or "GPU %s" % cap, "compute_cap": cap} for cap in compute_caps]}
+
+
+BUILD_HOST = {"cpu_arch": "x86_64", "glibc_version": "2.36", "nvcc_path": "/usr/local/cuda/bin/nvcc",
+              "nvcc_version": "12.8.93"}
+
+
+def test_union_of_every_sharing_node_is_one_build():
+    # The lab: an sm_90 node beside sm_120 nodes gets one build for both architectures.
+    nodes = [node("node-a", ["12.0", "12.0"]), node("node-b", ["12.0"]), node("node-c", ["9.0"])]
+    targets = lc.plan_build_targets("auto", BUILD_HOST, nodes)
+    assert targets == {"cuda": True, "cuda_architectures": ["90-real", "120a-real"],
+                       "sharing_hosts": ["node-a", "node-b", "node-c"], "local_hosts": {}}
+
+
+def test_only_what_cannot_share_binaries_builds_locally():
+    nodes = [node("node-a", ["12.0"]), node("arm", ["9.0"], cpu_arch="aarch64"),
+             node("old-glibc", ["8.6"], glibc="2.31"), node("cuda11", ["8.0"], driver_cuda="11.8")]
+    targets = lc.plan_build_targets("auto", BUILD_HOST, nodes)
+    assert targets["cuda_architectures"] == ["120a-real"]
+    assert targets["sharing_hosts"] == ["node-a"]
+    assert sorted(targets["local_hosts"]) == ["arm", "cuda11", "old-glibc"]
+    assert "cpu arch aarch64" in targets["local_hosts"]["arm"][0]
+    assert "an older major" in targets["local_hosts"]["cuda11"][0]
+
+
+def test_cpu_build_ignores_toolkit_and_drivers():
+    nodes = [node("node-a", ["12.0"], driver_cuda="12.6", mismatch=True), node("node-c", ["9.0"])]
+    targets = lc.plan_build_targets("off", BUILD_HOST, nodes)
+    assert (targets["cuda"], targets["cuda_architectures"]) == (False, [])
+    assert targets["sharing_hosts"] == ["node-a", "node-c"]
+
+
+def test_no_nvcc_and_no_gpu_is_a_cpu_build():
+    targets = lc.plan_build_targets("auto", dict(BUILD_HOST, nvcc_path=None, nvcc_version=None), [node("cpu", [])])
+    assert targets["cuda"] is False
+
+
+def test_driver_upgraded_without_reboot_is_refused_not_built_for_cpu():
+    nodes = [node("node-a", ["12.0"]), dict(node("node-b", []), gpu_driver={"mismatch": True, "message": "reboot node-b"})]
+    with pytest.raises(lc.LlamaCppError, match="node-b: reboot node-b"):
+        lc.plan_build_targets("auto", BUILD_HOST, nodes)
+
+
+def test_override_must_cover_every_sharing_gpu():
+    nodes = [node("node-a", ["12.0"]), node("node-c", ["9.0"], name="NVIDIA H200")]
+    with pytest.raises(lc.LlamaCppError, match="NVIDIA H200 on node-c .compute capability 9.0. is not covered"):
+        lc.plan_build_targets("on", BUILD_HOST, nodes, ["120"])
+    assert lc.plan_build_targets("on", BUILD_HOST, nodes, ["120", "90-real"])["cuda_architectures"] == [
+        "90-real", "120a"]
+
+
+def test_override_too_new_for_the_toolkit_is_refused():
+    with pytest.raises(lc.LlamaCppError, match=r"architecture 121a \(compute capability 12.1\) needs CUDA toolkit 12.9 or newer; the toolkit found is 12.8.93"):
+        lc.plan_build_targets("on", BUILD_HOST, [], ["121"])
+
+
+# --- the one lockstep rule (distribution and the head) -----------------------------------------------
+
+REF = dict(INFO, source={"kind": "archive", "id": "archive:sha256:00"})
+
+
+@pytest.mark.parametrize("change, expected", [
+    ({}, None),
+    # Local builds that had to be: another CPU, an older glibc, an older CUDA major.
+    ({"build_id": "bbbbbbbbbbbb", "cpu_arch": "aarch64"}, None),
+    ({"build_id": "bbbbbbbbbbbb", "glibc_version": "2.31"}, None),
+    ({"build_id": "bbbbbbbbbbbb", "nvcc_version": "11.8.89"}, None),
+    # Another id that the node could have shared: not in lockstep.
+    ({"build_id": "bbbbbbbbbbbb"}, "could run the cluster's build 0123456789ab"),
+    ({"build_id": "bbbbbbbbbbbb", "glibc_version": "2.39"}, "could run the cluster's build"),
+    # Another source: another RPC protocol.
+    ({"build_id": "bbbbbbbbbbbb", "cpu_arch": "aarch64", "source": {"id": "git:x@1"}}, "same source on every node"),
+])
+def test_lockstep_rule(change, expected):
+    problem = lc.lockstep_problem(REF, dict(REF, **change), "node-b")
+    if expected is None:
+        assert problem is None
+    else:
+        assert "node-b" in problem and expected in problem
+
+
+def test_lockstep_without_a_build_names_the_node():
+    assert "node-c has no valid llama.cpp build (expected 0123456789ab)" == lc.lockstep_problem(REF, {}, "node-c")
+
+
+# --- pruning -----------------------------------------------------------------------------------------
+
+INSTALLED = [("aaaaaaaaaaa1", 100), ("aaaaaaaaaaa2", 200), ("aaaaaaaaaaa3", 300), ("aaaaaaaaaaa4", 400)]
+
+
+@pytest.mark.parametrize("current, previous, referenced, keep, expected", [
+    ("aaaaaaaaaaa4", "aaaaaaaaaaa3", [], 2, ["aaaaaaaaaaa1", "aaaaaaaaaaa2"]),
+    # The previous build is kept even when it is the oldest (rollback).
+    ("aaaaaaaaaaa4", "aaaaaaaaaaa1", [], 2, ["aaaaaaaaaaa2", "aaaaaaaaaaa3"]),
+    # A build a unit still references is never removed, even beyond keep.
+    ("aaaaaaaaaaa4", "aaaaaaaaaaa3", ["aaaaaaaaaaa1"], 2, ["aaaaaaaaaaa2"]),
+    ("aaaaaaaaaaa4", "aaaaaaaaaaa3", [], 3, ["aaaaaaaaaaa1"]),
+    ("aaaaaaaaaaa4", None, [], 2, ["aaaaaaaaaaa1", "aaaaaaaaaaa2"]),
+    ("aaaaaaaaaaa4", "aaaaaaaaaaa3", [], 9, []),
+])
+def test_prune_selection(current, previous, referenced, keep, expected):
+    assert lc.select_prunable(INSTALLED, current, previous, referenced, keep) == expected
+
+
+@pytest.mark.parametrize("keep", [1, 0, -3, "two", None])
+def test_keep_builds_below_two_is_refused(keep):
+    with pytest.raises(lc.LlamaCppError, match="llama_cpp_keep_builds is"):
+        lc.check_keep_builds(keep)
+
+
+def test_referenced_build_ids_are_read_from_wrappers_and_units():
+    texts = ["exec /opt/gpulab/llama.cpp/0123456789ab/bin/llama-server --port 8080\n",
+             "ExecStart=/opt/gpulab/bin/rpc-server-wrapper\n# /opt/gpulab/llama.cpp/current/bin\n",
+             "/opt/gpulab/llama.cpp/abcdefabcdef0/bin (13 digits: not a build id)\n"
+             "/other/llama.cpp/fedcba987654/bin\n"]
+    assert lc.referenced_build_ids(texts, "/opt/gpulab/llama.cpp/") == ["0123456789ab"]

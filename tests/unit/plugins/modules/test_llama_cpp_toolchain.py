@@ -123,7 +123,7 @@ def test_reads_installed_build_id(tmp_path, capsys):
 
 
 BUILD_INFO = {"build_id": "0123456789ab", "cpu_arch": "x86_64", "glibc_version": "2.36", "cuda": True,
-              "nvcc_version": "12.8.93", "cuda_architectures": ["120"]}
+              "nvcc_version": "12.8.93", "cuda_architectures": ["120a-real"]}
 
 
 def test_compatible_peer(tmp_path, capsys):
@@ -139,4 +139,38 @@ def test_incompatible_peer_says_why(tmp_path, capsys):
     failed, result = run_module(args, capsys)[:2]
     assert not failed, result
     assert result["compatible"] is False
-    assert result["problems"] == ["GPU architecture 90 is not in the build's list 120"]
+    assert result["problems"] == ["GPU (compute capability 9.0) is not among the build's architectures 120a-real"]
+    assert result["run_problems"] == result["problems"]
+    assert result["sharing_problems"] == []
+
+
+def test_other_cpu_is_a_sharing_problem(tmp_path, capsys):
+    args = {"install_dir": str(tmp_path), "build_info": dict(BUILD_INFO, cpu_arch="aarch64"), "host": "node-b"}
+    failed, result = run_module(args, capsys)[:2]
+    assert not failed, result
+    assert result["sharing_problems"] == ["cpu arch x86_64 differs from the build's aarch64"]
+    assert result["run_problems"] == []
+
+
+def test_node_survey_for_the_build_plan(tmp_path, capsys):
+    gpus = [{"index": 0, "name": "NVIDIA H200", "compute_cap": "9.0", "cuda_arch": "90", "memory_total_mib": 143771}]
+    args = {"install_dir": str(tmp_path), "host": "node-c", "gpus": gpus, "gpu_driver": {"mismatch": False}}
+    failed, result = run_module(args, capsys)[:2]
+    assert not failed, result
+    assert result["node"] == {
+        "host": "node-c", "cpu_arch": "x86_64", "glibc_version": "2.36", "driver_version": "580.159.04",
+        "driver_cuda_version": "13.0", "gpu_driver": {"mismatch": False}, "forward_compat": False,
+        "gpus": [{"index": 0, "name": "NVIDIA H200", "compute_cap": "9.0", "cuda_arch": "90"}]}
+    assert result["compatible"] is None
+
+
+@pytest.mark.parametrize("mode, message", [(0o644, "is not executable"), (None, "does not exist")])
+def test_bad_nvcc_path_names_the_option(tmp_path, capsys, mode, message):
+    nvcc = tmp_path / "nvcc"
+    if mode is not None:
+        nvcc.write_text("#!/bin/sh\n")
+        nvcc.chmod(mode)
+    failed, result = run_module({"install_dir": str(tmp_path), "nvcc_path": str(nvcc)}, capsys)[:2]
+    assert failed
+    assert result["msg"].startswith("nvcc_path (llama_cpp_nvcc_path) %s %s" % (nvcc, message))
+    assert "Traceback" not in result["msg"]
