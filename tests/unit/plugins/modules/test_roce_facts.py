@@ -1,0 +1,128 @@
+"""roce_facts on the fixture sysfs trees, and roce_fabric_plan on captured `ip -j` answers."""
+
+import shutil
+from pathlib import Path
+
+from ansible_collections.gpulab.inference.plugins.modules import roce_fabric_plan, roce_facts
+import module_harness
+from module_harness import ExitJson, FailJson
+
+FIXTURES = Path(__file__).resolve().parents[2] / 'fixtures' / 'roce'
+IP = '/usr/sbin/ip'
+LINK = (IP, '-j', '-d', 'link', 'show')
+ADDR = (IP, '-j', 'addr', 'show')
+
+
+def run_facts(args):
+    return module_harness.run_module(roce_facts.main, args, {}, None)
+
+
+def test_connectx_fabric_interface():
+    run = run_facts({'sysfs_root': str(FIXTURES / 'connectx-roce'), 'fabric_interface': 'ens1f0np0',
+                     'fabric_address': '10.231.77.10'})
+    assert run.kind is ExitJson
+    assert run.commands == []
+    facts = run.result['ansible_facts']
+    assert run.result['changed'] is False
+    assert [device['name'] for device in facts['gpulab_roce']] == ['mlx5_0', 'mlx5_1']
+    fabric = facts['gpulab_roce_fabric']
+    assert fabric['found'] is True
+    assert fabric['selection']['gid_index'] == 3
+    assert fabric['selection']['device'] == 'mlx5_0'
+    assert fabric['env'] == {
+        'NCCL_IB_HCA': '=mlx5_0:1', 'NCCL_IB_GID_INDEX': '3', 'NCCL_SOCKET_IFNAME': '=ens1f0np0',
+        'GLOO_SOCKET_IFNAME': 'ens1f0np0', 'GGML_RDMA_DEV': 'mlx5_0', 'GGML_RDMA_GID': '3'}
+
+
+def test_connectx_down_port_interface():
+    run = run_facts({'sysfs_root': str(FIXTURES / 'connectx-roce'), 'fabric_interface': 'ens1f1np1'})
+    fabric = run.result['ansible_facts']['gpulab_roce_fabric']
+    assert run.kind is ExitJson
+    assert fabric['found'] is False and fabric['env'] == {}
+    assert 'no RoCE v2 GID with an IPv4 address on ens1f1np1' in fabric['message']
+
+
+def test_infiniband_tree():
+    run = run_facts({'sysfs_root': str(FIXTURES / 'infiniband')})
+    devices = run.result['ansible_facts']['gpulab_roce']
+    assert run.kind is ExitJson
+    assert devices[0]['ports'][0]['link_layer'] == 'InfiniBand'
+    assert devices[0]['ports'][0]['gids'][0]['type'] == 'IB'
+    assert run.result['ansible_facts']['gpulab_roce_fabric']['found'] is False
+
+
+def test_no_devices_is_an_empty_list():
+    run = run_facts({'sysfs_root': str(FIXTURES / 'no-devices'), 'fabric_interface': 'eno1'})
+    assert run.kind is ExitJson
+    assert run.result['ansible_facts']['gpulab_roce'] == []
+    assert 'no RDMA devices' in run.result['ansible_facts']['gpulab_roce_fabric']['message']
+
+
+def test_malformed_tree_fails_with_the_place(tmp_path):
+    shutil.copytree(FIXTURES / 'connectx-roce', tmp_path / 'sys')
+    (tmp_path / 'sys' / 'class' / 'infiniband' / 'mlx5_0' / 'ports' / '1' / 'state').write_text('ACTIVE\n')
+    run = run_facts({'sysfs_root': str(tmp_path / 'sys')})
+    assert run.kind is FailJson
+    assert run.result['msg'] == ("mlx5_0 port 1: port state 'ACTIVE' is not \"<number>: <name>\" (under %s)"
+                                 % (tmp_path / 'sys'))
+
+
+# --- roce_fabric_plan ------------------------------------------------------------------------
+
+def ip_answers():
+    return {
+        LINK: (0, (FIXTURES / 'ip' / 'veth-link.json').read_text(), ''),
+        ADDR: (0, (FIXTURES / 'ip' / 'veth-addr.json').read_text(), ''),
+    }
+
+
+def run_plan(**args):
+    params = {'interface': 'fabric0', 'address': '192.0.2.10', 'subnet': '192.0.2.0/24', 'mtu': 9000,
+              'peers': {'node-a': '192.0.2.10', 'node-b': '192.0.2.11'}}
+    params.update(args)
+    return module_harness.run_module(roce_fabric_plan.main, params, ip_answers(), IP)
+
+
+def test_plan_on_the_lab_veth():
+    run = run_plan()
+    assert run.kind is ExitJson
+    assert run.commands == [list(LINK), list(ADDR)]
+    run.get_bin_path.assert_called_once_with('ip', required=True)
+    assert run.result['cidr'] == '192.0.2.10/24'
+    assert run.result['live_ok'] is True
+    assert run.result['ping_payload_bytes'] == 8972
+
+
+def test_plan_refuses_a_missing_interface():
+    run = run_plan(interface='ens1f0np0')
+    assert run.kind is FailJson
+    assert run.result['msg'].startswith('gpulab_fabric_interface ens1f0np0 does not exist on this host '
+                                        '(interfaces: fabric0, fabric0p)')
+
+
+def test_plan_refuses_an_mtu_above_the_maximum():
+    run = run_plan(mtu=65536)
+    assert run.kind is FailJson
+    assert 'roce_mtu 65536 is above the maximum MTU 65535 of fabric0' in run.result['msg']
+
+
+def test_plan_refuses_an_address_outside_the_subnet():
+    run = run_plan(address='192.0.3.10')
+    assert run.kind is FailJson
+    assert run.result['msg'] == ('gpulab_fabric_address 192.0.3.10 is outside the fabric subnet 192.0.2.0/24: '
+                                 'fix the address or roce_fabric_subnet')
+
+
+def test_plan_refuses_duplicate_addresses():
+    run = run_plan(peers={'node-a': '192.0.2.10', 'node-b': '192.0.2.10', 'node-c': '192.0.2.12'})
+    assert run.kind is FailJson
+    assert run.result['msg'] == 'fabric addresses must differ between hosts: 192.0.2.10 is set on node-a, node-b'
+
+
+def test_plan_reports_ip_failure():
+    answers = ip_answers()
+    answers[LINK] = (1, '', 'Cannot open netlink socket')
+    run = module_harness.run_module(roce_fabric_plan.main, {'interface': 'fabric0', 'address': '192.0.2.10',
+                                                            'subnet': '192.0.2.0/24'}, answers, IP)
+    assert run.kind is FailJson
+    assert run.result['msg'] == '/usr/sbin/ip -j -d link show failed (rc=1): Cannot open netlink socket'
