@@ -1,0 +1,603 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to gpulab.inference
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Where llama.cpp puts a GGUF model's weights and KV cache, per device, before loading it.
+
+Pure functions over a model's tensor infos and metadata (plugins/module_utils/gguf.py reads
+them) and a list of devices in llama.cpp's order. The rules follow llama.cpp's own code
+(the version the collection builds, 0c1e570):
+
+- src/llama-model.cpp load_tensors: the tensor split becomes cumulative split points
+  normalised to 1 (float), n_gpu_layers offloads the LAST layers (i_gpu_start =
+  max(n_layer + 1 - n_gpu_layers, 0)), and layer il (il == n_layer is the output layer) goes to
+  device std::upper_bound(splits, float(il - i_gpu_start) / act_gpu_layers); the input layer
+  (token embeddings) always stays on the CPU.
+- src/llama-model-loader.cpp create_tensor and src/llama-arch.cpp llm_tensor_info_mapping:
+  token_embd / position_embd / token_types are input tensors, output / output_norm are output
+  tensors, blk.<il>.* belong to layer il.
+- src/llama-context.cpp: n_ctx is padded to 256; without a unified KV cache each of the
+  n_seq_max (llama-server --parallel) sequences gets its own stream of
+  GGML_PAD(n_ctx / n_seq_max, 256) cells.
+- src/llama-kv-cache.cpp: per layer a K tensor (n_embd_k_gqa x cells x streams, cache type K)
+  and a V tensor (n_embd_v_gqa x cells x streams, cache type V), on the layer's device when
+  the KV cache is offloaded.
+
+The compute buffer is an estimate (the graph allocator's peak depends on the backend and on
+fused kernels); weights and KV cache are exact up to buffer alignment.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import itertools
+import math
+import re
+import struct
+
+from ansible_collections.gpulab.inference.plugins.module_utils import gguf
+
+MIB = 1024 * 1024
+
+# llama_max_devices() is 16; common/arg.cpp refuses a --tensor-split of that many entries
+MAX_TENSOR_SPLIT_ENTRIES = 15
+
+# common/arg.cpp kv_cache_types: --cache-type-k / --cache-type-v values -> ggml type id
+CACHE_TYPES = {
+    "f32": 0, "f16": 1, "bf16": 30, "q8_0": 8, "q4_0": 2, "q4_1": 3, "iq4_nl": 20, "q5_0": 6, "q5_1": 7,
+}
+
+# src/llama-context.cpp: cparams.n_ctx = GGML_PAD(cparams.n_ctx, 256)
+KV_CTX_PAD = 256
+# common/common.h: n_ubatch default (the physical batch the compute buffer is sized for)
+DEFAULT_UBATCH = 512
+
+# src/llama-arch.cpp llm_tensor_info_mapping: tensors of the input and the output "layer"
+INPUT_TENSORS = ("token_embd", "position_embd", "token_types")
+OUTPUT_TENSORS = ("output", "output_norm", "cls", "cls_out", "cls_norm")
+_BLOCK_NAME = re.compile(r"^blk\.(?P<il>[0-9]+)\.")
+# expert tensors: ffn_{gate,up,down,gate_up}_exps (the shared experts are _shexp)
+_EXPERT_NAME = re.compile(r"_exps\.")
+
+INPUT = "input"
+OUTPUT = "output"
+CPU = "CPU"
+
+
+class PlanError(ValueError):
+    """Bad input: the message names the option or value and what to do."""
+
+
+def _f32(value):
+    """Round to IEEE single precision, as llama.cpp's float arithmetic does."""
+    return struct.unpack("<f", struct.pack("<f", value))[0]
+
+
+# ---------------------------------------------------------------- model facts
+
+def tensor_layer(name, n_layer):
+    """INPUT, OUTPUT or the layer index a tensor belongs to (create_tensor's buffer choice)."""
+    match = _BLOCK_NAME.match(name)
+    if match:
+        il = int(match.group("il"))
+        if il >= n_layer:
+            raise PlanError("tensor %s belongs to layer %d but the model has %d layers (block_count)" % (name, il, n_layer))
+        return il
+    base = name.rsplit(".", 1)[0]
+    if base in INPUT_TENSORS:
+        return INPUT
+    if base in OUTPUT_TENSORS:
+        return OUTPUT
+    # other global tensors (rope_freqs, token_embd_norm) are created per layer or with the first layer
+    return 0
+
+
+def _per_layer(value, n_layer, key):
+    """A hyperparameter given once or per layer (get_key_or_arr) as a list of n_layer ints."""
+    if isinstance(value, list):
+        if len(value) != n_layer:
+            raise PlanError("%s has %d entries for %d layers" % (key, len(value), n_layer))
+        return [int(v) for v in value]
+    return [int(value)] * n_layer
+
+
+def model_facts(model):
+    """Architecture, shape and sizes of a GGUFModel (or anything with .get, .tensors, .size_bytes).
+
+    Active parameters and decode bytes per token count the expert tensors (`*_exps`) at
+    experts_used / experts and the token embeddings at one row, every other tensor whole.
+    """
+    arch = model.get("general.architecture")
+    if not arch:
+        raise PlanError("%s has no general.architecture: not a model (a vocabulary-only GGUF?)" % (model.path,))
+
+    def key(name, default=None, required=False):
+        value = model.get("%s.%s" % (arch, name), default)
+        if value is None and required:
+            raise PlanError("%s has no %s.%s; llama.cpp cannot load it" % (model.path, arch, name))
+        return value
+
+    n_layer = int(key("block_count", required=True))
+    n_embd = int(key("embedding_length", required=True))
+    n_head = _per_layer(key("attention.head_count", required=True), n_layer, "attention.head_count")
+    n_head_kv = _per_layer(key("attention.head_count_kv", list(n_head)), n_layer, "attention.head_count_kv")
+    n_head_max = max(n_head) if n_head else 0
+    head_k = int(key("attention.key_length", n_embd // n_head_max if n_head_max else 0))
+    head_v = int(key("attention.value_length", head_k))
+    n_expert = int(key("expert_count", 0) or 0)
+    n_expert_used = int(key("expert_used_count", 0) or 0)
+    tokens = model.get("tokenizer.ggml.tokens")
+    n_vocab = len(tokens) if isinstance(tokens, list) else int(key("vocab_size", 0) or 0)
+
+    total_params = 0
+    active_params = 0.0
+    decode_bytes = 0.0
+    for info, _shard in model.tensors:
+        nbytes = gguf.ggml_nbytes(info.ggml_type, info.dims)
+        total_params += info.n_elements
+        if _EXPERT_NAME.search(info.name + ".") and n_expert:
+            share = float(n_expert_used) / n_expert
+            active_params += info.n_elements * share
+            decode_bytes += nbytes * share
+        elif tensor_layer(info.name, n_layer) == INPUT:
+            active_params += info.n_elements
+            rows = info.n_elements // info.dims[0]
+            decode_bytes += nbytes / float(rows)
+        else:
+            active_params += info.n_elements
+            decode_bytes += nbytes
+    return {
+        "architecture": arch,
+        "name": model.get("general.name"),
+        "layers": n_layer,
+        "embedding_length": n_embd,
+        "attention_heads": n_head_max,
+        "kv_heads": n_head_kv,
+        "head_dim_k": head_k,
+        "head_dim_v": head_v,
+        "experts": n_expert,
+        "experts_used": n_expert_used,
+        "vocab_size": n_vocab,
+        "context_length_train": int(key("context_length", 0) or 0),
+        "total_params": total_params,
+        "active_params": int(round(active_params)),
+        "decode_bytes_per_token": int(round(decode_bytes)),
+        "size_bytes": int(model.size_bytes),
+        "size_mib": round(model.size_bytes / float(MIB), 2),
+        "files": len(getattr(model, "shards", [None])),
+        "tensors": len(model.tensors),
+    }
+
+
+def weight_bytes_by_layer(model, n_layer, alignment=32):
+    """{INPUT: bytes, OUTPUT: bytes, il: bytes} of the weights; each tensor padded to the
+    buffer alignment, as ggml-alloc places them."""
+    by_layer = {INPUT: 0, OUTPUT: 0}
+    for il in range(n_layer):
+        by_layer[il] = 0
+    for info, _shard in model.tensors:
+        nbytes = gguf.ggml_nbytes(info.ggml_type, info.dims)
+        by_layer[tensor_layer(info.name, n_layer)] += gguf.align_offset(nbytes, alignment)
+    return by_layer
+
+
+# ---------------------------------------------------------------- the split
+
+def _number(value, what):
+    if isinstance(value, bool):
+        raise PlanError("%s %r is not a number" % (what, value))
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise PlanError("%s %r is not a number" % (what, value))
+    if math.isnan(number) or math.isinf(number):
+        raise PlanError("%s %r must be a finite number" % (what, value))
+    return number
+
+
+def tensor_split(mode, devices):
+    """The split proportions, one per device in llama.cpp's order.
+
+    mode: 'equal'; 'free' (each device's free memory, what llama.cpp uses when no split is
+    given); 'proportional' (each device's total memory, as the llama_server role passes it);
+    or a list of numbers / a '3,1,1' string (common/arg.cpp splits on ',' and '/'). A list
+    shorter than the devices leaves the rest at 0, as common/arg.cpp does.
+    """
+    names = [d["name"] for d in devices]
+    if not devices:
+        raise PlanError("no device to split the model over; give at least one device")
+    if len(devices) > MAX_TENSOR_SPLIT_ENTRIES + 1:
+        raise PlanError("%d devices but llama.cpp handles at most %d (llama_max_devices)"
+                        % (len(devices), MAX_TENSOR_SPLIT_ENTRIES + 1))
+    if isinstance(mode, str) and re.search(r"[,/]|^\s*[0-9.]+\s*$", mode):
+        mode = [v for v in re.split(r"[,/]+", mode) if v.strip()]
+    if isinstance(mode, (list, tuple)):
+        if len(mode) > len(devices):
+            raise PlanError("tensor_split has %d entries but there are only %d devices (%s); give at most one "
+                            "proportion per device" % (len(mode), len(devices), ", ".join(names)))
+        values = []
+        for value in mode:
+            number = _number(value, "tensor_split entry")
+            if number < 0:
+                raise PlanError("tensor_split entry %r is negative; proportions must be >= 0" % (value,))
+            values.append(number)
+        if not any(values):
+            raise PlanError("tensor_split %r is all zero, which puts nothing on any device; give at least one "
+                            "positive proportion, or use equal or free" % (list(mode),))
+        return values + [0.0] * (len(devices) - len(values))
+    if mode == "equal":
+        return [1.0] * len(devices)
+    if mode in ("free", "proportional"):
+        field = "free_mib" if mode == "free" else "total_mib"
+        unknown = [d["name"] for d in devices if d.get(field) is None]
+        if unknown:
+            raise PlanError("%s is unknown for %s; tensor_split=%s needs it for every device (use equal or a list)"
+                            % (field, ", ".join(unknown), mode))
+        values = [float(d[field]) for d in devices]
+        if not any(values):
+            raise PlanError("every device reports 0 %s; tensor_split=%s cannot split by it" % (field, mode))
+        return values
+    raise PlanError("tensor_split %r is not equal, free, proportional or a list of numbers" % (mode,))
+
+
+def split_points(values):
+    """Cumulative split points normalised to 1, in float32 as load_tensors computes them."""
+    points = []
+    total = 0.0
+    for value in values:
+        total = _f32(total + _f32(value))
+        points.append(total)
+    return [_f32(p / total) for p in points]
+
+
+def gpu_layers(n_gpu_layers, n_layer):
+    """n_gpu_layers as llama_model::n_gpu_layers(): 'all'/'auto'/negative -> n_layer + 1."""
+    if n_gpu_layers in (None, "all", "auto") or (isinstance(n_gpu_layers, int) and n_gpu_layers < 0):
+        return n_layer + 1
+    if isinstance(n_gpu_layers, bool):
+        raise PlanError("n_gpu_layers %r must be a number of layers, all or auto" % (n_gpu_layers,))
+    try:
+        return int(n_gpu_layers)
+    except (TypeError, ValueError):
+        raise PlanError("n_gpu_layers %r must be a number of layers, all or auto" % (n_gpu_layers,))
+
+
+def assign_layers(n_layer, splits, n_gpu_layers):
+    """Device index (or None for the CPU) of layers 0..n_layer-1 and of the output layer (last
+    entry), as load_tensors' get_layer_buft_list does."""
+    n_devices = len(splits)
+    ngl = gpu_layers(n_gpu_layers, n_layer)
+    points = split_points(splits)
+    i_gpu_start = max(n_layer + 1 - ngl, 0)
+    act_gpu_layers = min(ngl, n_layer + 1) if n_devices else 0
+    placement = []
+    for il in range(n_layer + 1):
+        if il < i_gpu_start or (il - i_gpu_start) >= act_gpu_layers:
+            placement.append(None)
+            continue
+        position = _f32(float(il - i_gpu_start) / act_gpu_layers)
+        index = 0
+        while index < n_devices and not points[index] > position:  # std::upper_bound
+            index += 1
+        placement.append(min(index, n_devices - 1))
+    return placement
+
+
+# ---------------------------------------------------------------- KV cache and compute buffer
+
+def cache_type(name, option):
+    if name not in CACHE_TYPES:
+        raise PlanError("%s=%r is not a KV cache type llama.cpp accepts; use one of: %s"
+                        % (option, name, ", ".join(sorted(CACHE_TYPES))))
+    return CACHE_TYPES[name]
+
+
+def kv_cells(ctx_size, parallel, n_ctx_train, kv_unified=False):
+    """(cells per stream, streams) of the KV cache (src/llama-context.cpp)."""
+    if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
+        raise PlanError("parallel=%r must be a positive number of slots" % (parallel,))
+    if isinstance(ctx_size, bool) or not isinstance(ctx_size, int) or ctx_size < 0:
+        raise PlanError("ctx_size=%r must be a number of tokens >= 0 (0: the model's training context)" % (ctx_size,))
+    n_ctx = ctx_size or n_ctx_train
+    if not n_ctx:
+        raise PlanError("ctx_size=0 asks for the model's training context, but the model does not say it; set ctx_size")
+    n_ctx = gguf.align_offset(n_ctx, KV_CTX_PAD)
+    if kv_unified or parallel == 1:
+        return n_ctx, 1
+    n_ctx_seq = gguf.align_offset(n_ctx // parallel, KV_CTX_PAD)
+    return n_ctx_seq, parallel
+
+
+def kv_bytes_per_layer(facts, cells, streams, type_k, type_v):
+    """K and V bytes of each layer (0 for layers without attention heads)."""
+    sizes = []
+    for n_kv in facts["kv_heads"]:
+        k = gguf.ggml_row_bytes(type_k, facts["head_dim_k"] * n_kv) * cells * streams if n_kv else 0
+        v = gguf.ggml_row_bytes(type_v, facts["head_dim_v"] * n_kv) * cells * streams if n_kv else 0
+        sizes.append((k, v))
+    return sizes
+
+
+def compute_bytes_estimate(facts, cells, holds_layers, holds_output, flash_attn, ubatch=DEFAULT_UBATCH):
+    """Rough peak of a device's compute buffer (an estimate, not llama.cpp's allocator).
+
+    A layer device needs the larger of attention scores (without flash attention
+    cells x ubatch x heads floats) and the expert FFN activations (ubatch x experts_used x
+    expert FFN x 3 floats), plus a few hidden-state copies; the output device also holds the
+    logits (vocab x ubatch floats).
+    """
+    if not holds_layers and not holds_output:
+        return 0
+    n_embd = facts["embedding_length"]
+    heads = facts["attention_heads"]
+    hidden = 4 * ubatch * n_embd * 4
+    if flash_attn:
+        attention = ubatch * heads * facts["head_dim_v"] * 4 * 2
+    else:
+        attention = cells * ubatch * heads * 4
+    ffn_size = facts.get("expert_ffn_size") or 4 * n_embd
+    used = facts["experts_used"] or 1
+    ffn = ubatch * used * ffn_size * 4 * 3
+    total = hidden + (max(attention, ffn) if holds_layers else 0)
+    if holds_output:
+        total += facts["vocab_size"] * ubatch * 4
+    return total
+
+
+# ---------------------------------------------------------------- the plan
+
+def normalise_devices(devices):
+    """Check a device list: name (unique), free_mib (or None when unknown), total_mib, host."""
+    if not devices:
+        raise PlanError("devices is empty; give the devices llama.cpp splits over (RPC devices, then local GPUs)")
+    seen = set()
+    result = []
+    for i, device in enumerate(devices):
+        if not isinstance(device, dict) or not device.get("name"):
+            raise PlanError("devices[%d] %r needs a name" % (i, device))
+        name = str(device["name"])
+        if name in seen:
+            raise PlanError("device name %s appears twice in devices" % name)
+        seen.add(name)
+        entry = {"name": name, "host": device.get("host"), "kind": device.get("kind")}
+        for field in ("free_mib", "total_mib"):
+            value = device.get(field)
+            if value is not None:
+                value = _number(value, "devices[%d].%s" % (i, field))
+                if value < 0:
+                    raise PlanError("devices[%d].%s %r is negative" % (i, field, device.get(field)))
+            entry[field] = value
+        result.append(entry)
+    return result
+
+
+def plan_layout(model, devices, split="equal", n_gpu_layers="all", ctx_size=0, parallel=1, kv_unified=False,
+                cache_type_k="f16", cache_type_v="f16", flash_attn="auto", margin_mib=1024, offload_kqv=True,
+                ubatch=DEFAULT_UBATCH, alignment=32, facts=None):
+    """Per-device weights, KV cache, compute buffer and whether each fits; plus the CPU's part."""
+    facts = facts or model_facts(model)
+    devices = normalise_devices(devices)
+    values = tensor_split(split, devices)
+    n_layer = facts["layers"]
+    placement = assign_layers(n_layer, values, n_gpu_layers)
+    type_k = cache_type(cache_type_k, "cache_type_k")
+    type_v = cache_type(cache_type_v, "cache_type_v")
+    if flash_attn not in ("on", "off", "auto"):
+        raise PlanError("flash_attn=%r must be on, off or auto" % (flash_attn,))
+    if flash_attn == "off" and type_v not in (0, 1, 30):
+        # src/llama-context.cpp: quantized V cache requires flash attention
+        raise PlanError("cache_type_v=%s needs flash attention; set flash_attn to on or auto, or use f16"
+                        % cache_type_v)
+    margin_mib = _number(margin_mib, "margin_mib")
+    if margin_mib < 0:
+        raise PlanError("margin_mib %r must be >= 0" % (margin_mib,))
+    cells, streams = kv_cells(ctx_size, parallel, facts["context_length_train"], kv_unified)
+    facts = dict(facts, expert_ffn_size=_expert_ffn(model, facts))
+    weights = weight_bytes_by_layer(model, n_layer, alignment)
+    kv = kv_bytes_per_layer(facts, cells, streams, type_k, type_v)
+
+    rows = []
+    for index, device in enumerate(devices):
+        layers = [il for il in range(n_layer) if placement[il] == index]
+        holds_output = placement[n_layer] == index
+        weight = sum(weights[il] for il in layers) + (weights[OUTPUT] if holds_output else 0)
+        kv_k = sum(kv[il][0] for il in layers) if offload_kqv else 0
+        kv_v = sum(kv[il][1] for il in layers) if offload_kqv else 0
+        compute = compute_bytes_estimate(facts, cells * streams, bool(layers), holds_output, flash_attn != "off", ubatch)
+        total = weight + kv_k + kv_v + compute
+        row = {
+            "name": device["name"],
+            "host": device["host"],
+            "kind": device["kind"],
+            "layers": layers,
+            "layer_range": _ranges(layers),
+            "output_layer": holds_output,
+            "split": values[index],
+            "weights_mib": _mib(weight),
+            "kv_cache_mib": _mib(kv_k + kv_v),
+            "compute_mib_estimate": _mib(compute),
+            "total_mib": _mib(total),
+            "free_mib": device["free_mib"],
+            "margin_mib": margin_mib,
+        }
+        if device["free_mib"] is None:
+            row["fits"] = None
+            row["headroom_mib"] = None
+        else:
+            row["headroom_mib"] = round(device["free_mib"] - margin_mib - total / float(MIB), 2)
+            row["fits"] = row["headroom_mib"] >= 0
+        rows.append(row)
+
+    cpu_layers = [il for il in range(n_layer) if placement[il] is None]
+    cpu_weight = weights[INPUT] + sum(weights[il] for il in cpu_layers) + (weights[OUTPUT] if placement[n_layer] is None else 0)
+    cpu_kv = sum(kv[il][0] + kv[il][1] for il in (range(n_layer) if not offload_kqv else cpu_layers))
+    checked = [r for r in rows if r["fits"] is not None]
+    return {
+        "devices": rows,
+        "cpu": {
+            "layers": cpu_layers,
+            "layer_range": _ranges(cpu_layers),
+            "output_layer": placement[n_layer] is None,
+            "weights_mib": _mib(cpu_weight),
+            "kv_cache_mib": _mib(cpu_kv),
+        },
+        "fits": all(r["fits"] for r in checked),
+        "unchecked": [r["name"] for r in rows if r["fits"] is None],
+        "overflowing": [r["name"] for r in checked if not r["fits"]],
+        "tensor_split": values,
+        "n_gpu_layers": gpu_layers(n_gpu_layers, n_layer),
+        "kv_cells": cells,
+        "kv_streams": streams,
+        "ctx_size": cells * streams,
+        "weights_total_mib": _mib(sum(weights.values())),
+        "kv_cache_total_mib": _mib(sum(k + v for k, v in kv)),
+    }
+
+
+def _expert_ffn(model, facts):
+    """Expert FFN width from the expert tensors (dims[1] of ffn_up_exps), else feed_forward_length."""
+    for info, _shard in model.tensors:
+        if info.name.endswith("ffn_up_exps.weight") and len(info.dims) == 3:
+            return info.dims[1]
+    ffn = model.get("%s.feed_forward_length" % facts["architecture"])
+    if isinstance(ffn, list):
+        ffn = max(ffn) if ffn else None
+    return int(ffn) if ffn else None
+
+
+def _mib(nbytes):
+    return round(nbytes / float(MIB), 2)
+
+
+def _ranges(layers):
+    """[0, 1, 2, 5] -> '0-2,5'."""
+    parts = []
+    for _key, group in itertools.groupby(enumerate(layers), lambda pair: pair[1] - pair[0]):
+        group = [il for _i, il in group]
+        parts.append(str(group[0]) if len(group) == 1 else "%d-%d" % (group[0], group[-1]))
+    return ",".join(parts)
+
+
+def smallest_device_set(model, devices, max_exhaustive=12, **options):
+    """The fewest devices (split by free memory, llama.cpp's default) whose plan fits.
+
+    Among sets of the same size the one with the most headroom on its tightest device wins.
+    Returns (names in llama.cpp order, plan) or (None, None) when even all devices do not fit.
+    Devices with unknown free memory are left out.
+    """
+    devices = [d for d in normalise_devices(devices) if d["free_mib"] is not None]
+    facts = options.pop("facts", None) or model_facts(model)
+    options.pop("split", None)
+    if len(devices) > max_exhaustive:
+        ordered = sorted(devices, key=lambda d: -d["free_mib"])
+        candidates_by_size = [[sorted(ordered[:k], key=devices.index)] for k in range(1, len(devices) + 1)]
+    else:
+        candidates_by_size = [list(itertools.combinations(devices, k)) for k in range(1, len(devices) + 1)]
+    for candidates in candidates_by_size:
+        best = None
+        for subset in candidates:
+            if not any(d["free_mib"] for d in subset):
+                continue
+            plan = plan_layout(model, list(subset), split="free", facts=facts, **options)
+            if not plan["fits"]:
+                continue
+            tightest = min(r["headroom_mib"] for r in plan["devices"])
+            if best is None or tightest > best[0]:
+                best = (tightest, [d["name"] for d in subset], plan)
+        if best:
+            return best[1], best[2]
+    return None, None
+
+
+def single_node_fits(model, devices, **options):
+    """{host: whether that host's devices alone hold the model (split by free memory)}."""
+    facts = options.pop("facts", None) or model_facts(model)
+    options.pop("split", None)
+    by_host = {}
+    for device in normalise_devices(devices):
+        if device["host"] is not None:
+            by_host.setdefault(device["host"], []).append(device)
+    result = {}
+    for host, members in by_host.items():
+        known = [d for d in members if d["free_mib"] is not None]
+        if len(known) != len(members) or not any(d["free_mib"] for d in known):
+            result[host] = None
+            continue
+        result[host] = plan_layout(model, members, split="free", facts=facts, **options)["fits"]
+    return result
+
+
+def format_table(plan):
+    """Lines of a per-device table: what each device would hold against what it has free."""
+    header = "%-10s %-12s %-9s %10s %10s %12s %10s %10s %10s  %s" % (
+        "device", "host", "layers", "weights", "kv cache", "compute(est)", "total", "free", "headroom", "fits")
+    lines = [header + "   (MiB; margin %s MiB per device)" % _fmt(plan["devices"][0]["margin_mib"] if plan["devices"] else 0)]
+    for row in plan["devices"]:
+        layers = row["layer_range"] + ("+out" if row["output_layer"] else "")
+        lines.append("%-10s %-12s %-9s %10.2f %10.2f %12.2f %10.2f %10s %10s  %s" % (
+            row["name"], row["host"] or "-", layers or "-", row["weights_mib"], row["kv_cache_mib"],
+            row["compute_mib_estimate"], row["total_mib"], _fmt(row["free_mib"]), _fmt(row["headroom_mib"]),
+            {True: "yes", False: "NO", None: "unknown"}[row["fits"]]))
+    cpu = plan["cpu"]
+    lines.append("%-10s %-12s %-9s %10.2f %10.2f" % (
+        "CPU(host)", "head", (cpu["layer_range"] + ("+out" if cpu["output_layer"] else "")) or "input",
+        cpu["weights_mib"], cpu["kv_cache_mib"]))
+    return lines
+
+
+def _fmt(value):
+    if value is None:
+        return "?"
+    return "%.2f" % value if isinstance(value, float) and value != int(value) else "%d" % value
+
+
+# ---------------------------------------------------------------- devices from the nodes
+
+def devices_from_nodes(head, workers):
+    """The devices llama.cpp will split over, in its order, with live free memory.
+
+    head: {host, gpus}; workers: list of {host, gpus, servers}. gpus are gpu_facts'
+    gpulab_gpus (index, memory_total_mib, memory_free_mib). servers is the worker's
+    /etc/gpulab/rpc-server/servers.json, or None before its first deployment; then it gets one
+    RPC device per GPU (as llama_rpc_server does for a CUDA build) or one CPU device without
+    GPUs. src/llama.cpp llama_prepare_model_devices puts RPC devices first (in --rpc order),
+    then the local GPUs; every RPC server exposes one device.
+    """
+    devices = []
+    for worker in workers:
+        host = worker.get("host")
+        gpus = dict((int(g["index"]), g) for g in worker.get("gpus") or [])
+        servers = worker.get("servers")
+        if servers:
+            endpoints = servers.get("endpoints") or []
+            if not endpoints:
+                raise PlanError("%s: servers.json lists no endpoint; redeploy llama_rpc_server there" % host)
+            entries = [(e.get("gpu_index"), e.get("port")) for e in endpoints]
+        elif gpus:
+            entries = [(index, None) for index in sorted(gpus)]
+        else:
+            entries = [(None, None)]
+        for gpu_index, port in entries:
+            gpu = gpus.get(int(gpu_index)) if gpu_index is not None else None
+            devices.append({
+                "name": "RPC%d" % len(devices),
+                "kind": "rpc",
+                "host": host,
+                "port": port,
+                "gpu_index": gpu_index,
+                "free_mib": gpu.get("memory_free_mib") if gpu else None,
+                "total_mib": gpu.get("memory_total_mib") if gpu else None,
+            })
+    for i, gpu in enumerate(sorted(head.get("gpus") or [], key=lambda g: int(g["index"]))):
+        devices.append({
+            "name": "CUDA%d" % i,
+            "kind": "local",
+            "host": head.get("host"),
+            "port": None,
+            "gpu_index": int(gpu["index"]),
+            "free_mib": gpu.get("memory_free_mib"),
+            "total_mib": gpu.get("memory_total_mib"),
+        })
+    if not devices:
+        raise PlanError("no device: no RPC worker and no GPU on the head; nothing to plan")
+    return devices

@@ -1,0 +1,336 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Layer placement, KV cache and fit arithmetic of gguf_plan, on synthetic GGUF files and on
+tensor lists shaped like the full MiniMax-M2 (no file needed)."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import pytest
+
+from ansible_collections.gpulab.inference.plugins.module_utils import gguf
+from ansible_collections.gpulab.inference.plugins.module_utils import gguf_plan as gp
+from ansible_collections.gpulab.inference.plugins.module_utils import synthetic_model as sm
+
+MIB = 1024 * 1024
+
+
+class ShapedModel:
+    """A model's metadata and tensor infos without a file (tensor data is never read anyway)."""
+
+    def __init__(self, options, n_vocab):
+        opts = sm.validate_options(options)
+        self.path = "/models/%s.gguf" % opts["architecture"]
+        self.metadata = dict((k, v.value) for k, v in sm.minimax_m2_metadata(opts))
+        self.metadata["general.architecture"] = opts["architecture"]
+        self.metadata["%s.vocab_size" % opts["architecture"]] = n_vocab
+        self.tensors = [(plan.info, 0) for plan in sm.minimax_m2_tensors(opts, n_vocab)]
+        self.size_bytes = sum(gguf.ggml_nbytes(i.ggml_type, i.dims) for i, _s in self.tensors)
+
+    def get(self, key, default=None):
+        return self.metadata.get(key, default)
+
+
+# MiniMax-M2 itself (the comments of synthetic_model.DEFAULTS), in Q8_0
+MINIMAX_M2 = dict(layers=62, hidden_size=3072, attention_heads=48, kv_heads=8, head_dim=128, experts=256,
+                  experts_used=8, expert_ffn_size=1536, context_length=196608)
+
+
+@pytest.fixture(scope="module")
+def minimax():
+    return ShapedModel(MINIMAX_M2, 200064)
+
+
+@pytest.fixture(scope="module")
+def lab_model(tmp_path_factory):
+    """The lab's synthetic model (inventory/demo: the defaults, two shards), built-in vocabulary."""
+    opts = sm.validate_options({"shards": 2})
+    plan = sm.ModelPlan(opts, str(tmp_path_factory.mktemp("lab") / "synthetic-minimax-m2.gguf"), sm.builtin_vocab(), None)
+    sm.write_model(plan, opts["seed"])
+    return gguf.read_gguf_model(plan.paths[0])
+
+
+def devices(*free, **kwargs):
+    hosts = kwargs.get("hosts") or [None] * len(free)
+    return [{"name": "D%d" % i, "free_mib": f, "host": h} for i, (f, h) in enumerate(zip(free, hosts))]
+
+
+# ---------------------------------------------------------------- placement (load_tensors)
+
+def test_equal_split_over_two_devices_puts_the_output_with_the_last_layer():
+    # 4 layers + output = 5 units at 0, .2, .4, .6, .8 against split points .5, 1
+    assert gp.assign_layers(4, [1, 1], "all") == [0, 0, 0, 1, 1]
+
+
+def test_split_points_are_upper_bound_not_lower_bound():
+    # 32 layers + output = 33 units: layer 8 sits at 8/33 = 0.2424 < 0.25, so it stays on device 0
+    placement = gp.assign_layers(32, [0.25, 0.75], "all")
+    assert placement.count(0) == 9 and placement[8] == 0 and placement[9] == 1
+    # a unit exactly on a split point goes to the next device (std::upper_bound: first point > x)
+    assert gp.assign_layers(2, [1, 2], "all") == [0, 1, 1]
+
+
+def test_n_gpu_layers_offloads_the_last_layers():
+    # i_gpu_start = 4 + 1 - 2 = 3: layers 0-2 on the CPU; layer 3 and the output split 0 / .5
+    assert gp.assign_layers(4, [1, 1], 2) == [None, None, None, 0, 1]
+    assert gp.assign_layers(4, [1, 1], 0) == [None] * 5
+    assert gp.assign_layers(4, [1, 1], 99) == gp.assign_layers(4, [1, 1], "all") == gp.assign_layers(4, [1, 1], -1)
+
+
+def test_a_zero_entry_gets_no_layer():
+    assert gp.assign_layers(4, [0, 1, 0], "all") == [1] * 5
+    assert gp.assign_layers(4, [3, 0, 1], "all") == [0, 0, 0, 0, 2]
+
+
+def test_split_points_are_float32_like_llama_cpp():
+    points = gp.split_points([1, 1, 1])
+    assert points[-1] == 1.0
+    assert points[0] == gp._f32(1.0 / 3)  # pylint: disable=protected-access
+    assert points[0] != 1.0 / 3
+
+
+def test_tensor_layers_follow_llama_cpp_names():
+    assert gp.tensor_layer("token_embd.weight", 4) == gp.INPUT
+    assert gp.tensor_layer("output.weight", 4) == gp.OUTPUT
+    assert gp.tensor_layer("output_norm.weight", 4) == gp.OUTPUT
+    assert gp.tensor_layer("blk.3.ffn_up_exps.weight", 4) == 3
+    with pytest.raises(gp.PlanError, match=r"blk\.4\.attn_q\.weight belongs to layer 4 but the model has 4 layers"):
+        gp.tensor_layer("blk.4.attn_q.weight", 4)
+
+
+# ---------------------------------------------------------------- tensor split input
+
+def test_tensor_split_modes():
+    devs = [{"name": "A", "free_mib": 100, "total_mib": 400}, {"name": "B", "free_mib": 300, "total_mib": 400}]
+    assert gp.tensor_split("equal", devs) == [1.0, 1.0]
+    assert gp.tensor_split("free", devs) == [100.0, 300.0]
+    assert gp.tensor_split("proportional", devs) == [400.0, 400.0]
+    assert gp.tensor_split([3, "1"], devs) == [3.0, 1.0]
+    assert gp.tensor_split("3,1", devs) == [3.0, 1.0]
+    assert gp.tensor_split("3/1", devs) == [3.0, 1.0]
+    # shorter than the devices: the rest get 0, as common/arg.cpp fills them
+    assert gp.tensor_split([1], devs) == [1.0, 0.0]
+
+
+@pytest.mark.parametrize("split, message", [
+    ([1, -1], r"tensor_split entry -1 is negative; proportions must be >= 0"),
+    ([0, 0], r"tensor_split \[0, 0\] is all zero, which puts nothing on any device"),
+    ("0,0", r"tensor_split \['0', '0'\] is all zero"),
+    ([1, 1, 1], r"tensor_split has 3 entries but there are only 2 devices \(A, B\)"),
+    (["x", 1], r"tensor_split entry 'x' is not a number"),
+    ([float("nan"), 1], r"tensor_split entry nan must be a finite number"),
+    ([True, 1], r"tensor_split entry True is not a number"),
+    ("bytes", r"tensor_split 'bytes' is not equal, free, proportional or a list of numbers"),
+])
+def test_bad_tensor_split_is_named(split, message):
+    devs = [{"name": "A", "free_mib": 100}, {"name": "B", "free_mib": 300}]
+    with pytest.raises(gp.PlanError, match=message):
+        gp.tensor_split(split, devs)
+
+
+def test_split_by_unknown_memory_is_refused():
+    with pytest.raises(gp.PlanError, match=r"free_mib is unknown for B; tensor_split=free needs it"):
+        gp.tensor_split("free", [{"name": "A", "free_mib": 1}, {"name": "B", "free_mib": None}])
+    with pytest.raises(gp.PlanError, match=r"total_mib is unknown for A"):
+        gp.tensor_split("proportional", [{"name": "A", "free_mib": 1}])
+
+
+def test_bad_devices_are_named():
+    with pytest.raises(gp.PlanError, match=r"devices is empty"):
+        gp.normalise_devices([])
+    with pytest.raises(gp.PlanError, match=r"devices\[1\] .* needs a name"):
+        gp.normalise_devices([{"name": "A"}, {"free_mib": 3}])
+    with pytest.raises(gp.PlanError, match=r"device name A appears twice"):
+        gp.normalise_devices([{"name": "A"}, {"name": "A"}])
+    with pytest.raises(gp.PlanError, match=r"devices\[0\]\.free_mib -5 is negative"):
+        gp.normalise_devices([{"name": "A", "free_mib": -5}])
+    with pytest.raises(gp.PlanError, match=r"17 devices but llama.cpp handles at most 16"):
+        gp.tensor_split("equal", [{"name": "D%d" % i} for i in range(17)])
+
+
+def test_n_gpu_layers_input():
+    assert gp.gpu_layers("all", 62) == 63
+    assert gp.gpu_layers("12", 62) == 12
+    with pytest.raises(gp.PlanError, match=r"n_gpu_layers 'most' must be a number of layers, all or auto"):
+        gp.gpu_layers("most", 62)
+
+
+# ---------------------------------------------------------------- KV cache (llama-context.cpp, llama-kv-cache.cpp)
+
+@pytest.mark.parametrize("ctx, parallel, unified, expected", [
+    (2048, 1, False, (2048, 1)),
+    (8192, 4, False, (2048, 4)),
+    (1000, 3, False, (512, 3)),   # 1000 -> 1024 cells; 1024 // 3 = 341 -> 512 per stream
+    (8192, 4, True, (8192, 1)),
+    (0, 1, False, (4096, 1)),     # the training context
+    (100, 1, False, (256, 1)),
+])
+def test_kv_cells(ctx, parallel, unified, expected):
+    assert gp.kv_cells(ctx, parallel, 4096, unified) == expected
+
+
+def test_bad_kv_input_is_named():
+    with pytest.raises(gp.PlanError, match=r"parallel=0 must be a positive number of slots"):
+        gp.kv_cells(2048, 0, 4096)
+    with pytest.raises(gp.PlanError, match=r"ctx_size=-1 must be a number of tokens >= 0"):
+        gp.kv_cells(-1, 1, 4096)
+    with pytest.raises(gp.PlanError, match=r"ctx_size=0 asks for the model's training context, but the model does not say it"):
+        gp.kv_cells(0, 1, 0)
+    with pytest.raises(gp.PlanError, match=r"cache_type_k='q3' is not a KV cache type llama.cpp accepts; use one of: bf16, f16"):
+        gp.cache_type("q3", "cache_type_k")
+
+
+def test_kv_bytes_per_layer_for_minimax_m2(minimax):
+    facts = gp.model_facts(minimax)
+    # n_embd_k_gqa = 128 x 8 = 1024 values per cell: f16 2048 bytes, q8_0 1024 / 32 x 34 = 1088 bytes
+    assert gp.kv_bytes_per_layer(facts, 1000, 2, 1, 1)[0] == (2048 * 2000, 2048 * 2000)
+    assert gp.kv_bytes_per_layer(facts, 1000, 1, 8, 8)[61] == (1088 * 1000, 1088 * 1000)
+
+
+def test_quantized_v_cache_needs_flash_attention(lab_model):
+    with pytest.raises(gp.PlanError, match=r"cache_type_v=q8_0 needs flash attention"):
+        gp.plan_layout(lab_model, devices(100, 100), cache_type_v="q8_0", flash_attn="off", ctx_size=512)
+
+
+# ---------------------------------------------------------------- model facts
+
+def test_facts_of_the_lab_model(lab_model):
+    facts = gp.model_facts(lab_model)
+    assert facts["architecture"] == "minimax-m2"
+    assert (facts["layers"], facts["experts"], facts["experts_used"]) == (4, 8, 2)
+    assert facts["files"] == 2
+    assert facts["total_params"] == sum(info.n_elements for info, _s in lab_model.tensors)
+    assert facts["size_bytes"] == sum(s.file_size for s in lab_model.shards)
+    experts = sum(info.n_elements for info, _s in lab_model.tensors if "_exps" in info.name)
+    assert facts["active_params"] == facts["total_params"] - experts + experts * 2 // 8
+
+
+def test_facts_of_minimax_m2_match_its_published_size(minimax):
+    facts = gp.model_facts(minimax)
+    # MiniMax-M2: 230B parameters, 10B active (general figures; the embeddings and router add a little)
+    assert 228e9 < facts["total_params"] < 231e9
+    assert 10e9 < facts["active_params"] < 11.5e9
+    # Q8_0 is 8.5 bits per weight: about 226 GiB, the seed's figure
+    assert 225 < facts["size_bytes"] / float(1 << 30) < 229
+    # at decode every token reads the dense weights and 8 of 256 experts: about 10.6 GiB ... per token
+    assert 10e9 < facts["decode_bytes_per_token"] < 12.5e9
+
+
+def test_not_a_model_is_named():
+    class VocabOnly:
+        path = "/models/ggml-vocab-qwen2.gguf"
+        tensors = []
+        size_bytes = 0
+
+        def get(self, key, default=None):
+            return default
+
+    with pytest.raises(gp.PlanError, match=r"ggml-vocab-qwen2\.gguf has no general\.architecture: not a model"):
+        gp.model_facts(VocabOnly())
+
+
+# ---------------------------------------------------------------- plans
+
+def test_plan_of_the_lab_layout_matches_what_llama_server_logged(lab_model):
+    """The demo (README): RPC0 holds layers 0-2 = 13.62 MiB, RPC1 layer 3 and the output."""
+    plan = gp.plan_layout(lab_model, devices(24105, 24105), split="equal", ctx_size=2048, parallel=1, margin_mib=0)
+    first, second = plan["devices"]
+    assert (first["layers"], first["output_layer"]) == ([0, 1, 2], False)
+    assert (second["layers"], second["output_layer"]) == ([3], True)
+    assert first["weights_mib"] == 13.62
+    # K and V: 2 KV heads x 128 x 2048 cells x f16 = 1 MiB each, per layer
+    assert (first["kv_cache_mib"], second["kv_cache_mib"]) == (6.0, 2.0)
+    weights = sum(gguf.align_offset(gguf.ggml_nbytes(i.ggml_type, i.dims), 32) for i, _s in lab_model.tensors)
+    embd = [i for i, _s in lab_model.tensors if i.name == "token_embd.weight"][0]
+    assert first["weights_mib"] + second["weights_mib"] == pytest.approx(
+        (weights - gguf.ggml_nbytes(embd.ggml_type, embd.dims)) / float(MIB), abs=0.02)
+    assert plan["cpu"]["weights_mib"] == round(gguf.ggml_nbytes(embd.ggml_type, embd.dims) / float(MIB), 2)
+    assert plan["fits"] is True and plan["overflowing"] == []
+
+
+def test_a_device_that_would_overflow_is_named_in_the_table(lab_model):
+    plan = gp.plan_layout(lab_model, devices(24105, 10), split="equal", ctx_size=2048, margin_mib=0)
+    assert plan["fits"] is False
+    assert plan["overflowing"] == ["D1"]
+    table = gp.format_table(plan)
+    assert table[0].startswith("device")
+    assert table[2].startswith("D1") and table[2].endswith("NO")
+    assert table[1].endswith("yes")
+
+
+def test_the_margin_counts(lab_model):
+    plan = gp.plan_layout(lab_model, devices(100, 100), ctx_size=2048, margin_mib=0)
+    need = max(r["total_mib"] for r in plan["devices"])
+    assert gp.plan_layout(lab_model, devices(100, 100), ctx_size=2048, margin_mib=100 - need + 1)["fits"] is False
+    assert gp.plan_layout(lab_model, devices(100, 100), ctx_size=2048, margin_mib=100 - need - 1)["fits"] is True
+
+
+def test_unknown_free_memory_is_unchecked_not_failed(lab_model):
+    plan = gp.plan_layout(lab_model, devices(None, 24105), ctx_size=2048)
+    assert plan["unchecked"] == ["D0"] and plan["devices"][0]["fits"] is None and plan["fits"] is True
+
+
+def test_kv_cache_stays_on_the_host_without_offload(lab_model):
+    plan = gp.plan_layout(lab_model, devices(100, 100), ctx_size=2048, offload_kqv=False)
+    assert [r["kv_cache_mib"] for r in plan["devices"]] == [0.0, 0.0]
+    assert plan["cpu"]["kv_cache_mib"] == 8.0
+
+
+def test_seed_claim_only_three_gpus_hold_minimax_m2_q8_0(minimax):
+    """Two 96 GB GPUs on the head and one on the worker: no GPU and no node holds the model,
+    the three together do (the seed paper: 80.0 / 75.7 / 80.0 GiB, context to spare)."""
+    free = 97248  # an idle RTX PRO 6000 (nvidia-smi capture)
+    devs = [{"name": "RPC0", "host": "node-b", "free_mib": free},
+            {"name": "CUDA0", "host": "node-a", "free_mib": free},
+            {"name": "CUDA1", "host": "node-a", "free_mib": free}]
+    options = dict(ctx_size=32768, parallel=1, margin_mib=1024)
+    names, plan = gp.smallest_device_set(minimax, devs, **options)
+    assert names == ["RPC0", "CUDA0", "CUDA1"]
+    assert plan["fits"] is True
+    assert gp.single_node_fits(minimax, devs, **options) == {"node-a": False, "node-b": False}
+    equal = gp.plan_layout(minimax, devs, split="equal", **options)
+    assert [r["layer_range"] for r in equal["devices"]] == ["0-20", "21-41", "42-61"]
+    assert equal["devices"][2]["output_layer"] is True
+    weights_gib = [r["weights_mib"] / 1024 for r in equal["devices"]]
+    assert all(73 < w < 80 for w in weights_gib), weights_gib
+
+
+def test_smallest_set_is_none_when_nothing_holds_it(minimax):
+    assert gp.smallest_device_set(minimax, devices(1000, 1000), ctx_size=4096) == (None, None)
+
+
+def test_smallest_set_prefers_fewer_devices(lab_model):
+    names, plan = gp.smallest_device_set(lab_model, devices(10, 500, 20), ctx_size=2048, margin_mib=0)
+    assert names == ["D1"]
+    assert plan["devices"][0]["layers"] == [0, 1, 2, 3]
+
+
+# ---------------------------------------------------------------- devices from the nodes
+
+GPU_B = {"index": 0, "memory_total_mib": 97887, "memory_free_mib": 97248}
+GPUS_A = [{"index": 1, "memory_total_mib": 97887, "memory_free_mib": 90000},
+          {"index": 0, "memory_total_mib": 97887, "memory_free_mib": 97248}]
+
+
+def test_devices_from_nodes_rpc_first_then_local_gpus():
+    devs = gp.devices_from_nodes({"host": "node-a", "gpus": GPUS_A},
+                                 [{"host": "node-b", "gpus": [GPU_B], "servers": None}])
+    assert [(d["name"], d["host"], d["gpu_index"], d["free_mib"]) for d in devs] == [
+        ("RPC0", "node-b", 0, 97248), ("CUDA0", "node-a", 0, 97248), ("CUDA1", "node-a", 1, 90000)]
+
+
+def test_devices_from_a_published_manifest():
+    servers = {"endpoints": [{"instance": 0, "device": "CPU", "gpu_index": None, "port": 50052, "memory_mib": 20000}]}
+    devs = gp.devices_from_nodes({"host": "node-a", "gpus": []},
+                                 [{"host": "node-b", "gpus": [GPU_B], "servers": servers},
+                                  {"host": "node-c", "gpus": [], "servers": None}])
+    assert [(d["name"], d["host"], d["port"], d["free_mib"]) for d in devs] == [
+        ("RPC0", "node-b", 50052, None), ("RPC1", "node-c", None, None)]
+
+
+def test_no_device_at_all_is_named():
+    with pytest.raises(gp.PlanError, match=r"no device: no RPC worker and no GPU on the head"):
+        gp.devices_from_nodes({"host": "node-a", "gpus": []}, [])
+    with pytest.raises(gp.PlanError, match=r"node-b: servers.json lists no endpoint"):
+        gp.devices_from_nodes({"host": "node-a"}, [{"host": "node-b", "servers": {"endpoints": []}}])
