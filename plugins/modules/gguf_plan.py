@@ -1,0 +1,291 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to gpulab.inference
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: gguf_plan
+short_description: Predict each device's memory for a GGUF model split by llama.cpp, before loading it
+description:
+  - Reads the header, metadata and tensor infos of a GGUF model (every shard of a split model),
+    never its tensor data.
+  - Assigns the layers to the devices the way llama.cpp's C(load_tensors) does for the given
+    tensor split and O(n_gpu_layers) (the last layers are offloaded; the output layer follows the
+    split like one more layer; the token embeddings stay on the CPU), and returns per device the
+    layers held, weight MiB, KV cache MiB, an estimated compute buffer and whether it fits in the
+    device's free memory with O(margin_mib) to spare.
+  - Also returns the model's facts (architecture, layers, experts, total and active parameters,
+    bytes read per token at decode, size on disk), the smallest set of devices that holds the
+    model, and for every host whether its devices alone could hold it.
+  - Weights and KV cache follow llama.cpp's arithmetic exactly up to buffer alignment; the
+    compute buffer is an estimate.
+  - Reads only; changes nothing.
+version_added: "0.2.0"
+author:
+  - gpulab.inference contributors (@gpulab)
+extends_documentation_fragment:
+  - gpulab.inference.read_only
+options:
+  path:
+    description:
+      - The model file, or the first shard (C(*-00001-of-0000N.gguf)) of a split model; every
+        shard must sit beside it.
+    type: path
+    required: true
+  devices:
+    description:
+      - The devices llama.cpp splits over, in its order (RPC devices in C(--rpc) order, then local
+        GPUs). Each a dict with C(name), C(free_mib) (V(null) when unknown: that device is not
+        checked), optional C(total_mib), C(host) and C(kind).
+      - Exactly one of O(devices) and O(nodes).
+    type: list
+    elements: dict
+  nodes:
+    description:
+      - The nodes instead of a device list. C(head) is a dict with C(host) and C(gpus) (the
+        head's C(gpulab_gpus) from M(gpulab.inference.gpu_facts)); C(workers) a list of dicts with
+        C(host), C(gpus) and C(servers) (the worker's C(/etc/gpulab/rpc-server/servers.json), or
+        V(null) before its first deployment, when it gets one device per GPU).
+    type: dict
+  tensor_split:
+    description:
+      - V(equal), V(free) (by free memory, llama.cpp's default), V(proportional) (by total memory,
+        as the C(llama_server) role passes it), or a list of proportions (or a V(3,1,1) string) in
+        device order; a shorter list leaves the last devices at 0.
+    type: raw
+    default: equal
+  n_gpu_layers:
+    description: Layers to offload (the last ones), or V(all).
+    type: raw
+    default: all
+  ctx_size:
+    description: llama-server C(--ctx-size); V(0) is the model's training context.
+    type: int
+    default: 0
+  parallel:
+    description: llama-server C(--parallel) slots; each gets its own KV stream unless O(kv_unified).
+    type: int
+    default: 1
+  kv_unified:
+    description: llama-server C(--kv-unified).
+    type: bool
+    default: false
+  cache_type_k:
+    description: C(--cache-type-k).
+    type: str
+    default: f16
+  cache_type_v:
+    description: C(--cache-type-v); a quantized V cache needs flash attention.
+    type: str
+    default: f16
+  flash_attn:
+    description: C(--flash-attn); changes the compute buffer estimate.
+    type: str
+    choices: ["on", "off", "auto"]
+    default: auto
+  offload_kqv:
+    description: Whether the KV cache sits on the layers' devices (C(--no-kv-offload) is V(false)).
+    type: bool
+    default: true
+  ubatch_size:
+    description: C(--ubatch-size), which sizes the compute buffer.
+    type: int
+    default: 512
+  margin_mib:
+    description: Free memory every device must keep beyond the plan.
+    type: int
+    default: 1024
+  require_fit:
+    description: Fail, with the per-device table, when a checked device would overflow.
+    type: bool
+    default: false
+notes:
+  - Not modelled are sliding-window and MLA KV caches, C(--override-tensor) and row split mode.
+seealso:
+  - module: gpulab.inference.gpu_facts
+  - module: gpulab.inference.gpu_residency
+"""
+
+EXAMPLES = r"""
+- name: Plan a split model over two RPC GPUs and a local GPU
+  gpulab.inference.gguf_plan:
+    path: /var/lib/gpulab/models/MiniMax-M2-Q4_K_M-00001-of-00003.gguf
+    devices:
+      - {name: RPC0, host: node-b, free_mib: 95000}
+      - {name: RPC1, host: node-c, free_mib: 139000}
+      - {name: CUDA0, host: node-a, free_mib: 95000}
+    tensor_split: free
+    ctx_size: 65536
+    parallel: 4
+  register: layout
+
+- name: Refuse a layout that cannot load, from live free memory
+  gpulab.inference.gguf_plan:
+    path: "{{ gpulab_model_path }}"
+    nodes:
+      head: {host: node-a, gpus: "{{ head_gpus }}"}
+      workers: "{{ worker_nodes }}"
+    tensor_split: [1, 1, 1]
+    ctx_size: 8192
+    parallel: 4
+    require_fit: true
+
+- name: Only the model's facts and the smallest set of devices
+  gpulab.inference.gguf_plan:
+    path: /models/model.gguf
+    devices: [{name: CUDA0, free_mib: 81000}, {name: CUDA1, free_mib: 81000}]
+"""
+
+RETURN = r"""
+model:
+  description: >-
+    The model's facts: architecture, name, layers, embedding_length, attention_heads, kv_heads
+    (per layer), head_dim_k, head_dim_v, experts, experts_used, vocab_size, context_length_train,
+    total_params, active_params, decode_bytes_per_token, size_bytes, size_mib, files, tensors.
+  returned: success
+  type: dict
+  sample: {architecture: minimax-m2, layers: 62, experts: 256, experts_used: 8, files: 6}
+devices:
+  description: >-
+    Per device in llama.cpp's order: name, host, kind, layers (indices), layer_range,
+    output_layer, split, weights_mib, kv_cache_mib, compute_mib_estimate, total_mib, free_mib,
+    margin_mib, headroom_mib and fits (V(null) when the free memory is unknown).
+  returned: success
+  type: list
+  elements: dict
+cpu:
+  description: What stays in host memory of the head (input layer, layers not offloaded).
+  returned: success
+  type: dict
+fits:
+  description: Whether every checked device holds its part with the margin.
+  returned: success
+  type: bool
+overflowing:
+  description: Names of the devices that would overflow.
+  returned: success
+  type: list
+  elements: str
+unchecked:
+  description: Names of the devices whose free memory is unknown.
+  returned: success
+  type: list
+  elements: str
+table:
+  description: The per-device table as lines.
+  returned: success
+  type: list
+  elements: str
+tensor_split:
+  description: The proportions used, one per device.
+  returned: success
+  type: list
+  elements: float
+kv_cells:
+  description: KV cells per stream (the padded per-slot context).
+  returned: success
+  type: int
+kv_streams:
+  description: KV streams (parallel slots, or 1 when unified).
+  returned: success
+  type: int
+smallest_set:
+  description: The fewest devices that hold the model split by free memory (V(null) when none do).
+  returned: success
+  type: list
+  elements: str
+single_node:
+  description: Per host, whether its devices alone hold the model (V(null) when unknown).
+  returned: success
+  type: dict
+no_single_node_fits:
+  description: True when no host can hold the model on its own devices.
+  returned: success
+  type: bool
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpulab.inference.plugins.module_utils import gguf
+from ansible_collections.gpulab.inference.plugins.module_utils import gguf_plan
+
+
+def build_module():
+    return AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path", required=True),
+            devices=dict(type="list", elements="dict"),
+            nodes=dict(type="dict"),
+            tensor_split=dict(type="raw", default="equal"),
+            n_gpu_layers=dict(type="raw", default="all"),
+            ctx_size=dict(type="int", default=0),
+            parallel=dict(type="int", default=1),
+            kv_unified=dict(type="bool", default=False),
+            cache_type_k=dict(type="str", default="f16"),
+            cache_type_v=dict(type="str", default="f16"),
+            flash_attn=dict(type="str", choices=["on", "off", "auto"], default="auto"),
+            offload_kqv=dict(type="bool", default=True),
+            ubatch_size=dict(type="int", default=512),
+            margin_mib=dict(type="int", default=1024),
+            require_fit=dict(type="bool", default=False),
+        ),
+        required_one_of=[("devices", "nodes")],
+        mutually_exclusive=[("devices", "nodes")],
+        supports_check_mode=True,
+    )
+
+
+def main():
+    module = build_module()
+    params = module.params
+    options = dict(
+        n_gpu_layers=params["n_gpu_layers"], ctx_size=params["ctx_size"], parallel=params["parallel"],
+        kv_unified=params["kv_unified"], cache_type_k=params["cache_type_k"], cache_type_v=params["cache_type_v"],
+        flash_attn=params["flash_attn"], offload_kqv=params["offload_kqv"], ubatch=params["ubatch_size"],
+        margin_mib=params["margin_mib"],
+    )
+    try:
+        model = gguf.read_gguf_model(params["path"])
+        facts = gguf_plan.model_facts(model)
+        if params["nodes"] is not None:
+            nodes = params["nodes"]
+            devices = gguf_plan.devices_from_nodes(nodes.get("head") or {}, nodes.get("workers") or [])
+        else:
+            devices = params["devices"]
+        plan = gguf_plan.plan_layout(model, devices, split=params["tensor_split"], facts=facts, **options)
+        smallest, _smallest_plan = gguf_plan.smallest_device_set(model, devices, facts=facts, **options)
+        single = gguf_plan.single_node_fits(model, devices, facts=facts, **options)
+    except (gguf.GGUFError, gguf_plan.PlanError) as exc:
+        module.fail_json(msg=str(exc))
+    table = gguf_plan.format_table(plan)
+    known = [fits for fits in single.values() if fits is not None]
+    result = dict(
+        changed=False,
+        model=facts,
+        devices=plan["devices"],
+        cpu=plan["cpu"],
+        fits=plan["fits"],
+        overflowing=plan["overflowing"],
+        unchecked=plan["unchecked"],
+        table=table,
+        tensor_split=plan["tensor_split"],
+        n_gpu_layers=plan["n_gpu_layers"],
+        kv_cells=plan["kv_cells"],
+        kv_streams=plan["kv_streams"],
+        smallest_set=smallest,
+        single_node=single,
+        no_single_node_fits=bool(known) and len(known) == len(single) and not any(known),
+    )
+    if params["require_fit"] and not plan["fits"]:
+        module.fail_json(msg="%s would overflow (free memory minus a %d MiB margin); nothing was changed. "
+                             "Lower ctx_size or parallel, change the tensor split, or add devices:\n%s"
+                             % (", ".join(plan["overflowing"]), params["margin_mib"], "\n".join(table)), **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

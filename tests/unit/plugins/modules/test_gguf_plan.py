@@ -1,0 +1,110 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""gpulab.inference.gguf_plan: a plan from a model file, the refusal with a table, bad input."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import re
+
+import pytest
+
+from ansible_collections.gpulab.inference.plugins.module_utils import synthetic_model as sm
+from ansible_collections.gpulab.inference.plugins.modules import gguf_plan
+
+from module_harness import ExitJson, FailJson, run_module
+
+
+@pytest.fixture(scope="module")
+def split_model(tmp_path_factory):
+    opts = sm.validate_options({"shards": 2})
+    plan = sm.ModelPlan(opts, str(tmp_path_factory.mktemp("m") / "lab.gguf"), sm.builtin_vocab(), None)
+    sm.write_model(plan, opts["seed"])
+    return plan
+
+
+def plan(args):
+    return run_module(gguf_plan.main, args, {}, None)
+
+
+DEVICES = [{"name": "RPC0", "host": "node-b", "free_mib": 24105}, {"name": "RPC1", "host": "node-c", "free_mib": 24105}]
+
+
+def test_plans_the_lab_layout(split_model):
+    run = plan({"path": split_model.paths[0], "devices": DEVICES, "ctx_size": 2048, "parallel": 1})
+    assert run.kind is ExitJson, run.result
+    result = run.result
+    assert result["changed"] is False and result["fits"] is True
+    assert result["model"]["files"] == 2 and result["model"]["architecture"] == "minimax-m2"
+    assert [d["layer_range"] for d in result["devices"]] == ["0-2", "3"]
+    assert result["devices"][0]["weights_mib"] == 13.62
+    assert result["devices"][1]["output_layer"] is True
+    assert result["tensor_split"] == [1.0, 1.0]
+    assert (result["kv_cells"], result["kv_streams"]) == (2048, 1)
+    assert result["smallest_set"] == ["RPC0"]
+    assert result["single_node"] == {"node-b": True, "node-c": True}
+    assert result["no_single_node_fits"] is False
+    assert result["table"][1].startswith("RPC0")
+    assert run.commands == []
+
+
+def test_plans_from_nodes(split_model):
+    nodes = {"head": {"host": "node-a", "gpus": []},
+             "workers": [{"host": "node-b", "gpus": [{"index": 0, "memory_total_mib": 97887, "memory_free_mib": 97248}],
+                          "servers": None}]}
+    run = plan({"path": split_model.paths[0], "nodes": nodes, "ctx_size": 1024})
+    assert run.kind is ExitJson, run.result
+    assert [(d["name"], d["host"], d["free_mib"]) for d in run.result["devices"]] == [("RPC0", "node-b", 97248)]
+    assert run.result["devices"][0]["layers"] == [0, 1, 2, 3]
+
+
+def test_refuses_an_overflow_with_the_table(split_model):
+    devices = [dict(DEVICES[0]), dict(DEVICES[1], free_mib=20)]
+    run = plan({"path": split_model.paths[0], "devices": devices, "ctx_size": 2048, "margin_mib": 16,
+                "require_fit": True})
+    assert run.kind is FailJson
+    msg = run.result["msg"]
+    assert msg.startswith("RPC1 would overflow (free memory minus a 16 MiB margin); nothing was changed.")
+    assert "\nRPC1 " in msg and msg.rstrip().splitlines()[-2].endswith("NO")
+    assert run.result["overflowing"] == ["RPC1"]
+    # without require_fit the same plan is returned, not failed
+    run = plan({"path": split_model.paths[0], "devices": devices, "ctx_size": 2048, "margin_mib": 16})
+    assert run.kind is ExitJson and run.result["fits"] is False
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"tensor_split": [1, -2]}, r"tensor_split entry -2 is negative"),
+    ({"tensor_split": [0, 0]}, r"tensor_split \[0, 0\] is all zero"),
+    ({"tensor_split": "1,1,1"}, r"tensor_split has 3 entries but there are only 2 devices \(RPC0, RPC1\)"),
+    ({"cache_type_k": "q2"}, r"cache_type_k='q2' is not a KV cache type"),
+    ({"parallel": 0}, r"parallel=0 must be a positive number of slots"),
+])
+def test_bad_plan_input_is_named(split_model, args, message):
+    run = plan(dict({"path": split_model.paths[0], "devices": DEVICES, "ctx_size": 2048}, **args))
+    assert run.kind is FailJson
+    assert re.search(message, run.result["msg"]), run.result["msg"]
+
+
+def test_not_a_gguf(tmp_path):
+    path = tmp_path / "model.gguf"
+    path.write_text("<html>404 not found</html>")
+    run = plan({"path": str(path), "devices": DEVICES})
+    assert run.kind is FailJson
+    assert "model.gguf: not a GGUF file" in run.result["msg"]
+
+
+def test_missing_shard(split_model, tmp_path):
+    lonely = str(tmp_path / "lab-00001-of-00002.gguf")
+    os.symlink(split_model.paths[0], lonely)
+    run = plan({"path": lonely, "devices": DEVICES})
+    assert run.kind is FailJson
+    assert run.result["msg"].startswith("missing shard 2 of 2: ")
+    assert "lab-00002-of-00002.gguf does not exist" in run.result["msg"]
+
+
+def test_devices_or_nodes_is_required(split_model):
+    run = plan({"path": split_model.paths[0]})
+    assert run.kind is FailJson
+    assert "one of the following is required: devices, nodes" in run.result["msg"]
