@@ -1,0 +1,86 @@
+"""gpu_sampler with the lab's fake nvidia-smi (one-shot queries only) and a loop replaying a real trace."""
+
+import json
+import os
+import stat
+import sys
+import threading
+import time
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+from ansible.module_utils import basic
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.gpulab.inference.plugins.modules import gpu_sampler
+
+from module_harness import ExitJson, FailJson, _exit_json, _fail_json
+
+REPO = Path(__file__).resolve().parents[4]
+FAKE_SMI = REPO / 'molecule' / 'lab' / 'files' / 'fake-nvidia-smi'
+PROFILES = REPO / 'molecule' / 'lab' / 'files' / 'nvidia-smi'
+CAPTURE = REPO / 'tests' / 'unit' / 'fixtures' / 'gpu_trace' / 'util-trace-h200.csv'
+
+
+def run(args, env=None):
+    with patch_module_args(args), mock.patch.dict(os.environ, env or {}), \
+            mock.patch.object(basic.AnsibleModule, 'exit_json', _exit_json), \
+            mock.patch.object(basic.AnsibleModule, 'fail_json', _fail_json):
+        with pytest.raises((ExitJson, FailJson)) as raised:
+            gpu_sampler.main()
+    return raised.type, raised.value.args[0]
+
+
+def fake_smi(tmp_path):
+    """The lab's fake nvidia-smi, run with this interpreter (its shebang is the lab's python3)."""
+    wrapper = tmp_path / 'nvidia-smi'
+    wrapper.write_text('#!/bin/sh\nexec %s %s "$@"\n' % (sys.executable, FAKE_SMI))
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
+    return str(wrapper)
+
+
+def test_poll_fallback_with_the_lab_fake_stops_at_the_stop_file(tmp_path):
+    stop = tmp_path / 'stop'
+    threading.Timer(1.0, stop.touch).start()
+    started = time.monotonic()
+    kind, result = run({'trace_path': str(tmp_path / 'trace.json'), 'stop_file': str(stop), 'duration_s': 30,
+                        'interval_ms': 100, 'nvidia_smi_path': fake_smi(tmp_path)},
+                       env={'GPULAB_FAKE_NVIDIA_SMI_DIR': str(PROFILES / 'rtx-pro-6000-x2')})
+    assert kind is ExitJson, result
+    assert time.monotonic() - started < 10
+    sampler = result['sampler']
+    # the fake refuses -lms (as it refuses every command line it has no answer for)
+    assert sampler['method'] == 'nvidia-smi-poll' and sampler['stopped_by'] == 'stop_file'
+    assert [g['index'] for g in sampler['gpus']] == [0, 1]
+    assert sampler['gpus'][0]['name'] == 'NVIDIA RTX PRO 6000 Blackwell Workstation Edition'
+    assert sampler['gpus'][0]['utilization_peak'] == 0 and sampler['gpus'][0]['zero_fraction'] == 1.0
+    trace = json.loads((tmp_path / 'trace.json').read_text())
+    assert trace['method'] == 'nvidia-smi-poll' and len(trace['samples']) == sampler['samples'] >= 4
+
+
+def test_loop_reads_nvidia_smi_lms(tmp_path):
+    """A loop that replays the real H200 trace (TEST DOUBLE written here) answers -lms."""
+    smi = tmp_path / 'nvidia-smi'
+    smi.write_text('#!/bin/sh\n'
+                   'case "$1" in --query-gpu=index,uuid*) echo "0, GPU-x, NVIDIA H200, 00000000:00:06.0, 580.159.04, 9.0, 143771, 0, 143156, 0"; exit 0;; esac\n'
+                   'cat %s\nexec sleep 30\n' % CAPTURE)
+    smi.chmod(0o755)
+    kind, result = run({'trace_path': str(tmp_path / 'trace.json'), 'duration_s': 2, 'nvidia_smi_path': str(smi)})
+    assert kind is ExitJson, result
+    sampler = result['sampler']
+    assert sampler['method'] == 'nvidia-smi-loop' and sampler['stopped_by'] == 'duration'
+    assert sampler['samples'] == 26
+    assert sampler['gpus'][0]['utilization_peak'] == 65 and sampler['gpus'][0]['name'] == 'NVIDIA H200'
+
+
+def test_missing_nvidia_smi_and_bad_options(tmp_path):
+    kind, result = run({'trace_path': str(tmp_path / 't.json'), 'nvidia_smi_path': '/nonexistent/nvidia-smi', 'duration_s': 1})
+    assert kind is FailJson and result['msg'].startswith('nvidia-smi (/nonexistent/nvidia-smi) not found')
+    kind, result = run({'trace_path': str(tmp_path / 't.json'), 'interval_ms': 10})
+    assert kind is FailJson and result['msg'] == 'interval_ms must be 50 or more, got 10'
+    kind, result = run({'trace_path': str(tmp_path / 'no' / 't.json')})
+    assert kind is FailJson and 'does not exist; create it first' in result['msg']
+    kind, result = run({'trace_path': str(tmp_path / 't.json'), 'method': 'nvml'})
+    assert kind is FailJson and 'nvidia-ml-py' in result['msg']
