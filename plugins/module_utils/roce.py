@@ -439,7 +439,7 @@ def check_unique_addresses(addresses):
             '%s is set on %s' % (address, ', '.join(hosts)) for address, hosts in sorted(duplicates.items())))
 
 
-def fabric_plan(interface, address, subnet, mtu, links, addresses, peers):
+def fabric_plan(interface, address, subnet, mtu, links, addresses, peers, network_manager=None):
     """Validate everything before any change; returns what the role applies and checks live.
 
     links: parse_ip_link_json; addresses: parse_ip_addr_json; peers: {host: fabric address}
@@ -462,7 +462,35 @@ def fabric_plan(interface, address, subnet, mtu, links, addresses, peers):
         'live': {'mtu': link.get('mtu'), 'addresses': live_addresses, 'operstate': link.get('operstate')},
         'live_ok': link.get('mtu') == mtu and cidr in live_addresses,
         'ping_payload_bytes': mtu - PING_OVERHEAD_BYTES,
+        'network_manager': network_manager,
     }
+
+
+NETWORK_MANAGERS = ('netplan', 'networkmanager', 'networkd')
+
+
+def choose_network_manager(requested, netplan, networkmanager_active, networkd_active, networkd_installed):
+    """Which network manager persists the fabric interface: the requested one, or, for "auto",
+    netplan where it is installed (Ubuntu: it renders for networkd or NetworkManager), else an
+    active NetworkManager, else systemd-networkd (active, or installed and enabled by the role)."""
+    present = {
+        'netplan': bool(netplan),
+        'networkmanager': bool(networkmanager_active),
+        'networkd': bool(networkd_active or networkd_installed),
+    }
+    if requested != 'auto':
+        if requested not in NETWORK_MANAGERS:
+            raise RoceError('roce_network_manager %r is not one of auto, %s' % (requested, ', '.join(NETWORK_MANAGERS)))
+        if not present[requested]:
+            raise RoceError('roce_network_manager is %s, but %s is not %s on this host; install it or set '
+                            'roce_network_manager: auto' % (requested, requested,
+                                                            'running' if requested == 'networkmanager' else 'installed'))
+        return requested
+    for name in NETWORK_MANAGERS:
+        if present[name]:
+            return name
+    raise RoceError('no supported network manager on this host (netplan, NetworkManager, systemd-networkd): '
+                    'install one, or persist the fabric interface yourself and leave gpulab_fabric_interface unset')
 
 
 # --- bandwidth check -------------------------------------------------------------------------

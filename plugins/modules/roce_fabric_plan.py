@@ -42,6 +42,19 @@ options:
         duplicates.
     type: dict
     default: {}
+  network_manager:
+    description:
+      - The network manager that persists the interface; V(auto) picks netplan where it is installed,
+        else a running NetworkManager, else systemd-networkd.
+    type: str
+    choices: [auto, netplan, networkmanager, networkd]
+    default: auto
+  network_managers_present:
+    description:
+      - What the host has, as the role found it; keys C(netplan) (installed), C(networkmanager_active),
+        C(networkd_active), C(networkd_installed), each a boolean (missing keys are V(false)).
+    type: dict
+    default: {}
 extends_documentation_fragment:
   - gpulab.inference.read_only
 seealso:
@@ -107,6 +120,11 @@ live_ok:
   returned: success
   type: bool
   sample: false
+network_manager:
+  description: The network manager that persists the interface.
+  returned: success
+  type: str
+  sample: networkd
 ping_payload_bytes:
   description: The C(ping -M do -s) payload that fills one packet of the MTU (MTU less 28).
   returned: success
@@ -118,6 +136,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpulab.inference.plugins.module_utils.roce import (
     RoceError,
+    choose_network_manager,
     fabric_plan,
     parse_ip_addr_json,
     parse_ip_link_json,
@@ -135,6 +154,8 @@ def build_module():
             subnet=dict(type='str', required=True),
             mtu=dict(type='int', default=9000),
             peers=dict(type='dict', default={}),
+            network_manager=dict(type='str', default='auto', choices=['auto', 'netplan', 'networkmanager', 'networkd']),
+            network_managers_present=dict(type='dict', default={}),
         ),
         supports_check_mode=True,
     )
@@ -153,11 +174,15 @@ def main():
     module = build_module()
     params = module.params
     ip = module.get_bin_path('ip', required=True)
+    present = params['network_managers_present']
     try:
         links = parse_ip_link_json(run_ip(module, ip, LINK_ARGS))
         addresses = parse_ip_addr_json(run_ip(module, ip, ADDR_ARGS))
         plan = fabric_plan(params['interface'], params['address'], params['subnet'], params['mtu'],
                            links, addresses, params['peers'])
+        plan['network_manager'] = choose_network_manager(
+            params['network_manager'], present.get('netplan'), present.get('networkmanager_active'),
+            present.get('networkd_active'), present.get('networkd_installed'))
     except RoceError as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=False, **plan)

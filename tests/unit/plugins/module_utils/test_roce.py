@@ -14,6 +14,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.roce import (
     check_interface,
     check_mtu,
     check_unique_addresses,
+    choose_network_manager,
     duplicate_addresses,
     fabric_facts,
     fabric_plan,
@@ -302,7 +303,7 @@ def test_fabric_plan_live_state():
         'interface': 'fabric0', 'address': '192.0.2.10', 'prefix': 24, 'cidr': '192.0.2.10/24',
         'subnet': '192.0.2.0/24', 'mtu': 9000, 'max_mtu': 65535,
         'live': {'mtu': 9000, 'addresses': ['192.0.2.10/24'], 'operstate': 'UP'},
-        'live_ok': True, 'ping_payload_bytes': 8972}
+        'live_ok': True, 'ping_payload_bytes': 8972, 'network_manager': None}
     plan = fabric_plan('fabric0p', '192.0.2.10', '192.0.2.0/24', 9000, veth_links(), veth_addresses(), peers)
     assert plan['live_ok'] is False and plan['live']['mtu'] == 1500
 
@@ -429,3 +430,31 @@ def test_ip_link_fixture_is_the_real_capture():
     # The capture comes from `ip -j -d link show` of iproute2 6.1 in a network namespace.
     raw = json.loads((FIXTURES / 'ip' / 'veth-link.json').read_text())
     assert [link['ifname'] for link in raw] == ['lo', 'fabric0p', 'fabric0']
+
+
+# --- network manager -------------------------------------------------------------------------
+
+@pytest.mark.parametrize('state, expected', [
+    ((True, True, False, True), 'netplan'),          # Ubuntu with NetworkManager: netplan renders for it
+    ((True, False, True, True), 'netplan'),          # Ubuntu server
+    ((False, True, False, True), 'networkmanager'),  # RHEL-like, Debian desktop
+    ((False, False, True, True), 'networkd'),
+    ((False, False, False, True), 'networkd'),       # Debian with ifupdown gone, networkd installed
+])
+def test_choose_network_manager_auto(state, expected):
+    assert choose_network_manager('auto', *state) == expected
+
+
+def test_choose_network_manager_none():
+    with pytest.raises(RoceError, match='no supported network manager'):
+        choose_network_manager('auto', False, False, False, False)
+
+
+def test_choose_network_manager_requested():
+    assert choose_network_manager('networkd', True, True, False, True) == 'networkd'
+    with pytest.raises(RoceError, match='roce_network_manager is netplan, but netplan is not installed'):
+        choose_network_manager('netplan', False, True, False, True)
+    with pytest.raises(RoceError, match='but networkmanager is not running'):
+        choose_network_manager('networkmanager', False, False, True, True)
+    with pytest.raises(RoceError, match="'ifupdown' is not one of auto, netplan, networkmanager, networkd"):
+        choose_network_manager('ifupdown', False, False, True, True)

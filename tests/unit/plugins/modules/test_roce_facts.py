@@ -78,7 +78,8 @@ def ip_answers():
 
 def run_plan(**args):
     params = {'interface': 'fabric0', 'address': '192.0.2.10', 'subnet': '192.0.2.0/24', 'mtu': 9000,
-              'peers': {'node-a': '192.0.2.10', 'node-b': '192.0.2.11'}}
+              'peers': {'node-a': '192.0.2.10', 'node-b': '192.0.2.11'},
+              'network_managers_present': {'networkd_installed': True}}
     params.update(args)
     return module_harness.run_module(roce_fabric_plan.main, params, ip_answers(), IP)
 
@@ -91,6 +92,13 @@ def test_plan_on_the_lab_veth():
     assert run.result['cidr'] == '192.0.2.10/24'
     assert run.result['live_ok'] is True
     assert run.result['ping_payload_bytes'] == 8972
+    assert run.result['network_manager'] == 'networkd'
+
+
+def test_plan_refuses_a_host_without_network_manager():
+    run = run_plan(network_managers_present={})
+    assert run.kind is FailJson
+    assert run.result['msg'].startswith('no supported network manager on this host')
 
 
 def test_plan_refuses_a_missing_interface():
