@@ -1,0 +1,575 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to gpulab.inference
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Pure functions behind gpulab.inference.gpu_drain: who owns a GPU process, what to do with it,
+and the drain state file that makes a drain reversible.
+
+No AnsibleModule in here: every function takes text or data and returns data, or raises
+DrainStateError naming the file and the field at fault, so unit tests feed captured
+/proc/PID/cgroup files, systemctl and supervisorctl answers directly.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import fnmatch
+import json
+import re
+
+STATE_SCHEMA = 'gpulab.inference.gpu_drain/1'
+DEFAULT_STATE_FILE = '/var/lib/gpulab/drain-state.json'
+# The collection's own inference units (role common: gpulab_llama_server_unit,
+# gpulab_rpc_server_unit@<i>): the drain never stops them, playbooks/restore.yml does.
+DEFAULT_OWN_UNITS = ('gpulab-llama-server.service', 'gpulab-rpc-server@*.service')
+# Driver daemons and monitors hold /dev/nvidia* open without holding memory for work.
+DEFAULT_IGNORED_PROCESSES = ('nvidia-persistenced', 'nvidia-fabricmanager', 'nv-hostengine',
+                             'nvidia-smi', 'nvidia-cuda-mps-control')
+
+PHASE_STOPPING = 'stopping'
+PHASE_DRAINED = 'drained'
+PHASES = (PHASE_STOPPING, PHASE_DRAINED)
+
+KIND_SYSTEMD = 'systemd'
+KIND_CONTAINER = 'container'
+KIND_SUPERVISOR = 'supervisor'
+KIND_USER_UNIT = 'user_unit'
+KIND_PROCESS = 'process'
+# Owners the drain can stop and start again, and so record in the state file.
+RESTORABLE_KINDS = (KIND_SYSTEMD, KIND_CONTAINER, KIND_SUPERVISOR)
+MANAGED_RUNTIMES = ('podman', 'docker')
+
+ACTION_STOP = 'stop'
+ACTION_KEEP = 'keep'
+ACTION_OWN = 'own'
+ACTION_KILL = 'kill'
+ACTION_REPORT = 'report'
+
+SYSTEMCTL_SHOW_PROPERTIES = ('ActiveState', 'UnitFileState', 'LoadState', 'Transient')
+# States in which `systemctl start` would leave the unit running: recorded as was_active.
+_ACTIVE_STATES = ('active', 'activating', 'reloading')
+_RESTORABLE_ENABLED_STATES = ('enabled', 'disabled')
+
+_HEX_ID = r'([0-9a-f]{12,64})'
+# Container cgroups by runtime and cgroup manager (innermost path component):
+#   podman, systemd manager: machine.slice/libpod-<id>.scope (conmon: libpod-conmon-<id>.scope)
+#   podman, cgroupfs manager: libpod_parent/libpod-<id>
+#   podman under a systemd service (quadlet, --cgroups=split): <unit>.service/libpod-payload-<id>
+#   docker, systemd driver: system.slice/docker-<id>.scope; cgroupfs driver: docker/<id>
+#   containerd and CRI-O under kubelet: kubepods.slice/.../cri-containerd-<id>.scope, crio-<id>.scope
+_CONTAINER_COMPONENTS = (
+    (re.compile(r'^libpod-conmon-'), None),
+    (re.compile(r'^libpod-payload-' + _HEX_ID + r'$'), 'podman'),
+    (re.compile(r'^libpod-' + _HEX_ID + r'(?:\.scope)?$'), 'podman'),
+    (re.compile(r'^docker-' + _HEX_ID + r'\.scope$'), 'docker'),
+    (re.compile(r'^cri-containerd-' + _HEX_ID + r'\.scope$'), 'containerd'),
+    (re.compile(r'^crio-' + _HEX_ID + r'\.scope$'), 'cri-o'),
+)
+_BARE_ID_RE = re.compile(r'^[0-9a-f]{64}$')
+_USER_MANAGER_RE = re.compile(r'^user@(\d+)\.service$')
+_SUPERVISOR_RUNNING_RE = re.compile(r'^(\S+)\s+RUNNING\s+pid\s+(\d+),')
+_NVIDIA_DEVICE_RE = re.compile(r'^/dev/nvidia(\d+)$')
+_CONTAINER_ID_RE = re.compile(r'^[0-9a-f]{12,64}$')
+
+
+class DrainStateError(ValueError):
+    """The drain state file cannot be read as what this module wrote."""
+
+
+# --- who owns a process -------------------------------------------------------------------------
+
+def cgroup_path(text):
+    """The cgroup path that names a process's owner, from the text of /proc/PID/cgroup, or None.
+
+    Prefers v1's name=systemd hierarchy (systemd's own on a v1 or hybrid host, where the
+    unified line may still name the parent that forked the process, as for docker's cgroupfs
+    driver), then the unified hierarchy ("0::/..."), then any other v1 controller. A root
+    path ("/") names nothing, as inside a cgroup namespace.
+    """
+    unified, named, other = [], [], []
+    for line in text.splitlines():
+        parts = line.strip().split(':', 2)
+        if len(parts) != 3:
+            continue
+        hierarchy_id, controllers, path = parts
+        path = path.strip()
+        if not path or path == '/':
+            continue
+        if hierarchy_id == '0' and controllers == '':
+            unified.append(path)
+        elif controllers == 'name=systemd':
+            named.append(path)
+        else:
+            other.append(path)
+    for paths in (named, unified, other):
+        if paths:
+            return paths[0]
+    return None
+
+
+def _container_at(components):
+    """(index, runtime, id) of the innermost container component, or None."""
+    found = None
+    for index, component in enumerate(components):
+        for pattern, runtime in _CONTAINER_COMPONENTS:
+            match = pattern.match(component)
+            if match:
+                if runtime is not None:
+                    found = (index, runtime, match.group(1))
+                break
+        else:
+            if component == 'docker' and index + 1 < len(components) \
+                    and _BARE_ID_RE.match(components[index + 1]):
+                found = (index + 1, 'docker', components[index + 1])
+    return found
+
+
+def owner_from_cgroup(text):
+    """Who manages a process, from the text of its /proc/PID/cgroup.
+
+    Returns a dict with kind:
+      systemd    a system service (name: the unit), also when it runs a container (quadlet);
+      container  a container (runtime, id); rootless: true inside a user manager, and
+                 runtime "kubernetes" under kubepods, both left to their own managers;
+      user_unit  a service of a user's systemd manager (name, uid);
+      process    anything else: a login session, a scope, an unknown sandbox (cgroup: the path).
+    """
+    path = cgroup_path(text or '')
+    if path is None:
+        return {'kind': KIND_PROCESS, 'cgroup': '/'}
+    components = [part for part in path.split('/') if part]
+    manager_at = None
+    uid = None
+    for index, component in enumerate(components):
+        match = _USER_MANAGER_RE.match(component)
+        if match:
+            manager_at, uid = index, int(match.group(1))
+            break
+    services = [index for index, component in enumerate(components)
+                if component.endswith('.service') and index != manager_at]
+    system_services = [index for index in services if manager_at is None or index < manager_at]
+    user_services = [index for index in services if manager_at is not None and index > manager_at]
+
+    container = _container_at(components)
+    if container is not None:
+        at, runtime, container_id = container
+        enclosing_system = [index for index in system_services if index < at]
+        enclosing_user = [index for index in user_services if index < at]
+        if enclosing_system:
+            return {'kind': KIND_SYSTEMD, 'name': components[enclosing_system[-1]]}
+        if enclosing_user:
+            return {'kind': KIND_USER_UNIT, 'name': components[enclosing_user[-1]], 'uid': uid}
+        if any(component.startswith('kubepods') for component in components[:at]):
+            runtime = 'kubernetes'
+        return {'kind': KIND_CONTAINER, 'runtime': runtime, 'id': container_id,
+                'rootless': manager_at is not None and manager_at < at}
+    if user_services:
+        return {'kind': KIND_USER_UNIT, 'name': components[user_services[-1]], 'uid': uid}
+    if system_services:
+        return {'kind': KIND_SYSTEMD, 'name': components[system_services[-1]]}
+    return {'kind': KIND_PROCESS, 'cgroup': path}
+
+
+def parse_stat_ppid(text):
+    """Parent pid from the text of /proc/PID/stat (the command name may hold spaces and parens)."""
+    try:
+        return int(text.rsplit(')', 1)[1].split()[1])
+    except (IndexError, ValueError):
+        raise ValueError('cannot read the parent pid from /proc/PID/stat text %r' % (text[:80],)) from None
+
+
+def parse_supervisorctl_status(output):
+    """{pid: program} of the RUNNING programs in `supervisorctl status` output ("group:name" kept whole)."""
+    programs = {}
+    for line in output.splitlines():
+        match = _SUPERVISOR_RUNNING_RE.match(line.strip())
+        if match:
+            programs[int(match.group(2))] = match.group(1)
+    return programs
+
+
+def parse_container_ps(output):
+    """{id: name} from `<runtime> ps --no-trunc --format '{{.ID}} {{.Names}}'` output."""
+    containers = {}
+    for line in output.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and _CONTAINER_ID_RE.match(parts[0]):
+            containers[parts[0]] = parts[1].split(',')[0]
+    return containers
+
+
+def container_name(container_id, names):
+    """The name of a container from parse_container_ps's map, matching ids by prefix, or None."""
+    for known_id, name in names.items():
+        if known_id.startswith(container_id) or container_id.startswith(known_id):
+            return name
+    return None
+
+
+def owner_of(cgroup_text, lineage, supervisor_programs):
+    """Owner of a process: a supervisord program when the process or an ancestor is one
+    (lineage: the pid then its ancestors), else what its cgroup says."""
+    for pid in lineage:
+        if pid in supervisor_programs:
+            return {'kind': KIND_SUPERVISOR, 'name': supervisor_programs[pid]}
+    return owner_from_cgroup(cgroup_text)
+
+
+def nvidia_device_minor(link_target):
+    """Minor number of a GPU device node (/dev/nvidia<N>) an fd link points to, or None.
+
+    nvidiactl, nvidia-uvm and nvidia-modeset are opened by every CUDA client and by monitors;
+    only a GPU node says that the process holds a GPU.
+    """
+    match = _NVIDIA_DEVICE_RE.match(link_target or '')
+    return int(match.group(1)) if match else None
+
+
+def hidden_processes(device_holders, listed_pids, ignored_names, excluded_pids=()):
+    """Processes that hold a GPU device node open but that nvidia-smi did not list.
+
+    device_holders: {pid: {'name': comm, 'devices': [/dev/nvidiaN, ...]}}. Driver daemons named
+    in ignored_names and the pids in excluded_pids (the module itself) are left out.
+    """
+    hidden = []
+    for pid in sorted(device_holders):
+        holder = device_holders[pid]
+        if pid in listed_pids or pid in excluded_pids or holder['name'] in ignored_names:
+            continue
+        hidden.append({'pid': pid, 'process_name': holder['name'], 'gpu_uuid': None,
+                       'used_memory_mib': None, 'devices': sorted(holder['devices'])})
+    return hidden
+
+
+# --- consumers and decisions ---------------------------------------------------------------------
+
+def consumer_key(owner, pid):
+    """Stable identity of an owner, used to merge drains and in the state file."""
+    kind = owner['kind']
+    if kind in (KIND_SYSTEMD, KIND_SUPERVISOR):
+        return '%s:%s' % (kind, owner['name'])
+    if kind == KIND_USER_UNIT:
+        return '%s:%s:%s' % (kind, owner['uid'], owner['name'])
+    if kind == KIND_CONTAINER:
+        return '%s:%s:%s' % (kind, owner['runtime'], owner['id'])
+    return '%s:%d' % (kind, pid)
+
+
+def group_consumers(processes):
+    """One consumer per owner, from process dicts carrying an 'owner'.
+
+    Each consumer lists its pids, the MiB it holds per GPU uuid (N/A counts as 0 and is
+    flagged memory_unknown) and the device nodes of processes nvidia-smi did not list.
+    Ordered by key, so a run is reproducible.
+    """
+    consumers = {}
+    for process in processes:
+        owner = process['owner']
+        key = consumer_key(owner, process['pid'])
+        consumer = consumers.get(key)
+        if consumer is None:
+            consumer = dict(owner, key=key, pids=[], process_names=[], gpus={}, devices=[],
+                            memory_unknown=False)
+            consumers[key] = consumer
+        if process['pid'] not in consumer['pids']:
+            consumer['pids'].append(process['pid'])
+        if process['process_name'] not in consumer['process_names']:
+            consumer['process_names'].append(process['process_name'])
+        if process.get('gpu_uuid'):
+            used = process.get('used_memory_mib')
+            if used is None:
+                consumer['memory_unknown'] = True
+            consumer['gpus'][process['gpu_uuid']] = consumer['gpus'].get(process['gpu_uuid'], 0) + (used or 0)
+        for device in process.get('devices') or ():
+            if device not in consumer['devices']:
+                consumer['devices'].append(device)
+    result = []
+    for key in sorted(consumers):
+        consumer = consumers[key]
+        consumer['pids'].sort()
+        result.append(consumer)
+    return result
+
+
+def consumer_names(consumer):
+    """The names a keep pattern is matched against: a unit with and without its .service
+    suffix, a container's name and id, a supervisord program with and without its group."""
+    names = []
+    name = consumer.get('name')
+    if name:
+        names.append(name)
+        if name.endswith('.service'):
+            names.append(name[:-len('.service')])
+        if consumer['kind'] == KIND_SUPERVISOR and ':' in name:
+            names.append(name.split(':', 1)[1])
+    if consumer.get('id'):
+        names.append(consumer['id'])
+    return names
+
+
+def matching_pattern(patterns, names):
+    """The first fnmatch pattern (case-sensitive) that matches one of names, or None."""
+    for pattern in patterns:
+        for name in names:
+            if fnmatch.fnmatchcase(name, pattern):
+                return pattern
+    return None
+
+
+def decide(consumer, keep, own_units, kill_unmanaged, unit=None):
+    """The drain decision for one consumer: (action, reason).
+
+    own     one of the collection's inference units (own_units): left running;
+    keep    matched by a keep pattern: left running;
+    stop    a system unit, a podman/docker container or a supervisord program: stopped and
+            recorded, so restore starts it again;
+    kill    a process nothing manages (or a transient unit, a user's unit, a rootless or
+            kubelet container) with kill_unmanaged: killed, and not restorable;
+    report  the same without kill_unmanaged: left running and reported.
+    unit: parse_systemctl_show's answer for a systemd consumer.
+    """
+    kind = consumer['kind']
+    if kind == KIND_SYSTEMD and matching_pattern(own_units, [consumer['name']]):
+        return ACTION_OWN, 'an inference unit of gpulab.inference'
+    pattern = matching_pattern(keep, consumer_names(consumer))
+    if pattern is not None:
+        return ACTION_KEEP, 'matches keep pattern %r' % pattern
+    unmanaged = None
+    if kind == KIND_SYSTEMD:
+        if unit is not None and unit.get('Transient') == 'yes':
+            unmanaged = 'a transient unit cannot be started again once stopped'
+        elif unit is not None and unit.get('LoadState') not in (None, 'loaded'):
+            unmanaged = 'unit load state is %s' % unit.get('LoadState')
+    elif kind == KIND_CONTAINER:
+        if consumer.get('rootless'):
+            unmanaged = 'a rootless container belongs to its user'
+        elif consumer['runtime'] not in MANAGED_RUNTIMES:
+            unmanaged = 'a %s container is restarted by its own manager' % consumer['runtime']
+        elif not consumer.get('runtime_present', True):
+            unmanaged = '%s is not installed on this host' % consumer['runtime']
+    elif kind == KIND_USER_UNIT:
+        unmanaged = "a unit of user %s's systemd manager" % consumer['uid']
+    elif kind == KIND_PROCESS:
+        unmanaged = 'no systemd unit, container or supervisord program manages it'
+    if unmanaged is None:
+        return ACTION_STOP, 'not kept'
+    if kill_unmanaged:
+        return ACTION_KILL, unmanaged + '; kill_unmanaged is set'
+    return ACTION_REPORT, unmanaged + '; left running (kill_unmanaged is false)'
+
+
+def unmatched_patterns(keep, consumers):
+    """Keep patterns that matched none of the consumers (probably a typo)."""
+    return [pattern for pattern in keep
+            if not any(matching_pattern([pattern], consumer_names(consumer)) for consumer in consumers)]
+
+
+# --- systemd ---------------------------------------------------------------------------------------
+
+def parse_systemctl_show(output):
+    """{property: value} from `systemctl show --property=...` output."""
+    properties = {}
+    for line in output.splitlines():
+        if '=' in line:
+            name, value = line.split('=', 1)
+            properties[name.strip()] = value.strip()
+    return properties
+
+
+def parse_active_units(output):
+    """Unit names from `systemctl list-units --type=service --state=active --plain --no-legend`."""
+    units = []
+    for line in output.splitlines():
+        parts = line.split()
+        if parts and parts[0].endswith('.service'):
+            units.append(parts[0])
+    return units
+
+
+def units_matching(units, patterns):
+    """The units matched by patterns, ordered by the first pattern each matches (so a list
+    that names the head before its workers stops the head first)."""
+    ordered = []
+    for pattern in patterns:
+        for unit in units:
+            if unit not in ordered and fnmatch.fnmatchcase(unit, pattern):
+                ordered.append(unit)
+    return ordered
+
+
+def unit_is_active(unit):
+    return unit.get('ActiveState') in _ACTIVE_STATES
+
+
+# --- the state file -----------------------------------------------------------------------------
+
+def state_entry(consumer, was_active, was_enabled=None):
+    """What the state file records of a consumer the drain stops."""
+    entry = {
+        'key': consumer['key'],
+        'kind': consumer['kind'],
+        'name': consumer.get('name'),
+        'was_active': bool(was_active),
+        'was_enabled': was_enabled,
+        'gpus_mib': dict(consumer.get('gpus') or {}),
+    }
+    if consumer['kind'] == KIND_CONTAINER:
+        entry['runtime'] = consumer['runtime']
+        entry['id'] = consumer['id']
+    return entry
+
+
+def new_state(now):
+    return {'schema': STATE_SCHEMA, 'phase': PHASE_STOPPING, 'created': now, 'updated': now,
+            'entries': [], 'killed': []}
+
+
+def _entry_error(path, index, message):
+    return DrainStateError('drain state file %s is corrupt: entries[%d] %s; restore or remove it by '
+                           'hand, it is never overwritten' % (path, index, message))
+
+
+def validate_state(data, path):
+    """Check a loaded state file; raises DrainStateError naming the file and the field."""
+    def fail(message):
+        raise DrainStateError('drain state file %s is corrupt: %s; restore or remove it by hand, '
+                              'it is never overwritten' % (path, message))
+
+    if not isinstance(data, dict):
+        fail('expected a JSON object, found %s' % type(data).__name__)
+    if data.get('schema') != STATE_SCHEMA:
+        fail('schema is %r, expected %r' % (data.get('schema'), STATE_SCHEMA))
+    if data.get('phase') not in PHASES:
+        fail('phase is %r, expected one of %s' % (data.get('phase'), ', '.join(PHASES)))
+    for field in ('created', 'updated'):
+        if not isinstance(data.get(field), str):
+            fail('%s is %r, expected a time stamp' % (field, data.get(field)))
+    entries = data.get('entries')
+    if not isinstance(entries, list):
+        fail('entries is %r, expected a list' % (entries,))
+    if not isinstance(data.get('killed', []), list):
+        fail('killed is %r, expected a list' % (data.get('killed'),))
+    keys = set()
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise _entry_error(path, index, 'is %r, expected an object' % (entry,))
+        kind = entry.get('kind')
+        if kind not in RESTORABLE_KINDS:
+            raise _entry_error(path, index, 'kind is %r, expected one of %s' % (kind, ', '.join(RESTORABLE_KINDS)))
+        if kind == KIND_CONTAINER:
+            if entry.get('runtime') not in MANAGED_RUNTIMES:
+                raise _entry_error(path, index, 'runtime is %r, expected podman or docker' % (entry.get('runtime'),))
+            if not isinstance(entry.get('id'), str) or not _CONTAINER_ID_RE.match(entry['id']):
+                raise _entry_error(path, index, 'id is %r, expected a container id' % (entry.get('id'),))
+        elif not isinstance(entry.get('name'), str) or not entry['name'] or entry['name'].startswith('-'):
+            raise _entry_error(path, index, 'name is %r, expected a %s name' % (entry.get('name'), kind))
+        if not isinstance(entry.get('was_active'), bool):
+            raise _entry_error(path, index, 'was_active is %r, expected true or false' % (entry.get('was_active'),))
+        if entry.get('was_enabled') is not None and not isinstance(entry['was_enabled'], str):
+            raise _entry_error(path, index, 'was_enabled is %r, expected a string or null' % (entry['was_enabled'],))
+        if not isinstance(entry.get('key'), str) or entry['key'] in keys:
+            raise _entry_error(path, index, 'key is %r, missing or listed twice' % (entry.get('key'),))
+        keys.add(entry['key'])
+    return data
+
+
+def parse_state(text, path):
+    """Load and validate the text of a state file."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise DrainStateError('drain state file %s is corrupt: not JSON (%s); restore or remove it by '
+                              'hand, it is never overwritten' % (path, exc)) from None
+    return validate_state(data, path)
+
+
+def dump_state(state):
+    return json.dumps(state, indent=2, sort_keys=True) + '\n'
+
+
+def merge_state(existing, entries, now):
+    """The state to write before stopping: the existing one (an earlier or interrupted drain)
+    keeps every entry as recorded, with the prior state it had then; entries for consumers it
+    does not list yet are appended. Returns (state, added entries)."""
+    state = new_state(now) if existing is None else dict(existing, entries=list(existing['entries']),
+                                                          killed=list(existing.get('killed', [])))
+    known = set(entry['key'] for entry in state['entries'])
+    added = [entry for entry in entries if entry['key'] not in known]
+    state['entries'].extend(added)
+    state['phase'] = PHASE_STOPPING
+    state['updated'] = now
+    return state, added
+
+
+def restore_order(state):
+    """Entries to start again, in reverse stop order; consumers that were not active are left."""
+    return [entry for entry in reversed(state['entries']) if entry['was_active']]
+
+
+def enablement_change(entry, current):
+    """'enable', 'disable' or None to put a unit's enabled state back as recorded.
+
+    Only plain enabled/disabled states are put back; static, generated, masked and the like
+    are not something a drain changes.
+    """
+    recorded = entry.get('was_enabled')
+    if recorded not in _RESTORABLE_ENABLED_STATES or current not in _RESTORABLE_ENABLED_STATES:
+        return None
+    if recorded == current:
+        return None
+    return 'enable' if recorded == 'enabled' else 'disable'
+
+
+# --- GPU memory ----------------------------------------------------------------------------------
+
+def memory_targets(gpus, stopped_consumers, margin_mib):
+    """{uuid: MiB} each GPU's used memory must fall to: what it used before, less what the
+    stopped consumers held on it, plus margin_mib. GPUs nothing was stopped on, or whose memory
+    nvidia-smi reads N/A (MIG), have no target."""
+    freed = {}
+    for consumer in stopped_consumers:
+        for uuid, mib in (consumer.get('gpus') or {}).items():
+            freed[uuid] = freed.get(uuid, 0) + mib
+    targets = {}
+    for gpu in gpus:
+        if gpu['uuid'] in freed and gpu['memory_used_mib'] is not None:
+            targets[gpu['uuid']] = max(0, gpu['memory_used_mib'] - freed[gpu['uuid']]) + margin_mib
+    return targets
+
+
+def unsettled_gpus(gpus, targets):
+    """GPUs still above their target: [{index, uuid, used_mib, target_mib}]."""
+    return [{'index': gpu['index'], 'uuid': gpu['uuid'], 'used_mib': gpu['memory_used_mib'],
+             'target_mib': targets[gpu['uuid']]}
+            for gpu in gpus
+            if gpu['uuid'] in targets and gpu['memory_used_mib'] is not None
+            and gpu['memory_used_mib'] > targets[gpu['uuid']]]
+
+
+def vram_freed(before, after):
+    """Memory freed per GPU between two parse_gpu_query answers, in index order."""
+    after_by_uuid = dict((gpu['uuid'], gpu) for gpu in after)
+    report = []
+    for gpu in before:
+        later = after_by_uuid.get(gpu['uuid'])
+        before_mib = gpu['memory_used_mib']
+        after_mib = later['memory_used_mib'] if later else None
+        freed = before_mib - after_mib if before_mib is not None and after_mib is not None else None
+        report.append({'index': gpu['index'], 'uuid': gpu['uuid'], 'used_before_mib': before_mib,
+                       'used_after_mib': after_mib, 'freed_mib': freed})
+    return report
+
+
+def drain_summary(consumers, freed):
+    """One line per consumer and per GPU that freed memory, for the operator."""
+    lines = []
+    for consumer in consumers:
+        held = sum((consumer.get('gpus') or {}).values())
+        lines.append('%s %s (%s MiB): %s' % (consumer['action'], consumer.get('name') or consumer['key'],
+                                              held if not consumer.get('memory_unknown') else '?',
+                                              consumer['reason']))
+    for gpu in freed:
+        if gpu['freed_mib']:
+            lines.append('GPU %d freed %d MiB (%s -> %s MiB used)' % (
+                gpu['index'], gpu['freed_mib'], gpu['used_before_mib'], gpu['used_after_mib']))
+    return lines

@@ -1,0 +1,708 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to gpulab.inference
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: gpu_drain
+short_description: Stop the services that hold GPU memory, and start exactly those again later
+version_added: 0.1.0
+description:
+  - With O(state=drained), finds the processes that hold GPU memory (C(nvidia-smi --query-compute-apps),
+    plus processes holding a C(/dev/nvidia<N>) device open that nvidia-smi does not list) and
+    stops what runs them - a systemd service, a podman or docker container, a supervisord
+    program - unless it matches O(keep) or is one of the collection's inference units (O(own_units)).
+  - Before stopping anything it writes O(state_file) (atomically, synced to disk) with every
+    service it is about to stop and whether it was active and enabled; then it stops them, waits
+    until the GPUs' used memory has fallen by what they held, and reports the memory freed per GPU.
+  - With O(state=restored), starts exactly what O(state_file) lists, in reverse order, checks that
+    each is running again, puts back its enabled state, then removes the file. No file, nothing to do.
+  - A second drain keeps the recorded services with the prior state recorded then, and adds only
+    consumers that appeared since; a state file left by an interrupted drain is resumed the same way.
+    A state file that cannot be read fails the task and is never overwritten.
+  - Processes that no service manager can start again (a login session, a transient unit, a
+    user's unit, a rootless container) are reported and left running unless O(kill_unmanaged=true).
+author:
+  - gpulab.inference contributors (@gpulab)
+options:
+  state:
+    description:
+      - V(drained) stops the GPU consumers that are not kept; V(restored) starts again what a drain stopped.
+    type: str
+    choices: [drained, restored]
+    default: drained
+  keep:
+    description:
+      - Consumers to leave running, as shell-style patterns (C(fnmatch), case-sensitive) matched against
+        a systemd unit's name with and without C(.service), a container's name and id, or a
+        supervisord program's name.
+      - A pattern that matches no consumer gives a warning.
+    type: list
+    elements: str
+    default: []
+  own_units:
+    description:
+      - The collection's inference units (patterns); never stopped by a drain, as the deployment
+        manages them itself.
+    type: list
+    elements: str
+    default: [gpulab-llama-server.service, gpulab-rpc-server@*.service]
+  stop_units:
+    description:
+      - With O(state=restored), systemd units to stop before anything is started again (patterns,
+        in order), so the restored services find their GPU memory free. Role C(gpu_drain) passes
+        the collection's inference units.
+    type: list
+    elements: str
+    default: []
+  kill_unmanaged:
+    description:
+      - Kill (SIGTERM, then SIGKILL after O(wait_timeout_s)) the GPU processes that nothing can start
+        again. They are listed in the state file under C(killed) but not restored.
+    type: bool
+    default: false
+  state_file:
+    description:
+      - The drain state file. Its directory must exist and be writable; it is written before anything is stopped.
+    type: path
+    default: /var/lib/gpulab/drain-state.json
+  wait_timeout_s:
+    description:
+      - Seconds to wait, after stopping, for the GPUs' used memory to fall; the task fails after
+        that (the state file stays, so a restore starts everything again).
+      - On restore, seconds to wait for each service to run again.
+    type: int
+    default: 120
+  wait_margin_mib:
+    description:
+      - Memory, in MiB, a GPU may use above what it used before less what the stopped consumers held.
+    type: int
+    default: 512
+  ignore_processes:
+    description:
+      - Process names (C(/proc/PID/comm)) holding C(/dev/nvidia<N>) that are not consumers: driver daemons and monitors.
+    type: list
+    elements: str
+    default: [nvidia-persistenced, nvidia-fabricmanager, nv-hostengine, nvidia-smi, nvidia-cuda-mps-control]
+  nvidia_smi_path:
+    description:
+      - The C(nvidia-smi) to run, as a command name looked up in E(PATH) or as an absolute path.
+    type: str
+    default: nvidia-smi
+  proc_root:
+    description:
+      - Where the process file system is mounted (tests point it elsewhere).
+    type: path
+    default: /proc
+attributes:
+  check_mode:
+    support: full
+    description: Reports what would be stopped or started; writes and stops nothing.
+  diff_mode:
+    support: none
+    description: The state file is reported in RV(drain_state) instead.
+notes:
+  - Services that get started again by something else (a timer, a socket, a C(Restart=always) parent)
+    while drained are stopped again by the next drain and still restored once.
+  - Units are stopped with C(systemctl stop), so their enabled state never changes during a drain;
+    restore puts back C(enabled)/C(disabled) only if something changed it meanwhile.
+seealso:
+  - module: gpulab.inference.gpu_residency
+"""
+
+EXAMPLES = r"""
+- name: Stop every GPU service except the speech recognition one
+  gpulab.inference.gpu_drain:
+    state: drained
+    keep: [whisper-asr]
+  register: gpu_drain
+
+- name: Start again what the drain stopped
+  gpulab.inference.gpu_drain:
+    state: restored
+
+- name: Drain, also killing GPU processes started by hand
+  gpulab.inference.gpu_drain:
+    kill_unmanaged: true
+    state_file: /var/lib/gpulab/drain-state.json
+"""
+
+RETURN = r"""
+consumers:
+  description: The GPU consumers found by a drain and what was decided for each.
+  returned: state=drained
+  type: list
+  elements: dict
+  contains:
+    key:
+      description: Identity of the consumer, as recorded in the state file.
+      type: str
+      sample: systemd:gpu-embed.service
+    kind:
+      description: V(systemd), V(container), V(supervisor), V(user_unit) or V(process).
+      type: str
+      sample: systemd
+    name:
+      description: Unit, container or program name; absent for a bare process.
+      type: str
+      sample: gpu-embed.service
+    pids:
+      description: Its processes holding a GPU.
+      type: list
+      elements: int
+      sample: [4242]
+    gpus:
+      description: MiB held per GPU uuid.
+      type: dict
+      sample: {GPU-fdf55793-3a7a-d742-fbd7-efd736274ebd: 2048}
+    action:
+      description: V(stop), V(keep), V(own), V(kill) or V(report).
+      type: str
+      sample: stop
+    reason:
+      description: Why.
+      type: str
+      sample: not kept
+stopped:
+  description: Keys of the consumers this run stopped (or would stop in check mode).
+  returned: state=drained
+  type: list
+  elements: str
+  sample: [systemd:gpu-embed.service]
+killed:
+  description: Pids this run killed (O(kill_unmanaged=true)).
+  returned: state=drained
+  type: list
+  elements: int
+  sample: []
+unmatched_keep:
+  description: Keep patterns that matched no consumer.
+  returned: state=drained
+  type: list
+  elements: str
+  sample: []
+vram_freed:
+  description: Used memory per GPU before and after the drain, in MiB.
+  returned: state=drained
+  type: list
+  elements: dict
+  sample:
+    - {index: 0, uuid: GPU-fdf55793-3a7a-d742-fbd7-efd736274ebd, used_before_mib: 6144, used_after_mib: 2048, freed_mib: 4096}
+summary:
+  description: One line per consumer (action, name, MiB held, reason) and per GPU that freed memory.
+  returned: state=drained
+  type: list
+  elements: str
+  sample: ["stop gpu-embed.service (2048 MiB): not kept", "GPU 0 freed 2048 MiB (6144 -> 4096 MiB used)"]
+units_stopped:
+  description: Units of O(stop_units) this run stopped (or would stop in check mode).
+  returned: state=restored
+  type: list
+  elements: str
+  sample: [gpulab-llama-server.service]
+restored:
+  description: Keys of the consumers this run started again (or would start in check mode), in order.
+  returned: state=restored
+  type: list
+  elements: str
+  sample: [systemd:gpu-notebook.service, systemd:gpu-embed.service]
+drain_state:
+  description: The content of the state file after this run (null when there is none).
+  returned: always
+  type: dict
+state_file:
+  description: Path of the state file.
+  returned: always
+  type: str
+  sample: /var/lib/gpulab/drain-state.json
+"""
+
+import datetime
+import os
+import signal
+import tempfile
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpulab.inference.plugins.module_utils.gpu_drain import (
+    ACTION_KILL,
+    ACTION_STOP,
+    KIND_CONTAINER,
+    KIND_SUPERVISOR,
+    KIND_SYSTEMD,
+    MANAGED_RUNTIMES,
+    PHASE_DRAINED,
+    SYSTEMCTL_SHOW_PROPERTIES,
+    DrainStateError,
+    container_name,
+    decide,
+    drain_summary,
+    dump_state,
+    enablement_change,
+    group_consumers,
+    hidden_processes,
+    memory_targets,
+    merge_state,
+    nvidia_device_minor,
+    owner_of,
+    parse_active_units,
+    parse_container_ps,
+    parse_state,
+    parse_stat_ppid,
+    parse_supervisorctl_status,
+    parse_systemctl_show,
+    restore_order,
+    state_entry,
+    unit_is_active,
+    units_matching,
+    unmatched_patterns,
+    unsettled_gpus,
+    vram_freed,
+)
+from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi import (
+    COMPUTE_APPS_QUERY_ARGS,
+    GPU_QUERY_ARGS,
+    NvidiaSmiParseError,
+    parse_compute_apps_query,
+    parse_gpu_query,
+)
+
+POLL_INTERVAL_S = 1
+# supervisorctl status exits 3 when some program is not running; the answer is still complete.
+SUPERVISORCTL_STATUS_RCS = (0, 3)
+
+
+def utc_now():
+    return datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ')
+
+
+class GpuDrain:
+    """Drains or restores one host; every decision comes from module_utils.gpu_drain."""
+
+    def __init__(self, module):
+        self.module = module
+        self.params = module.params
+        self.check_mode = module.check_mode
+        self.proc_root = module.params['proc_root']
+        self.state_file = module.params['state_file']
+        self.changed = False
+        self.state = None
+        self.consumers = []
+        self.stopped = []
+        self.killed = []
+        self.restored = []
+        self.units_stopped = []
+        self.unmatched_keep = []
+        self.freed = []
+        self.systemctl = None
+        self.runtimes = {}
+        self.supervisorctl = None
+
+    @property
+    def result(self):
+        result = {'changed': self.changed, 'state_file': self.state_file, 'drain_state': self.state}
+        if self.params['state'] == 'drained':
+            result.update(consumers=self.consumers, stopped=self.stopped, killed=self.killed,
+                          unmatched_keep=self.unmatched_keep, vram_freed=self.freed,
+                          summary=drain_summary(self.consumers, self.freed))
+        else:
+            result.update(restored=self.restored, units_stopped=self.units_stopped)
+        return result
+
+    # --- commands -------------------------------------------------------------------------------
+
+    def run(self, command, ok_rcs=(0,)):
+        rc, stdout, stderr = self.module.run_command(command)
+        if rc not in ok_rcs:
+            self.module.fail_json(
+                msg='%s failed (rc=%d): %s' % (' '.join(command), rc, (stdout + stderr).strip()),
+                rc=rc, stdout=stdout, stderr=stderr, cmd=command, **self.result)
+        return stdout
+
+    def find_tools(self):
+        self.systemctl = self.module.get_bin_path('systemctl')
+        for runtime in MANAGED_RUNTIMES:
+            path = self.module.get_bin_path(runtime)
+            if path:
+                self.runtimes[runtime] = path
+        self.supervisorctl = self.module.get_bin_path('supervisorctl')
+
+    def require_systemctl(self):
+        if self.systemctl is None:
+            self.module.fail_json(msg='systemctl not found: draining systemd services needs systemd', **self.result)
+        return self.systemctl
+
+    def unit_properties(self, name):
+        return parse_systemctl_show(self.run(
+            [self.require_systemctl(), 'show', '--property=' + ','.join(SYSTEMCTL_SHOW_PROPERTIES), '--', name]))
+
+    def container_running(self, runtime, container_id):
+        rc, stdout, unused_stderr = self.module.run_command(
+            [self.runtimes[runtime], 'inspect', '--format', '{{.State.Running}}', container_id])
+        return rc == 0 and stdout.strip() == 'true'
+
+    def supervisor_programs(self):
+        if self.supervisorctl is None:
+            return {}
+        rc, stdout, unused_stderr = self.module.run_command([self.supervisorctl, 'status'])
+        if rc not in SUPERVISORCTL_STATUS_RCS:
+            # No supervisord running: nothing can be managed by it.
+            return {}
+        return parse_supervisorctl_status(stdout)
+
+    def is_running(self, entry, programs=None):
+        if entry['kind'] == KIND_SYSTEMD:
+            return unit_is_active(self.unit_properties(entry['name']))
+        if entry['kind'] == KIND_CONTAINER:
+            if entry['runtime'] not in self.runtimes:
+                return False
+            return self.container_running(entry['runtime'], entry['id'])
+        if programs is None:
+            programs = self.supervisor_programs()
+        return entry['name'] in programs.values()
+
+    def stop(self, entry):
+        if entry['kind'] == KIND_SYSTEMD:
+            self.run([self.require_systemctl(), 'stop', '--', entry['name']])
+        elif entry['kind'] == KIND_CONTAINER:
+            self.run([self.runtimes[entry['runtime']], 'stop', entry['id']])
+        else:
+            self.run([self.supervisorctl, 'stop', entry['name']])
+
+    def start(self, entry):
+        if entry['kind'] == KIND_SYSTEMD:
+            self.run([self.require_systemctl(), 'start', '--', entry['name']])
+        elif entry['kind'] == KIND_CONTAINER:
+            if entry['runtime'] not in self.runtimes:
+                self.module.fail_json(msg='cannot restore container %s: %s is not installed'
+                                      % (entry['id'], entry['runtime']), **self.result)
+            self.run([self.runtimes[entry['runtime']], 'start', entry['id']])
+        else:
+            if self.supervisorctl is None:
+                self.module.fail_json(msg='cannot restore supervisord program %s: supervisorctl is not installed'
+                                      % entry['name'], **self.result)
+            self.run([self.supervisorctl, 'start', entry['name']])
+
+    # --- nvidia-smi and /proc ---------------------------------------------------------------------
+
+    def query_gpus(self, smi):
+        stdout = self.run([smi] + GPU_QUERY_ARGS)
+        try:
+            return parse_gpu_query(stdout)
+        except NvidiaSmiParseError as exc:
+            self.module.fail_json(msg=str(exc), stdout=stdout)
+
+    def query_processes(self, smi):
+        stdout = self.run([smi] + COMPUTE_APPS_QUERY_ARGS)
+        try:
+            return parse_compute_apps_query(stdout)
+        except NvidiaSmiParseError as exc:
+            self.module.fail_json(msg=str(exc), stdout=stdout)
+
+    def read_proc(self, pid, name):
+        try:
+            with open(os.path.join(self.proc_root, str(pid), name)) as handle:
+                return handle.read()
+        except (IOError, OSError):
+            return None
+
+    def lineage(self, pid):
+        """The pid and its ancestors up to (not including) pid 1."""
+        pids = []
+        while pid > 1 and pid not in pids and len(pids) < 64:
+            pids.append(pid)
+            stat = self.read_proc(pid, 'stat')
+            if stat is None:
+                break
+            try:
+                pid = parse_stat_ppid(stat)
+            except ValueError:
+                break
+        return pids
+
+    def device_holders(self):
+        """{pid: {'name', 'devices'}} of the processes holding /dev/nvidia<N> open."""
+        holders = {}
+        try:
+            entries = os.listdir(self.proc_root)
+        except OSError:
+            return holders
+        for entry in entries:
+            if not entry.isdigit():
+                continue
+            fd_dir = os.path.join(self.proc_root, entry, 'fd')
+            try:
+                fds = os.listdir(fd_dir)
+            except OSError:
+                continue
+            devices = set()
+            for fd in fds:
+                try:
+                    target = os.readlink(os.path.join(fd_dir, fd))
+                except OSError:
+                    continue
+                if nvidia_device_minor(target) is not None:
+                    devices.add(target)
+            if devices:
+                name = (self.read_proc(entry, 'comm') or '').strip()
+                holders[int(entry)] = {'name': name, 'devices': sorted(devices)}
+        return holders
+
+    def find_consumers(self, processes):
+        supervisor = self.supervisor_programs()
+        own_pids = set(self.lineage(os.getpid()))
+        listed = set(process['pid'] for process in processes)
+        processes = processes + hidden_processes(
+            self.device_holders(), listed, self.params['ignore_processes'], own_pids)
+        located = []
+        for process in processes:
+            cgroup = self.read_proc(process['pid'], 'cgroup')
+            if cgroup is None:
+                continue  # exited since the query
+            located.append(dict(process, owner=owner_of(cgroup, self.lineage(process['pid']), supervisor)))
+        consumers = group_consumers(located)
+        names = {}
+        for runtime, path in self.runtimes.items():
+            rc, stdout, unused_stderr = self.module.run_command(
+                [path, 'ps', '--no-trunc', '--format', '{{.ID}} {{.Names}}'])
+            names[runtime] = parse_container_ps(stdout) if rc == 0 else {}
+        for consumer in consumers:
+            unit = None
+            if consumer['kind'] == KIND_CONTAINER:
+                consumer['runtime_present'] = consumer['runtime'] in self.runtimes
+                consumer['name'] = container_name(consumer['id'], names.get(consumer['runtime'], {}))
+            elif consumer['kind'] == KIND_SYSTEMD and self.systemctl is not None:
+                unit = self.unit_properties(consumer['name'])
+                consumer['unit'] = unit
+            consumer['action'], consumer['reason'] = decide(
+                consumer, self.params['keep'], self.params['own_units'], self.params['kill_unmanaged'], unit)
+        return consumers
+
+    # --- the state file ---------------------------------------------------------------------------
+
+    def load_state(self):
+        if not os.path.exists(self.state_file):
+            return None
+        try:
+            with open(self.state_file) as handle:
+                text = handle.read()
+        except (IOError, OSError) as exc:
+            self.module.fail_json(msg='cannot read drain state file %s: %s' % (self.state_file, exc))
+        try:
+            return parse_state(text, self.state_file)
+        except DrainStateError as exc:
+            self.module.fail_json(msg=str(exc), state_file=self.state_file)
+
+    def check_writable(self):
+        directory = os.path.dirname(self.state_file) or '.'
+        if not os.path.isdir(directory) or not os.access(directory, os.W_OK | os.X_OK):
+            self.module.fail_json(
+                msg='drain state directory %s does not exist or is not writable: create it (role gpu_drain does) '
+                    'or set state_file; nothing was stopped' % directory, state_file=self.state_file)
+
+    def write_state(self, state):
+        """Write atomically: temp file in the same directory, fsync, rename, fsync the directory."""
+        directory = os.path.dirname(self.state_file) or '.'
+        try:
+            fd, temp_path = tempfile.mkstemp(prefix='.drain-state.', dir=directory)
+            try:
+                with os.fdopen(fd, 'w') as handle:
+                    handle.write(dump_state(state))
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                os.chmod(temp_path, 0o644)
+                os.rename(temp_path, self.state_file)
+            except BaseException:
+                if os.path.exists(temp_path):
+                    os.unlink(temp_path)
+                raise
+            dir_fd = os.open(directory, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        except (IOError, OSError) as exc:
+            self.module.fail_json(msg='cannot write drain state file %s: %s' % (self.state_file, exc), **self.result)
+        self.state = state
+
+    # --- drain ------------------------------------------------------------------------------------
+
+    def drain(self):
+        existing = self.load_state()
+        self.state = existing
+        self.find_tools()
+        smi = self.module.get_bin_path(self.params['nvidia_smi_path'])
+        if smi is None:
+            self.module.fail_json(msg='nvidia-smi (%s) not found: draining GPUs needs the NVIDIA driver; '
+                                      'install it or set nvidia_smi_path' % self.params['nvidia_smi_path'])
+        before = self.query_gpus(smi)
+        self.consumers = self.find_consumers(self.query_processes(smi))
+        self.unmatched_keep = unmatched_patterns(self.params['keep'], self.consumers)
+        for pattern in self.unmatched_keep:
+            self.module.warn('keep pattern %r matches no GPU consumer on this host' % pattern)
+        for consumer in self.consumers:
+            if consumer['action'] in ('report', 'kill'):
+                self.module.warn('GPU process(es) %s (%s): %s' % (
+                    ', '.join(str(pid) for pid in consumer['pids']), consumer['key'], consumer['reason']))
+
+        to_stop = [consumer for consumer in self.consumers if consumer['action'] == ACTION_STOP]
+        to_kill = [pid for consumer in self.consumers if consumer['action'] == ACTION_KILL for pid in consumer['pids']]
+        new_entries = []
+        for consumer in to_stop:
+            unit = consumer.get('unit') or {}
+            new_entries.append(state_entry(consumer, was_active=True if consumer['kind'] != KIND_SYSTEMD
+                                           else unit_is_active(unit), was_enabled=unit.get('UnitFileState')))
+        now = utc_now()
+        state, unused_added = merge_state(existing, new_entries, now)
+        # An earlier (or interrupted) drain's entries that run again, or were never stopped.
+        programs = self.supervisor_programs() if any(e['kind'] == KIND_SUPERVISOR for e in state['entries']) else {}
+        new_keys = set(entry['key'] for entry in new_entries)
+        # A recorded consumer that is kept now (the keep list changed) is not stopped again.
+        left_running = set(consumer['key'] for consumer in self.consumers if consumer['action'] != ACTION_STOP)
+        pending = [entry for entry in state['entries']
+                   if entry['key'] in new_keys
+                   or (entry['key'] not in left_running and self.is_running(entry, programs))]
+        if to_kill:
+            state['killed'].extend({'pid': pid, 'at': now} for pid in to_kill)
+        if not pending and not to_kill and (existing is None or existing['phase'] == PHASE_DRAINED):
+            self.freed = vram_freed(before, before)
+            return
+        self.changed = True
+        self.stopped = [entry['key'] for entry in pending]
+        self.killed = to_kill
+        if self.check_mode:
+            self.state = state
+            return
+        self.check_writable()
+        self.write_state(state)
+        for entry in pending:
+            self.stop(entry)
+        self.kill(to_kill, signal.SIGTERM)
+        stopped_consumers = [consumer for consumer in self.consumers
+                             if consumer['key'] in set(self.stopped) or consumer['action'] == ACTION_KILL]
+        after = self.wait_for_memory(smi, before, stopped_consumers, to_kill)
+        state['phase'] = PHASE_DRAINED
+        state['updated'] = utc_now()
+        self.write_state(state)
+        self.freed = vram_freed(before, after)
+
+    def kill(self, pids, sig):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass  # already gone
+
+    def wait_for_memory(self, smi, before, stopped_consumers, killed):
+        targets = memory_targets(before, stopped_consumers, self.params['wait_margin_mib'])
+        deadline = time.monotonic() + self.params['wait_timeout_s']
+        while True:
+            after = self.query_gpus(smi)
+            unsettled = unsettled_gpus(after, targets)
+            if not unsettled:
+                return after
+            if time.monotonic() >= deadline:
+                if killed:
+                    self.kill(killed, signal.SIGKILL)
+                self.module.fail_json(
+                    msg='GPU memory did not fall within %d s: %s. The stopped services are recorded in %s; '
+                        'state=restored starts them again' % (
+                            self.params['wait_timeout_s'],
+                            '; '.join('GPU %d uses %d MiB, expected at most %d' % (gpu['index'], gpu['used_mib'], gpu['target_mib'])
+                                      for gpu in unsettled), self.state_file),
+                    **self.result)
+            time.sleep(POLL_INTERVAL_S)
+
+    # --- restore ----------------------------------------------------------------------------------
+
+    def restore(self):
+        existing = self.load_state()
+        self.state = existing
+        self.find_tools()
+        if self.params['stop_units']:
+            active = parse_active_units(self.run([self.require_systemctl(), 'list-units', '--type=service',
+                                                  '--state=active', '--plain', '--no-legend']))
+            self.units_stopped = units_matching(active, self.params['stop_units'])
+            for unit in self.units_stopped:
+                self.changed = True
+                if not self.check_mode:
+                    self.run([self.require_systemctl(), 'stop', '--', unit])
+        if existing is None:
+            return
+        failures = []
+        for entry in restore_order(existing):
+            if not self.is_running(entry):
+                self.restored.append(entry['key'])
+                if not self.check_mode:
+                    self.start(entry)
+                    if not self.wait_running(entry):
+                        failures.append(entry['key'])
+            if entry['kind'] == KIND_SYSTEMD:
+                change = enablement_change(entry, self.unit_properties(entry['name']).get('UnitFileState'))
+                if change:
+                    self.changed = True
+                    if not self.check_mode:
+                        self.run([self.require_systemctl(), change, '--', entry['name']])
+        if failures:
+            self.changed = True
+            self.module.fail_json(
+                msg='started but not running after %d s: %s; %s is kept, so a later restore tries again'
+                    % (self.params['wait_timeout_s'], ', '.join(failures), self.state_file), **self.result)
+        self.changed = True
+        if not self.check_mode:
+            os.unlink(self.state_file)
+            self.state = None
+
+    def wait_running(self, entry):
+        deadline = time.monotonic() + self.params['wait_timeout_s']
+        while True:
+            if self.is_running(entry):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(POLL_INTERVAL_S)
+
+
+def build_module():
+    return AnsibleModule(
+        argument_spec=dict(
+            state=dict(type='str', default='drained', choices=['drained', 'restored']),
+            keep=dict(type='list', elements='str', default=[]),
+            own_units=dict(type='list', elements='str',
+                           default=['gpulab-llama-server.service', 'gpulab-rpc-server@*.service']),
+            stop_units=dict(type='list', elements='str', default=[]),
+            kill_unmanaged=dict(type='bool', default=False),
+            state_file=dict(type='path', default='/var/lib/gpulab/drain-state.json'),
+            wait_timeout_s=dict(type='int', default=120),
+            wait_margin_mib=dict(type='int', default=512),
+            ignore_processes=dict(type='list', elements='str',
+                                  default=['nvidia-persistenced', 'nvidia-fabricmanager', 'nv-hostengine',
+                                           'nvidia-smi', 'nvidia-cuda-mps-control']),
+            nvidia_smi_path=dict(type='str', default='nvidia-smi'),
+            proc_root=dict(type='path', default='/proc'),
+        ),
+        supports_check_mode=True,
+    )
+
+
+def main():
+    module = build_module()
+    for option in ('wait_timeout_s', 'wait_margin_mib'):
+        if module.params[option] < 0:
+            module.fail_json(msg='%s is %d; give 0 or more' % (option, module.params[option]))
+    drain = GpuDrain(module)
+    if module.params['state'] == 'drained':
+        drain.drain()
+    else:
+        drain.restore()
+    module.exit_json(**drain.result)
+
+
+if __name__ == '__main__':
+    main()
