@@ -233,10 +233,18 @@ def write_gguf(stream, metadata, tensors, chunks_for, alignment=GGUF_DEFAULT_ALI
 class _Cursor:
     """Buffered little-endian reads that turn a short read into a GGUFError naming the file."""
 
-    def __init__(self, stream, path):
+    def __init__(self, stream, path, file_size=None):
         self.stream = stream
         self.path = path
         self.pos = 0
+        self.file_size = file_size
+
+    def need(self, size, what):
+        """Refuse to read `size` bytes for `what` when the file cannot hold them: a corrupt count
+        must end in an error naming it, not in allocating gigabytes."""
+        if self.file_size is not None and size > self.file_size - self.pos:
+            raise GGUFError("%s: corrupt GGUF file: %s at offset %d needs %d bytes, the file has %d left"
+                            % (self.path, what, self.pos, size, max(0, self.file_size - self.pos)))
 
     def read(self, size):
         data = self.stream.read(size)
@@ -253,6 +261,7 @@ class _Cursor:
         (length,) = self.unpack("<Q")
         if length > 1 << 32:
             raise GGUFError("%s: corrupt GGUF string length %d at offset %d" % (self.path, length, self.pos))
+        self.need(length, "a string of %d bytes" % length)
         raw = self.read(length)
         try:
             return raw.decode("utf-8")
@@ -270,15 +279,30 @@ def _read_value(cur, value_type):
         if count > 1 << 32:
             raise GGUFError("%s: corrupt GGUF array length %d at offset %d" % (cur.path, count, cur.pos))
         if item_type == STRING:
+            # every string has at least its 8-byte length
+            cur.need(count * 8, "an array of %d strings" % count)
             items = [cur.string() for _i in range(count)]
         else:
             fmt = _SCALAR_FORMATS[item_type]
+            cur.need(count * struct.calcsize(fmt), "an array of %d %s values" % (count, VALUE_TYPE_NAMES[item_type]))
             items = list(cur.unpack("<%d%s" % (count, fmt[1])))
         return GGUFValue(ARRAY, items, item_type)
     if value_type not in _SCALAR_FORMATS:
         raise GGUFError("%s: corrupt GGUF value type %d at offset %d" % (cur.path, value_type, cur.pos))
     (value,) = cur.unpack(_SCALAR_FORMATS[value_type])
     return GGUFValue(value_type, value)
+
+
+def check_alignment(gvalue, path):
+    """general.alignment as llama.cpp accepts it: a UINT32 power of two (ggml/src/gguf.cpp,
+    gguf_init_from_file_impl: "alignment %zu is not a power of 2")."""
+    if gvalue.value_type != UINT32:
+        raise GGUFError("%s: %s is a GGUF %s, expected UINT32"
+                        % (path, KEY_ALIGNMENT, VALUE_TYPE_NAMES[gvalue.value_type]))
+    alignment = gvalue.value
+    if alignment == 0 or alignment & (alignment - 1):
+        raise GGUFError("%s: %s is %d, not a power of 2 (llama.cpp refuses such a file)" % (path, KEY_ALIGNMENT, alignment))
+    return alignment
 
 
 class GGUFFile:
@@ -310,7 +334,7 @@ def read_gguf(path):
     except (IOError, OSError) as exc:
         raise GGUFError("%s: cannot open GGUF file: %s" % (path, exc))
     with stream:
-        cur = _Cursor(stream, path)
+        cur = _Cursor(stream, path, file_size)
         magic = stream.read(4)
         cur.pos = len(magic)
         if magic != GGUF_MAGIC:
@@ -336,7 +360,7 @@ def read_gguf(path):
             tensors.append(TensorInfo(name, dims, ggml_type, offset))
         alignment = GGUF_DEFAULT_ALIGNMENT
         if KEY_ALIGNMENT in metadata:
-            alignment = metadata[KEY_ALIGNMENT].value
+            alignment = check_alignment(metadata[KEY_ALIGNMENT], path)
         data_offset = align_offset(cur.pos, alignment)
     # a file without tensors (vocab-only) may end right after its metadata, unpadded
     data_end = data_offset if tensors else cur.pos

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to gpulab.inference
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Pure parsers for nvidia-smi answers, shared by gpu_facts and gpu_residency.
 
 No AnsibleModule in here: every function takes text and returns data, or raises
@@ -8,7 +8,9 @@ NvidiaSmiParseError naming the field and the line at fault, so that unit tests c
 feed captured output directly.
 """
 
-from __future__ import annotations
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
 
 import re
 
@@ -30,6 +32,8 @@ COMPUTE_APPS_QUERY_ARGS = ['--query-compute-apps=' + ','.join(COMPUTE_APPS_QUERY
 # an H200, as cheap as a field query and far cheaper than `-q -x` (about 100 ms, 27 kB)
 # or scraping the table header of plain `nvidia-smi`.
 VERSION_ARGS = ['--version']
+# Asked of one GPU (`-i <bus id>`) when a call has hung, to find the GPU that hangs it.
+PROBE_ARGS = ['--query-gpu=index,pci.bus_id', CSV_FORMAT_ARG]
 
 # Printed (on stdout, exit status 18) by every nvidia-smi call after a driver upgrade
 # without reboot: the userspace NVML no longer matches the loaded kernel module.
@@ -68,11 +72,26 @@ def _optional_int(value, field, line):
             % (field, value, line)) from None
 
 
+def has_undecodable_bytes(text):
+    """True when text holds bytes that were not UTF-8 (decoded as lone surrogates, the way
+    AnsibleModule.run_command hands them over)."""
+    return any(u'\udc80' <= char <= u'\udcff' for char in text)
+
+
+def printable(text):
+    """text with undecodable bytes written as \\xNN, safe to return as JSON."""
+    return ''.join('\\x%02x' % (ord(char) - 0xdc00) if u'\udc80' <= char <= u'\udcff' else char for char in text)
+
+
 def _required_text(value, field, line):
     value = value.strip()
     if not value or is_not_available(value):
         raise NvidiaSmiParseError(
             'nvidia-smi field %s is empty or N/A (%r) in line: %r' % (field, value, line))
+    if has_undecodable_bytes(value):
+        raise NvidiaSmiParseError(
+            'nvidia-smi field %s holds bytes that are not UTF-8 (%s) in line: %s; check the driver '
+            'and the GPU (nvidia-smi -q)' % (field, printable(value), printable(line)))
     return value
 
 
@@ -174,7 +193,7 @@ def parse_compute_apps_query(output):
             raise NvidiaSmiParseError('nvidia-smi field pid is N/A in line: %r' % (line,))
         processes.append({
             'pid': pid,
-            'process_name': tail[0].strip(),
+            'process_name': printable(tail[0].strip()),
             'gpu_uuid': _required_text(tail[1], 'gpu_uuid', line),
             'used_memory_mib': _optional_int(tail[2], 'used_memory', line),
         })
@@ -355,3 +374,30 @@ def build_residency(gpus, processes, indices=None, cgroups=None):
         'aggregate_used_gib': mib_to_gib(sum(used_mib)),
         'imbalance_gib': mib_to_gib(max(used_mib) - min(used_mib)) if used_mib else 0.0,
     }
+
+
+def timeout_message(command, timeout_s, probes):
+    """Why a call to nvidia-smi did not answer, naming the GPUs that hang it.
+
+    command: the nvidia-smi command line (a list); probes: [(PCI bus id, answered in time)] from
+    asking every GPU the kernel module knows on its own (empty when it lists none).
+    """
+    text = '%s did not answer within %d s (timeout_s)' % (' '.join(command), timeout_s)
+    hanging = [bus_id for bus_id, answered in probes if not answered]
+    if hanging:
+        return ('%s: GPU %s does not answer on its own either (nvidia-smi -i <bus id>); the driver waits '
+                'on it. Reset it (nvidia-smi -r -i <bus id>) or reboot the node, or raise timeout_s if it is '
+                'only slow.' % (text, ', '.join(hanging)))
+    if probes:
+        return ('%s, yet each of its GPUs (%s) answers on its own: the driver is busy or slow; retry, '
+                'or raise timeout_s.' % (text, ', '.join(bus_id for bus_id, _answered in probes)))
+    return ('%s, and the kernel module lists no GPU under /proc/driver/nvidia/gpus to ask one by one: '
+            'check the driver (dmesg, nvidia-bug-report.sh) or reboot the node.' % text)
+
+
+def missing_gpus_message(required, gpu_count):
+    """The failure when a node must have GPUs and nvidia-smi listed none; None when it is fine."""
+    if required and gpu_count == 0:
+        return ('nvidia-smi answered but lists no GPU, and required=true: check that the GPUs are '
+                'seen by the driver (nvidia-smi -L, dmesg), or set required=false for a CPU node')
+    return None

@@ -18,6 +18,7 @@ import json
 import math
 import os
 import random
+import re
 import struct
 import tempfile
 
@@ -41,6 +42,8 @@ ARCHITECTURES = ("minimax-m2",)
 EXPERT_GATING_SIGMOID = 2  # LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID
 LLAMA_MAX_LAYERS = 512
 LLAMA_MAX_EXPERTS = 1024
+UINT32_MAX = (1 << 32) - 1  # the architecture keys are GGUF UINT32 values
+SPLIT_COUNT_MAX = (1 << 16) - 1  # split.count is a GGUF UINT16 (tools/gguf-split)
 ROW_BLOCK_VALUES = 32  # Q8_0 block: every weight row length must be a multiple of it
 
 # Scaled down so a 2-core CPU runs it; MiniMax-M2 itself is 62 layers, hidden 3072, 48 heads,
@@ -97,6 +100,14 @@ def validate_options(options):
         value = opts[name]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise SyntheticModelError("%s=%r must be a positive integer" % (name, value))
+    for name in ("layers", "hidden_size", "attention_heads", "kv_heads", "head_dim", "experts",
+                 "experts_used", "expert_ffn_size", "context_length"):
+        if opts[name] > UINT32_MAX:
+            raise SyntheticModelError("%s=%d does not fit the GGUF UINT32 key it is written to (at most %d)"
+                                      % (name, opts[name], UINT32_MAX))
+    if opts["shards"] > SPLIT_COUNT_MAX:
+        raise SyntheticModelError("shards=%d does not fit split.count, a GGUF UINT16 (at most %d)"
+                                  % (opts["shards"], SPLIT_COUNT_MAX))
     if isinstance(opts["seed"], bool) or not isinstance(opts["seed"], int) or opts["seed"] < 0:
         raise SyntheticModelError("seed=%r must be a non-negative integer" % (opts["seed"],))
     if opts["layers"] > LLAMA_MAX_LAYERS:
@@ -451,14 +462,60 @@ def existing_state(paths, options_sha256):
     return "current" if current else "stale"
 
 
-def check_free_space(directory, needed_bytes):
+def temp_prefix(path):
+    """Prefix of the temporary files write_model writes `path` through."""
+    return ".%s." % os.path.basename(path)
+
+
+def is_temp_file_of(name, path):
+    """True when the file name `name` (in path's directory) is a temporary file of write_model for
+    `path` (tempfile.mkstemp: prefix, random letters, digits or _, suffix .tmp)."""
+    return re.match(r"^%s[A-Za-z0-9_]+\.tmp$" % re.escape(temp_prefix(path)), name) is not None
+
+
+def stale_temp_files(paths):
+    """[(path, bytes)] of temporary files an interrupted run left beside the model's files."""
+    stale = []
+    for model_path in paths:
+        directory = os.path.dirname(os.path.abspath(model_path))
+        try:
+            names = sorted(os.listdir(directory))
+        except (IOError, OSError):
+            continue
+        for name in names:
+            candidate = os.path.join(directory, name)
+            if is_temp_file_of(name, model_path) and os.path.isfile(candidate) and not os.path.islink(candidate):
+                stale.append((candidate, os.path.getsize(candidate)))
+    return stale
+
+
+def existing_directory(path):
+    """path itself, or its nearest ancestor that exists (where the free space will come from)."""
+    path = os.path.abspath(path)
+    while not os.path.isdir(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
+
+
+def free_space_problem(directory, free_bytes, needed_bytes, reclaimable_bytes=0):
+    """The message when free space plus what stale temporary files hold cannot take the model, else None."""
+    if free_bytes + reclaimable_bytes >= needed_bytes:
+        return None
+    gib = float(1 << 30)
+    text = "%s has %.3f GiB free" % (directory, free_bytes / gib)
+    if reclaimable_bytes:
+        text += " (%.3f GiB more once the temporary files of an interrupted run are removed)" % (reclaimable_bytes / gib)
+    return "%s, the model needs %.3f GiB; free space or lower layers/experts" % (text, needed_bytes / gib)
+
+
+def check_free_space(directory, needed_bytes, reclaimable_bytes=0):
     """Fail before writing when the filesystem cannot hold the new files (written beside the
-    old ones, which are replaced only at the end)."""
+    old ones, which are replaced only at the end); reclaimable_bytes are held by stale
+    temporary files that are removed first."""
     stat = os.statvfs(directory)
-    free_bytes = stat.f_bavail * stat.f_frsize
-    if free_bytes < needed_bytes:
-        raise SyntheticModelError("%s has %.3f GiB free, the model needs %.3f GiB; free space or lower layers/experts"
-                                  % (directory, free_bytes / float(1 << 30), needed_bytes / float(1 << 30)))
+    problem = free_space_problem(directory, stat.f_bavail * stat.f_frsize, needed_bytes, reclaimable_bytes)
+    if problem:
+        raise SyntheticModelError(problem)
 
 
 def write_model(plan, seed):
@@ -467,7 +524,7 @@ def write_model(plan, seed):
     try:
         for path, metadata, members in plan.files:
             directory = os.path.dirname(os.path.abspath(path))
-            fd, temp_path = tempfile.mkstemp(dir=directory, prefix=".%s." % os.path.basename(path), suffix=".tmp")
+            fd, temp_path = tempfile.mkstemp(dir=directory, prefix=temp_prefix(path), suffix=".tmp")
             temps.append((temp_path, path))
             with os.fdopen(fd, "wb") as stream:
                 by_info = dict((id(t.info), t) for t in members)

@@ -1,9 +1,11 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
 # Copyright: contributors to gpulab.inference
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import annotations
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
 
 DOCUMENTATION = r"""
 ---
@@ -39,9 +41,16 @@ options:
     default: /proc/driver/nvidia/version
   required:
     description:
-      - Fail when C(nvidia-smi) cannot be found, instead of reporting a CPU node.
+      - Fail when C(nvidia-smi) cannot be found or lists no GPU, instead of reporting a CPU node.
+      - A driver/library mismatch is still reported, not failed, so the caller can give the reboot advice.
     type: bool
     default: false
+  timeout_s:
+    description:
+      - Seconds each C(nvidia-smi) call may take. A call that takes longer fails the task, naming
+        the GPU (by PCI bus id) that does not answer when asked on its own.
+    type: int
+    default: 30
 extends_documentation_fragment:
   - gpulab.inference.read_only
 attributes:
@@ -172,14 +181,15 @@ from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi import
     VERSION_ARGS,
     NvidiaSmiParseError,
     driver_facts,
-    is_nvml_mismatch,
     merge_mig_modes,
+    missing_gpus_message,
     parse_gpu_query,
     parse_kernel_module_version,
     parse_mig_query,
     parse_nvml_library_version,
     parse_smi_version,
 )
+from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi_runner import NvidiaSmiRunner
 
 
 class GpuFacts:
@@ -190,6 +200,7 @@ class GpuFacts:
         self.nvidia_smi_path = module.params['nvidia_smi_path']
         self.driver_version_file = module.params['driver_version_file']
         self.required = module.params['required']
+        self.runner = NvidiaSmiRunner(module, self.nvidia_smi_path, module.params['timeout_s'])
         self.gpus = []
         self.driver = {
             'driver_version': None,
@@ -210,29 +221,17 @@ class GpuFacts:
             },
         }
 
-    def find_nvidia_smi(self):
-        return self.module.get_bin_path(self.nvidia_smi_path)
-
     def read_kernel_module_version(self):
         if not os.path.exists(self.driver_version_file):
             return None
         try:
-            with open(self.driver_version_file) as version_file:
-                return parse_kernel_module_version(version_file.read())
+            with open(self.driver_version_file, 'rb') as version_file:
+                # the version line is ASCII; other bytes must not end in a traceback
+                return parse_kernel_module_version(version_file.read().decode('utf-8', 'replace'))
         except (IOError, OSError) as exc:
             self.module.fail_json(msg='cannot read %s: %s' % (self.driver_version_file, exc))
         except NvidiaSmiParseError as exc:
             self.module.fail_json(msg='%s: %s' % (self.driver_version_file, exc))
-
-    def run_smi(self, smi, args, allow_mismatch=False):
-        """Run nvidia-smi; returns (rc, stdout, stderr) and fails on errors (but an allowed mismatch)."""
-        command = [smi] + args
-        rc, stdout, stderr = self.module.run_command(command)
-        if rc != 0 and not (allow_mismatch and is_nvml_mismatch(stdout, stderr)):
-            self.module.fail_json(
-                msg='%s failed (rc=%d): %s' % (' '.join(command), rc, (stdout + stderr).strip()),
-                rc=rc, stdout=stdout, stderr=stderr, cmd=command)
-        return rc, stdout, stderr
 
     def report_mismatch(self, kernel_module_version, stdout, stderr):
         nvml_version = parse_nvml_library_version(stdout + '\n' + stderr)
@@ -247,7 +246,7 @@ class GpuFacts:
         )
 
     def gather(self):
-        smi = self.find_nvidia_smi()
+        smi = self.runner.find()
         if smi is None:
             if self.required:
                 self.module.fail_json(
@@ -257,17 +256,20 @@ class GpuFacts:
             return
 
         kernel_module_version = self.read_kernel_module_version()
-        rc, stdout, stderr = self.run_smi(smi, GPU_QUERY_ARGS, allow_mismatch=True)
+        rc, stdout, stderr = self.runner.run(GPU_QUERY_ARGS, allow_mismatch=True)
         if rc != 0:
             self.report_mismatch(kernel_module_version, stdout, stderr)
             return
-        mig_stdout = self.run_smi(smi, MIG_QUERY_ARGS)[1]
-        version_stdout = self.run_smi(smi, VERSION_ARGS)[1]
+        mig_stdout = self.runner.run(MIG_QUERY_ARGS)[1]
+        version_stdout = self.runner.run(VERSION_ARGS)[1]
         try:
             gpus = merge_mig_modes(parse_gpu_query(stdout), parse_mig_query(mig_stdout))
             self.driver.update(driver_facts(gpus, parse_smi_version(version_stdout), kernel_module_version))
         except NvidiaSmiParseError as exc:
-            self.module.fail_json(msg=str(exc), stdout=stdout)
+            self.module.fail_json(msg=str(exc))
+        missing = missing_gpus_message(self.required, len(gpus))
+        if missing:
+            self.module.fail_json(msg=missing)
         self.gpus = gpus
         if self.driver['mismatch']:
             self.driver['message'] = (
@@ -281,6 +283,7 @@ def build_module():
             nvidia_smi_path=dict(type='str', default='nvidia-smi'),
             driver_version_file=dict(type='path', default='/proc/driver/nvidia/version'),
             required=dict(type='bool', default=False),
+            timeout_s=dict(type='int', default=30),
         ),
         supports_check_mode=True,
     )

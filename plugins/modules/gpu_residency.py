@@ -1,9 +1,11 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
 # Copyright: contributors to gpulab.inference
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import annotations
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
 
 DOCUMENTATION = r"""
 ---
@@ -31,6 +33,12 @@ options:
       - Omit to report on all GPUs. An index the host lacks fails the task.
     type: list
     elements: int
+  timeout_s:
+    description:
+      - Seconds each C(nvidia-smi) call may take. A call that takes longer fails the task, naming
+        the GPU (by PCI bus id) that does not answer when asked on its own.
+    type: int
+    default: 30
   proc_root:
     description:
       - Where the process file system is mounted (tests point it elsewhere).
@@ -134,6 +142,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi import
     parse_compute_apps_query,
     parse_gpu_query,
 )
+from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi_runner import NvidiaSmiRunner
 
 
 class GpuResidency:
@@ -144,42 +153,33 @@ class GpuResidency:
         self.nvidia_smi_path = module.params['nvidia_smi_path']
         self.indices = module.params['gpus']
         self.proc_root = module.params['proc_root']
+        self.runner = NvidiaSmiRunner(module, self.nvidia_smi_path, module.params['timeout_s'])
         self.residency = None
 
     @property
     def result(self):
         return {'changed': False, 'residency': self.residency}
 
-    def run_smi(self, smi, args):
-        command = [smi] + args
-        rc, stdout, stderr = self.module.run_command(command)
-        if rc != 0:
-            self.module.fail_json(
-                msg='%s failed (rc=%d): %s' % (' '.join(command), rc, (stdout + stderr).strip()),
-                rc=rc, stdout=stdout, stderr=stderr, cmd=command)
-        return stdout
-
     def read_cgroup(self, pid):
         """Text of /proc/PID/cgroup, or None when the process has exited."""
         try:
-            with open(os.path.join(self.proc_root, str(pid), 'cgroup')) as cgroup_file:
+            with open(os.path.join(self.proc_root, str(pid), 'cgroup'), encoding='utf-8', errors='replace') as cgroup_file:
                 return cgroup_file.read()
         except (IOError, OSError):
             return None
 
     def gather(self):
-        smi = self.module.get_bin_path(self.nvidia_smi_path)
-        if smi is None:
+        if self.runner.find() is None:
             self.module.fail_json(
                 msg='nvidia-smi (%s) not found: GPU residency needs the NVIDIA driver; '
                     'install it or set nvidia_smi_path' % self.nvidia_smi_path)
-        gpu_stdout = self.run_smi(smi, GPU_QUERY_ARGS)
-        apps_stdout = self.run_smi(smi, COMPUTE_APPS_QUERY_ARGS)
+        gpu_stdout = self.runner.run(GPU_QUERY_ARGS)[1]
+        apps_stdout = self.runner.run(COMPUTE_APPS_QUERY_ARGS)[1]
         try:
             gpus = parse_gpu_query(gpu_stdout)
             processes = parse_compute_apps_query(apps_stdout)
         except NvidiaSmiParseError as exc:
-            self.module.fail_json(msg=str(exc), stdout=gpu_stdout + apps_stdout)
+            self.module.fail_json(msg=str(exc))
         cgroups = dict((process['pid'], self.read_cgroup(process['pid'])) for process in processes)
         try:
             self.residency = build_residency(gpus, processes, self.indices, cgroups)
@@ -197,6 +197,7 @@ def build_module():
         argument_spec=dict(
             nvidia_smi_path=dict(type='str', default='nvidia-smi'),
             gpus=dict(type='list', elements='int'),
+            timeout_s=dict(type='int', default=30),
             proc_root=dict(type='path', default='/proc'),
         ),
         supports_check_mode=True,

@@ -131,7 +131,9 @@ notes:
   - The weights are random, so the model's output is gibberish; it proves loading, splitting
     across devices and serving, not quality.
   - Writing needs free space for the new files beside the old ones until they are renamed into
-    place; the module checks the space first.
+    place; the module checks the space first, in check mode too.
+  - Temporary files an interrupted run left (C(.<file name>.<random>.tmp) beside each file) are
+    removed at the start of the next run and their space is counted as free.
   - Changing O(shards) leaves the files of the old layout in place; remove them when done.
 seealso:
   - name: llama.cpp gguf-split
@@ -219,6 +221,14 @@ chat_template_source:
   returned: always
   type: str
   sample: vocab_gguf
+removed_temp_files:
+  description:
+    - Temporary files an interrupted run had left beside the model's files, removed by this run
+      (in check mode, those that would be removed). Their space counts as free in the space check.
+  returned: always
+  type: list
+  elements: str
+  sample: [/var/lib/gpulab/models/.synthetic-minimax-m2.gguf.k2j4x9_a.tmp]
 options_sha256:
   description: Hash of the options and vocabulary checksum, stored in C(gpulab.synthetic.options_sha256).
   returned: always
@@ -230,6 +240,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpulab.inference.plugins.module_utils import gguf
 from ansible_collections.gpulab.inference.plugins.module_utils import synthetic_model as sm
 
 OPTION_NAMES = ("architecture", "layers", "hidden_size", "attention_heads", "kv_heads", "head_dim",
@@ -248,13 +259,15 @@ class SyntheticGGUF:
         self.changed = False
         self.plan = None
         self.size_bytes = 0
+        self.removed_temp_files = []
 
     def prepare(self):
         """Validate everything and build the plan; nothing is written here."""
         opts = sm.validate_options(dict((k, self.module.params[k]) for k in OPTION_NAMES))
         sm.shard_paths(self.path, opts["shards"])
         directory = os.path.dirname(os.path.abspath(self.path))
-        if not os.path.isdir(directory):
+        # in check mode the task that creates the directory has not run either
+        if not os.path.isdir(directory) and not self.check_mode:
             raise sm.SyntheticModelError("directory %s of path=%r does not exist; create it first "
                                          "(ansible.builtin.file state=directory)" % (directory, self.path))
         if opts["vocab_gguf"]:
@@ -267,6 +280,9 @@ class SyntheticGGUF:
 
     def run(self):
         self.prepare()
+        # temporary files of an interrupted run: removed first, their space counted as free
+        stale = sm.stale_temp_files(self.plan.paths)
+        self.removed_temp_files = [path for path, _size in stale]
         state = "stale"
         if not self.force:
             state = sm.existing_state(self.plan.paths, self.plan.options_sha256)
@@ -275,9 +291,16 @@ class SyntheticGGUF:
         else:
             self.changed = True
             self.size_bytes = sum(self.plan.file_sizes())
+            # checked in check mode too, so a model that cannot fit is refused before any change
+            directory = sm.existing_directory(os.path.dirname(os.path.abspath(self.plan.paths[0])))
+            sm.check_free_space(directory, self.size_bytes, sum(size for _path, size in stale))
+        if stale:
+            self.changed = True
             if not self.check_mode:
-                sm.check_free_space(os.path.dirname(os.path.abspath(self.plan.paths[0])), self.size_bytes)
-                sm.write_model(self.plan, self.plan.opts["seed"])
+                for path in self.removed_temp_files:
+                    os.unlink(path)
+        if state != "current" and not self.check_mode:
+            sm.write_model(self.plan, self.plan.opts["seed"])
         self.apply_file_attributes()
 
     def apply_file_attributes(self):
@@ -303,6 +326,7 @@ class SyntheticGGUF:
             layers=plan.opts["layers"],
             chat_template_source=plan.chat_template_source,
             options_sha256=plan.options_sha256,
+            removed_temp_files=self.removed_temp_files,
         )
 
 
@@ -335,7 +359,7 @@ def main():
     model = SyntheticGGUF(module)
     try:
         model.run()
-    except sm.SyntheticModelError as exc:
+    except (sm.SyntheticModelError, gguf.GGUFError) as exc:
         module.fail_json(msg=str(exc))
     except (IOError, OSError) as exc:
         module.fail_json(msg="writing the model at %s failed: %s" % (module.params["path"], exc))

@@ -25,11 +25,18 @@ def _fail_json(self, **kwargs):
     raise FailJson(kwargs)
 
 
+def _bin_path_answer(bin_path):
+    if isinstance(bin_path, dict):
+        return {'side_effect': lambda name, *unused_args, **unused_kwargs: bin_path.get(name)}
+    return {'return_value': bin_path}
+
+
 def run_module(main, args, answers, bin_path):
     """Run main(); answers maps a command tuple to (rc, stdout, stderr).
 
-    Returns kind (ExitJson or FailJson), result, the commands run, the warnings issued and the
-    get_bin_path mock.
+    bin_path is what get_bin_path answers for every name, or a dict name -> path (a name not in
+    it is not found). Returns kind (ExitJson or FailJson), result, the commands run, the warnings
+    issued and the get_bin_path mock.
     """
     commands = []
     warnings = []
@@ -43,7 +50,7 @@ def run_module(main, args, answers, bin_path):
             mock.patch.object(basic.AnsibleModule, 'fail_json', _fail_json), \
             mock.patch.object(basic.AnsibleModule, 'warn', lambda self, msg: warnings.append(msg)), \
             mock.patch.object(basic.AnsibleModule, 'run_command', run_command), \
-            mock.patch.object(basic.AnsibleModule, 'get_bin_path', return_value=bin_path) as get_bin_path:
+            mock.patch.object(basic.AnsibleModule, 'get_bin_path', **_bin_path_answer(bin_path)) as get_bin_path:
         with pytest.raises((ExitJson, FailJson)) as raised:
             main()
     return SimpleNamespace(kind=raised.type, result=raised.value.args[0], commands=commands,

@@ -1,7 +1,11 @@
 """gpu_facts with run_command and get_bin_path patched: exact command lines and facts."""
 
+import json
 from pathlib import Path
 
+import pytest
+
+from ansible_collections.gpulab.inference.plugins.module_utils import nvidia_smi_runner
 from ansible_collections.gpulab.inference.plugins.modules import gpu_facts
 import module_harness
 from module_harness import ExitJson, FailJson
@@ -9,15 +13,28 @@ from module_harness import ExitJson, FailJson
 FIXTURES = Path(__file__).resolve().parents[2] / 'fixtures' / 'nvidia-smi'
 PROFILES = Path(__file__).resolve().parents[4] / 'molecule' / 'lab' / 'files' / 'nvidia-smi'
 SMI = '/usr/bin/nvidia-smi'
-GPU_QUERY = [SMI, '--query-gpu=index,uuid,name,pci.bus_id,driver_version,compute_cap,'
-             'memory.total,memory.used,memory.free,utilization.gpu', '--format=csv,noheader,nounits']
-MIG_QUERY = [SMI, '--query-gpu=index,mig.mode.current', '--format=csv,noheader,nounits']
-VERSION = [SMI, '--version']
+TIMEOUT = '/usr/bin/timeout'
+
+
+def bounded(command, timeout_s=30):
+    """The command line the module runs: nvidia-smi under coreutils' timeout."""
+    return [TIMEOUT, '--kill-after=5s', '%ds' % timeout_s] + list(command)
+
+
+GPU_ARGS = ['--query-gpu=index,uuid,name,pci.bus_id,driver_version,compute_cap,'
+            'memory.total,memory.used,memory.free,utilization.gpu', '--format=csv,noheader,nounits']
+MIG_ARGS = ['--query-gpu=index,mig.mode.current', '--format=csv,noheader,nounits']
+GPU_QUERY = bounded([SMI] + GPU_ARGS)
+MIG_QUERY = bounded([SMI] + MIG_ARGS)
+VERSION = bounded([SMI, '--version'])
 
 
 def run_module(args, answers, bin_path=SMI):
     """Run gpu_facts; answers maps a command tuple to (rc, stdout, stderr)."""
-    run = module_harness.run_module(gpu_facts.main, args, answers, bin_path)
+    bin_paths = {'nvidia-smi': bin_path, 'timeout': TIMEOUT}
+    if bin_path is not None and bin_path != SMI:
+        bin_paths[bin_path] = bin_path
+    run = module_harness.run_module(gpu_facts.main, args, answers, bin_paths)
     return run.kind, run.result, run.commands, run.get_bin_path
 
 
@@ -38,7 +55,7 @@ def test_h200():
     kind, result, commands, get_bin_path = run_module({'driver_version_file': str(version_file)}, h200_answers())
     assert kind is ExitJson
     assert commands == [GPU_QUERY, MIG_QUERY, VERSION]
-    get_bin_path.assert_called_once_with('nvidia-smi')
+    assert [call.args[0] for call in get_bin_path.call_args_list] == ['nvidia-smi', 'timeout']
     assert result['changed'] is False
     facts = result['ansible_facts']
     assert facts['gpulab_gpu_count'] == 1
@@ -58,15 +75,15 @@ def test_path_option_and_two_gpus():
     profile = PROFILES / 'rtx-pro-6000-x2'
     smi = '/usr/local/bin/nvidia-smi'
     answers = {
-        tuple([smi] + GPU_QUERY[1:]): ok((profile / 'query-gpu.csv').read_text()),
-        tuple([smi] + MIG_QUERY[1:]): ok((profile / 'query-gpu-mig.csv').read_text()),
-        (smi, '--version'): ok((profile / 'version.txt').read_text()),
+        tuple(bounded([smi] + GPU_ARGS)): ok((profile / 'query-gpu.csv').read_text()),
+        tuple(bounded([smi] + MIG_ARGS)): ok((profile / 'query-gpu-mig.csv').read_text()),
+        tuple(bounded([smi, '--version'])): ok((profile / 'version.txt').read_text()),
     }
     args = {'nvidia_smi_path': smi, 'driver_version_file': str(profile / 'proc-driver-nvidia-version')}
     kind, result, commands, get_bin_path = run_module(args, answers, bin_path=smi)
     assert kind is ExitJson
-    get_bin_path.assert_called_once_with(smi)
-    assert commands[0][0] == smi
+    assert get_bin_path.call_args_list[0].args == (smi,)
+    assert commands[0][3] == smi
     facts = result['ansible_facts']
     assert facts['gpulab_gpu_count'] == 2
     assert [(g['index'], g['cuda_arch'], g['memory_total_mib']) for g in facts['gpulab_gpus']] == [
@@ -155,3 +172,68 @@ def test_check_mode_runs_the_same_queries():
     assert kind is ExitJson
     assert commands == [GPU_QUERY, MIG_QUERY, VERSION]
     assert result['ansible_facts']['gpulab_gpu_count'] == 1
+
+
+# --- bad input: a clear message naming the option or field, no traceback -----------------------
+
+H200_ROW = ('0, GPU-fdf55793-3a7a-d742-fbd7-efd736274ebd, NVIDIA H200, 00000000:00:06.0, 580.159.04, 9.0, '
+            '143771, 0, 143156, 0\n')
+
+
+def with_gpu_row(row):
+    answers = h200_answers()
+    answers[tuple(GPU_QUERY)] = ok(row)
+    return answers
+
+
+BAD_INPUTS = [
+    # (id, module args, answers, words the message must hold)
+    ('row without index', {}, with_gpu_row(H200_ROW.replace('0, GPU-', ', GPU-', 1)),
+     ["field index is ''", 'expected an integer']),
+    ('index N/A', {}, with_gpu_row(H200_ROW.replace('0, GPU-', 'N/A, GPU-', 1)), ['field index is N/A']),
+    ('non-UTF-8 GPU name', {}, with_gpu_row(H200_ROW.replace('NVIDIA H200', 'NVIDIA H\udcff200')),
+     ['field name holds bytes that are not UTF-8', 'H\\xff200']),
+    ('non-UTF-8 uuid', {}, with_gpu_row(H200_ROW.replace('GPU-fdf5', 'GPU-\udce9df5')), ['field uuid holds bytes']),
+    ('memory.total not a number', {}, with_gpu_row(H200_ROW.replace('143771', 'lots')), ["memory.total is 'lots'"]),
+    ('compute_cap garbage', {}, with_gpu_row(H200_ROW.replace(' 9.0,', ' nine,')), ["compute_cap is 'nine'"]),
+    ('index twice', {}, with_gpu_row(H200_ROW + H200_ROW), ['listed a GPU index twice']),
+    ('too few fields', {}, with_gpu_row('0, GPU-x\n'), ['answered 2 fields, expected 10']),
+    ('zero GPUs with required', {'required': True}, with_gpu_row(''), ['lists no GPU, and required=true']),
+    ('timeout_s zero', {'timeout_s': 0}, {}, ['timeout_s=0 must be a positive number of seconds']),
+    ('timeout_s negative', {'timeout_s': -3}, {}, ['timeout_s=-3 must be a positive number of seconds']),
+    ('timeout_s not a number', {'timeout_s': 'soon'}, {}, ['timeout_s']),
+    ('required not a bool', {'required': 'maybe'}, {}, ['required']),
+    ('unknown option', {'nvidia_smi': '/bin/true'}, {}, ['nvidia_smi']),
+]
+
+
+@pytest.mark.parametrize('args, answers, words', [case[1:] for case in BAD_INPUTS], ids=[case[0] for case in BAD_INPUTS])
+def test_bad_input_fails_clearly(args, answers, words):
+    kind, result, unused, unused_mock = run_module(dict({'driver_version_file': '/nonexistent'}, **args), answers)
+    assert kind is FailJson
+    for word in words:
+        assert word in result['msg']
+    json.dumps(result)  # the result reaches the controller as JSON: nothing in it may break that
+
+
+def test_hanging_gpu_is_named(tmp_path, monkeypatch):
+    (tmp_path / '0000:00:06.0').mkdir()
+    monkeypatch.setattr(nvidia_smi_runner, 'DRIVER_GPUS_DIR', str(tmp_path))
+    answers = {
+        tuple(GPU_QUERY): (124, '', ''),
+        tuple(bounded([SMI, '-i', '0000:00:06.0', '--query-gpu=index,pci.bus_id', '--format=csv,noheader,nounits'], 10)):
+            (124, '', ''),
+    }
+    kind, result, commands, unused = run_module({'driver_version_file': '/nonexistent'}, answers)
+    assert kind is FailJson
+    assert 'did not answer within 30 s (timeout_s): GPU 0000:00:06.0 does not answer on its own' in result['msg']
+    assert len(commands) == 2
+
+
+def test_non_utf8_driver_version_file_is_a_clear_error(tmp_path):
+    bad = tmp_path / 'version'
+    bad.write_bytes(b'\xff\xfe garbage\n')
+    kind, result, unused, unused_mock = run_module({'driver_version_file': str(bad)}, h200_answers())
+    assert kind is FailJson
+    assert result['msg'].startswith(str(bad)) and 'NVRM version' in result['msg']
+    json.dumps(result)

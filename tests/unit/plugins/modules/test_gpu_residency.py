@@ -1,22 +1,34 @@
 """gpu_residency with run_command and get_bin_path patched, and a fake /proc under tmp_path."""
 
+import json
 from pathlib import Path
 
+import pytest
+
+from ansible_collections.gpulab.inference.plugins.module_utils import nvidia_smi_runner
 from ansible_collections.gpulab.inference.plugins.modules import gpu_residency
 import module_harness
 from module_harness import ExitJson, FailJson
 
 FIXTURES = Path(__file__).resolve().parents[2] / 'fixtures' / 'nvidia-smi'
 SMI = '/usr/bin/nvidia-smi'
-GPU_QUERY = [SMI, '--query-gpu=index,uuid,name,pci.bus_id,driver_version,compute_cap,'
-             'memory.total,memory.used,memory.free,utilization.gpu', '--format=csv,noheader,nounits']
-APPS_QUERY = [SMI, '--query-compute-apps=pid,process_name,gpu_uuid,used_memory', '--format=csv,noheader,nounits']
+TIMEOUT = '/usr/bin/timeout'
+
+
+def bounded(command, timeout_s=30):
+    """The command line the module runs: nvidia-smi under coreutils' timeout."""
+    return [TIMEOUT, '--kill-after=5s', '%ds' % timeout_s] + list(command)
+
+
+GPU_QUERY = bounded([SMI, '--query-gpu=index,uuid,name,pci.bus_id,driver_version,compute_cap,'
+                     'memory.total,memory.used,memory.free,utilization.gpu', '--format=csv,noheader,nounits'])
+APPS_QUERY = bounded([SMI, '--query-compute-apps=pid,process_name,gpu_uuid,used_memory', '--format=csv,noheader,nounits'])
 H200_LOADED_UUID = 'GPU-6091723c-1489-8531-612c-d2c983e2ea71'
 
 
 def run_module(args, answers, bin_path=SMI):
     """Run gpu_residency; answers maps a command tuple to (rc, stdout, stderr)."""
-    run = module_harness.run_module(gpu_residency.main, args, answers, bin_path)
+    run = module_harness.run_module(gpu_residency.main, args, answers, {'nvidia-smi': bin_path, 'timeout': TIMEOUT})
     return run.kind, run.result, run.commands, run.warnings
 
 
@@ -122,3 +134,73 @@ def test_malformed_compute_apps_fails(tmp_path):
     kind, result, unused, unused_warnings = run_module({'proc_root': str(tmp_path)}, answers)
     assert kind is FailJson
     assert "used_memory is 'lots'" in result['msg'] and "'4242, python3, GPU-x, lots'" in result['msg']
+
+
+# --- bad input: a clear message naming the option or field, no traceback -----------------------
+
+def with_apps(text):
+    answers = mig_answers()
+    answers[tuple(APPS_QUERY)] = (0, text, '')
+    return answers
+
+
+def with_gpus(text):
+    answers = mig_answers()
+    answers[tuple(GPU_QUERY)] = (0, text, '')
+    return answers
+
+
+BAD_INPUTS = [
+    # (id, module args, answers, words the message must hold)
+    ('unknown GPU index', {'gpus': [7]}, mig_answers(), ['gpus: no GPU with index 7', 'existing indices: 0, 1']),
+    ('negative GPU index', {'gpus': [-1]}, mig_answers(), ['gpus: no GPU with index -1']),
+    ('GPU index not a number', {'gpus': ['first']}, {}, ['gpus']),
+    ('GPU row without index', {}, with_gpus(', GPU-x, NVIDIA H200, 00000000:00:06.0, 580.159.04, 9.0, 1, 0, 1, 0\n'),
+     ["field index is ''"]),
+    ('non-UTF-8 GPU name', {}, with_gpus('0, GPU-x, NVIDIA \udcc3H200, 00000000:00:06.0, 580.159.04, 9.0, 1, 0, 1, 0\n'),
+     ['field name holds bytes that are not UTF-8', '\\xc3']),
+    ('process row without pid', {}, with_apps(', python3, GPU-x, 10\n'), ["field pid is ''"]),
+    ('process pid N/A', {}, with_apps('N/A, python3, GPU-x, 10\n'), ['field pid is N/A']),
+    ('process memory not a number', {}, with_apps('42, python3, GPU-x, lots\n'), ["used_memory is 'lots'"]),
+    ('process row too short', {}, with_apps('42, python3\n'), ['answered fewer than 4 fields']),
+    ('timeout_s zero', {'timeout_s': 0}, {}, ['timeout_s=0 must be a positive number of seconds']),
+    ('unknown option', {'gpu': [0]}, {}, ['gpu']),
+]
+
+
+@pytest.mark.parametrize('args, answers, words', [case[1:] for case in BAD_INPUTS], ids=[case[0] for case in BAD_INPUTS])
+def test_bad_input_fails_clearly(tmp_path, args, answers, words):
+    kind, result, unused, unused_warnings = run_module(dict({'proc_root': str(tmp_path)}, **args), answers)
+    assert kind is FailJson
+    for word in words:
+        assert word in result['msg']
+    json.dumps(result)
+
+
+def test_non_utf8_process_name_and_cgroup_are_reported_escaped(tmp_path):
+    (tmp_path / '42').mkdir()
+    (tmp_path / '42' / 'cgroup').write_bytes(b'0::/system.slice/gpulab-rpc-server@0.service\n1:name=\xff:/x\n')
+    uuid = 'GPU-6091723c-1489-8531-612c-d2c983e2ea71'
+    answers = {
+        tuple(GPU_QUERY): (0, fixture('h200-loaded/query-gpu-idle.csv'), ''),
+        tuple(APPS_QUERY): (0, '42, /opt/b\udce9in/llama, %s, 10\n' % uuid, ''),
+    }
+    kind, result, unused, unused_warnings = run_module({'proc_root': str(tmp_path)}, answers)
+    assert kind is ExitJson
+    (process,) = result['residency']['processes']
+    assert (process['process_name'], process['systemd_unit']) == ('/opt/b\\xe9in/llama', 'gpulab-rpc-server@0.service')
+    json.dumps(result)
+
+
+def test_hanging_compute_apps_query_names_the_gpu(tmp_path, monkeypatch):
+    (tmp_path / '0000:00:06.0').mkdir()
+    monkeypatch.setattr(nvidia_smi_runner, 'DRIVER_GPUS_DIR', str(tmp_path))
+    answers = {
+        tuple(GPU_QUERY): (0, fixture('h200-loaded/query-gpu-idle.csv'), ''),
+        tuple(APPS_QUERY): (137, '', ''),
+        tuple(bounded([SMI, '-i', '0000:00:06.0', '--query-gpu=index,pci.bus_id', '--format=csv,noheader,nounits'], 10)):
+            (124, '', ''),
+    }
+    kind, result, unused, unused_warnings = run_module({}, answers)
+    assert kind is FailJson
+    assert 'GPU 0000:00:06.0 does not answer on its own' in result['msg']

@@ -8,6 +8,7 @@ __metaclass__ = type
 
 import json
 import os
+import struct
 
 import pytest
 
@@ -182,3 +183,110 @@ def test_file_mode_is_applied(tmp_path, capsys):
     assert oct(os.stat(path).st_mode & 0o777) == "0o600"
     _failed, result = run_module(dict(SMALL, path=path, mode="0600"), capsys=capsys)
     assert result["changed"] is False
+
+
+# ---------------------------------------------------------------- bad input, table-driven
+
+def _vocab_bytes(kv_bytes, n_kv=1):
+    return gguf.GGUF_MAGIC + struct.pack("<IQQ", 3, 0, n_kv) + kv_bytes
+
+
+def _key(name):
+    return struct.pack("<Q", len(name)) + name.encode()
+
+
+def _u32(value):
+    return struct.pack("<II", gguf.UINT32, value)
+
+
+VOCAB_ALIGNMENT_0 = _vocab_bytes(_key("general.alignment") + _u32(0))
+VOCAB_ABSURD_ARRAY = _vocab_bytes(_key("tokenizer.ggml.tokens") + struct.pack(
+    "<IIQ", gguf.ARRAY, gguf.STRING, 1 << 31))
+VOCAB_NO_TOKENS = _vocab_bytes(_key("tokenizer.ggml.model") + struct.pack("<I", gguf.STRING) + _key("gpt2"))
+
+HUGE = {"layers": 512, "hidden_size": 8192, "attention_heads": 64, "kv_heads": 8, "head_dim": 128,
+        "experts": 1024, "experts_used": 8, "expert_ffn_size": 8192}
+
+BAD_INPUTS = [
+    # (id, options, vocabulary file bytes or None, check mode, words the message must hold)
+    ("context_length 2^33", {"context_length": 2 ** 33}, None, False, ["context_length=8589934592 does not fit"]),
+    ("context_length 2^33 in check mode", {"context_length": 2 ** 33}, None, True, ["context_length=8589934592"]),
+    ("shards over UINT16", {"shards": 70000}, None, False, ["shards=70000 does not fit split.count"]),
+    ("vocabulary with alignment 0", {}, VOCAB_ALIGNMENT_0, False,
+     ["vocab_gguf:", "general.alignment is 0, not a power of 2"]),
+    ("vocabulary with an absurd array count", {}, VOCAB_ABSURD_ARRAY, False,
+     ["vocab_gguf:", "an array of 2147483648 strings"]),
+    ("vocabulary without tokens", {}, VOCAB_NO_TOKENS, False, ["has no tokenizer.ggml.tokens array"]),
+    ("vocabulary that is not GGUF", {}, b"PK\x03\x04zip", False, ["vocab_gguf:", "not a GGUF file"]),
+    ("huge model in check mode", HUGE, None, True, ["GiB free, the model needs", "lower layers/experts"]),
+    ("huge model", HUGE, None, False, ["GiB free, the model needs"]),
+    ("layers over llama.cpp's limit", {"layers": 513}, None, False, ["layers=513 exceeds llama.cpp's limit of 512"]),
+    ("negative seed", {"seed": -1}, None, False, ["seed=-1 must be a non-negative integer"]),
+    ("zero kv heads", {"kv_heads": 0}, None, False, ["kv_heads=0 must be a positive integer"]),
+    ("head_dim not a number", {"head_dim": "wide"}, None, False, ["head_dim"]),
+    ("unknown option", {"kv_head": 2}, None, False, ["kv_head"]),
+    ("path without .gguf", {"path": "model.bin"}, None, False, ["must end with .gguf"]),
+]
+
+
+@pytest.mark.parametrize("options, vocab, check_mode, words", [c[1:] for c in BAD_INPUTS], ids=[c[0] for c in BAD_INPUTS])
+def test_bad_input_fails_clearly_and_writes_nothing(tmp_path, capsys, options, vocab, check_mode, words):
+    models = tmp_path / "models"
+    models.mkdir()
+    args = dict(SMALL, path=str(models / "m.gguf"))
+    if vocab is not None:
+        (tmp_path / "vocab.gguf").write_bytes(vocab)
+        args["vocab_gguf"] = str(tmp_path / "vocab.gguf")
+    args.update(options)
+    if "path" in options:
+        args["path"] = str(models / options["path"])
+    failed, result = run_module(args, check_mode=check_mode, capsys=capsys)
+    assert failed, result
+    for word in words:
+        assert word in result["msg"]
+    assert os.listdir(str(models)) == []
+
+
+def test_temp_files_of_an_interrupted_run_are_removed(tmp_path, capsys):
+    path = str(tmp_path / "m.gguf")
+    stale = tmp_path / ".m.gguf.abcd1234.tmp"
+    stale.write_bytes(b"half a model")
+    failed, result = run_module(dict(SMALL, path=path), check_mode=True, capsys=capsys)
+    assert not failed and result["removed_temp_files"] == [str(stale)]
+    assert stale.exists()
+    failed, result = run_module(dict(SMALL, path=path), capsys=capsys)
+    assert not failed and result["removed_temp_files"] == [str(stale)]
+    assert sorted(os.listdir(str(tmp_path))) == ["m.gguf"]
+    # a current model with a stale temp file beside it: only the cleanup is a change
+    stale.write_bytes(b"again")
+    _failed, result = run_module(dict(SMALL, path=path), capsys=capsys)
+    assert (result["changed"], result["removed_temp_files"]) == (True, [str(stale)])
+    _failed, result = run_module(dict(SMALL, path=path), capsys=capsys)
+    assert (result["changed"], result["removed_temp_files"]) == (False, [])
+
+
+def test_free_space_check_counts_stale_temp_files(tmp_path, capsys, monkeypatch):
+    path = str(tmp_path / "m.gguf")
+    _failed, predicted = run_module(dict(SMALL, path=path), check_mode=True, capsys=capsys)
+    needed = predicted["size_bytes"]
+    real_statvfs = os.statvfs
+
+    class Tight:
+        f_frsize = 1
+        f_bavail = needed - 100
+
+    monkeypatch.setattr(os, "statvfs", lambda directory: Tight() if directory == str(tmp_path) else real_statvfs(directory))
+    failed, result = run_module(dict(SMALL, path=path), capsys=capsys)
+    assert failed and "the model needs" in result["msg"]
+    assert os.listdir(str(tmp_path)) == []
+    (tmp_path / ".m.gguf.abcd1234.tmp").write_bytes(b"x" * 200)
+    failed, result = run_module(dict(SMALL, path=path), capsys=capsys)
+    assert not failed, result
+    assert os.listdir(str(tmp_path)) == ["m.gguf"]
+
+
+def test_check_mode_tolerates_a_directory_not_yet_created(tmp_path, capsys):
+    failed, result = run_module(dict(SMALL, path=str(tmp_path / "new" / "m.gguf")), check_mode=True, capsys=capsys)
+    assert not failed, result
+    assert result["changed"] is True
+    assert not (tmp_path / "new").exists()

@@ -1,0 +1,87 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to gpulab.inference
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The one way the collection's modules run nvidia-smi: found once, every call bounded by a
+timeout, and a call that hangs is answered with the GPU that hangs it.
+
+A GPU that has fallen off the bus or whose driver is wedged makes every NVML call wait, and
+nvidia-smi with it, for minutes. Each call therefore runs under coreutils' timeout. When one
+times out, every GPU the kernel module knows (one directory per PCI bus id under
+/proc/driver/nvidia/gpus) is asked alone (`nvidia-smi -i <bus id>`), so the message can name
+the GPU to reset or the node to reboot. The wording lives in nvidia_smi.timeout_message.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+
+from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi import (
+    PROBE_ARGS,
+    is_nvml_mismatch,
+    timeout_message,
+)
+
+DEFAULT_TIMEOUT_S = 30
+# seconds a GPU probe may take once a call has hung (one probe per GPU, in turn)
+PROBE_TIMEOUT_S = 10
+# coreutils timeout sends SIGTERM, then SIGKILL this many seconds later
+KILL_AFTER_S = 5
+# exit statuses of coreutils timeout: 124 the command timed out, 137 it had to be killed
+TIMEOUT_RCS = (124, 137)
+DRIVER_GPUS_DIR = "/proc/driver/nvidia/gpus"
+
+
+class NvidiaSmiRunner:
+    """Runs nvidia-smi for a module; failures end in module.fail_json with the command's output."""
+
+    def __init__(self, module, nvidia_smi_path="nvidia-smi", timeout_s=DEFAULT_TIMEOUT_S, gpus_dir=None):
+        self.module = module
+        self.nvidia_smi_path = nvidia_smi_path
+        self.timeout_s = timeout_s
+        self.gpus_dir = gpus_dir or DRIVER_GPUS_DIR
+        self.smi = None
+        self.timeout_bin = None
+
+    def find(self):
+        """Path of nvidia-smi, or None when the host has none (a CPU node)."""
+        if self.timeout_s is None or isinstance(self.timeout_s, bool) or self.timeout_s < 1:
+            self.module.fail_json(msg="timeout_s=%r must be a positive number of seconds" % (self.timeout_s,))
+        self.smi = self.module.get_bin_path(self.nvidia_smi_path)
+        if self.smi is not None:
+            self.timeout_bin = self.module.get_bin_path("timeout", required=True)
+        return self.smi
+
+    def bounded(self, args, timeout_s):
+        return [self.timeout_bin, "--kill-after=%ds" % KILL_AFTER_S, "%ds" % timeout_s, self.smi] + list(args)
+
+    def run(self, args, allow_mismatch=False):
+        """(rc, stdout, stderr) of nvidia-smi with args; fails on a non-zero exit (but an allowed
+        driver/library mismatch) and on a timeout, naming the GPUs that do not answer."""
+        command = self.bounded(args, self.timeout_s)
+        rc, stdout, stderr = self.module.run_command(command)
+        if rc in TIMEOUT_RCS:
+            self.module.fail_json(msg=timeout_message([self.smi] + list(args), self.timeout_s, self.probe_gpus()),
+                                  rc=rc, stdout=stdout, stderr=stderr, cmd=command)
+        if rc != 0 and not (allow_mismatch and is_nvml_mismatch(stdout, stderr)):
+            self.module.fail_json(
+                msg="%s failed (rc=%d): %s" % (" ".join([self.smi] + list(args)), rc, (stdout + stderr).strip()),
+                rc=rc, stdout=stdout, stderr=stderr, cmd=command)
+        return rc, stdout, stderr
+
+    def driver_gpus(self):
+        """PCI bus ids of the GPUs the kernel module knows, sorted; empty when it says nothing."""
+        try:
+            return sorted(os.listdir(self.gpus_dir))
+        except (IOError, OSError):
+            return []
+
+    def probe_gpus(self):
+        """[(bus id, answered in time)] for every GPU the kernel module knows."""
+        probes = []
+        for bus_id in self.driver_gpus():
+            command = self.bounded(["-i", bus_id] + PROBE_ARGS, min(self.timeout_s, PROBE_TIMEOUT_S))
+            rc = self.module.run_command(command)[0]
+            probes.append((bus_id, rc not in TIMEOUT_RCS))
+        return probes
