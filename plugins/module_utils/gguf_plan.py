@@ -553,51 +553,86 @@ def _fmt(value):
 
 # ---------------------------------------------------------------- devices from the nodes
 
-def devices_from_nodes(head, workers):
-    """The devices llama.cpp will split over, in its order, with live free memory.
+def own_service(unit, own_units):
+    """Whether a systemd unit is one of the collection's serving units (name.service or name@i.service)."""
+    if not unit:
+        return False
+    return any(unit == name + ".service" or unit.startswith(name + "@") for name in own_units)
 
-    head: {host, gpus}; workers: list of {host, gpus, servers}. gpus are gpu_facts'
-    gpulab_gpus (index, memory_total_mib, memory_free_mib). servers is the worker's
-    /etc/gpulab/rpc-server/servers.json, or None before its first deployment; then it gets one
-    RPC device per GPU (as llama_rpc_server does for a CUDA build) or one CPU device without
-    GPUs. src/llama.cpp llama_prepare_model_devices puts RPC devices first (in --rpc order),
-    then the local GPUs; every RPC server exposes one device.
+
+def available_mib(gpu, processes, own_units):
+    """A GPU's free memory plus what the collection's own services hold on it: a redeploy
+    replaces them, so their memory is available to the new layout."""
+    free = gpu.get("memory_free_mib")
+    if free is None:
+        return None
+    held = sum(p.get("used_memory_mib") or 0 for p in processes or []
+               if p.get("gpu_index") == gpu.get("index") and own_service(p.get("systemd_unit"), own_units))
+    return free + held
+
+
+def devices_from_nodes(head, workers, cuda, residency=None, servers=None,
+                       own_units=("gpulab-rpc-server", "gpulab-llama-server")):
+    """The devices llama.cpp will split over, in its order, with the memory available to them.
+
+    head: the head's host name; workers: the RPC workers' host names in --rpc order; cuda:
+    whether the deployed build has CUDA. residency: {host: gpu_residency's residency (gpus with
+    memory_free_mib, processes with systemd_unit)}; servers: {host: the worker's
+    /etc/gpulab/rpc-server/servers.json}, absent before its first deployment, when a CUDA build
+    gets one RPC device per GPU (as llama_rpc_server plans it) and a CPU build one CPU device.
+    src/llama.cpp llama_prepare_model_devices puts the RPC devices first (in --rpc order), then
+    the local GPUs; every RPC server exposes one device. CPU devices have no free figure here
+    (free_mib null: not checked).
     """
+    residency = residency or {}
+    servers = servers or {}
+
+    def gpus_of(host):
+        found = residency.get(host) or {}
+        return dict((int(g["index"]), g) for g in found.get("gpus") or []), found.get("processes") or []
+
     devices = []
-    for worker in workers:
-        host = worker.get("host")
-        gpus = dict((int(g["index"]), g) for g in worker.get("gpus") or [])
-        servers = worker.get("servers")
-        if servers:
-            endpoints = servers.get("endpoints") or []
+    for host in workers:
+        gpus, processes = gpus_of(host)
+        manifest = servers.get(host)
+        if manifest:
+            endpoints = manifest.get("endpoints") or []
             if not endpoints:
                 raise PlanError("%s: servers.json lists no endpoint; redeploy llama_rpc_server there" % host)
-            entries = [(e.get("gpu_index"), e.get("port")) for e in endpoints]
-        elif gpus:
-            entries = [(index, None) for index in sorted(gpus)]
+            entries = [(e.get("gpu_index"), e.get("port"), e.get("memory_mib")) for e in endpoints]
+        elif cuda:
+            if not gpus:
+                raise PlanError("%s has no GPU in its residency facts, but the build has CUDA and would serve one "
+                                "RPC device per GPU; run gpu_preflight there or check nvidia-smi" % host)
+            entries = [(index, None, None) for index in sorted(gpus)]
         else:
-            entries = [(None, None)]
-        for gpu_index, port in entries:
+            entries = [(None, None, None)]
+        for gpu_index, port, memory_mib in entries:
             gpu = gpus.get(int(gpu_index)) if gpu_index is not None else None
+            if gpu_index is not None and gpu is None and cuda:
+                raise PlanError("%s: servers.json serves GPU %s, which the node's residency facts do not list"
+                                % (host, gpu_index))
             devices.append({
                 "name": "RPC%d" % len(devices),
                 "kind": "rpc",
                 "host": host,
                 "port": port,
                 "gpu_index": gpu_index,
-                "free_mib": gpu.get("memory_free_mib") if gpu else None,
-                "total_mib": gpu.get("memory_total_mib") if gpu else None,
+                "free_mib": available_mib(gpu, processes, own_units) if gpu else None,
+                "total_mib": gpu.get("memory_total_mib") if gpu else memory_mib,
             })
-    for i, gpu in enumerate(sorted(head.get("gpus") or [], key=lambda g: int(g["index"]))):
-        devices.append({
-            "name": "CUDA%d" % i,
-            "kind": "local",
-            "host": head.get("host"),
-            "port": None,
-            "gpu_index": int(gpu["index"]),
-            "free_mib": gpu.get("memory_free_mib"),
-            "total_mib": gpu.get("memory_total_mib"),
-        })
+    if cuda:
+        gpus, processes = gpus_of(head)
+        for i, index in enumerate(sorted(gpus)):
+            devices.append({
+                "name": "CUDA%d" % i,
+                "kind": "local",
+                "host": head,
+                "port": None,
+                "gpu_index": index,
+                "free_mib": available_mib(gpus[index], processes, own_units),
+                "total_mib": gpus[index].get("memory_total_mib"),
+            })
     if not devices:
-        raise PlanError("no device: no RPC worker and no GPU on the head; nothing to plan")
+        raise PlanError("no device: no RPC worker and no local GPU on %s; nothing to plan" % head)
     return devices

@@ -47,10 +47,15 @@ options:
     elements: dict
   nodes:
     description:
-      - The nodes instead of a device list. C(head) is a dict with C(host) and C(gpus) (the
-        head's C(gpulab_gpus) from M(gpulab.inference.gpu_facts)); C(workers) a list of dicts with
-        C(host), C(gpus) and C(servers) (the worker's C(/etc/gpulab/rpc-server/servers.json), or
-        V(null) before its first deployment, when it gets one device per GPU).
+      - The nodes instead of a device list; the devices are derived as llama.cpp will see them
+        (RPC devices of the workers in order, then the head's GPUs when the build has CUDA).
+      - C(head) (host name), C(workers) (host names in C(--rpc) order), C(cuda) (whether the
+        deployed build has CUDA), C(residency) (host to the C(residency) of
+        M(gpulab.inference.gpu_residency): free memory per GPU, processes per unit), C(servers)
+        (host to its C(/etc/gpulab/rpc-server/servers.json), absent before its first deployment,
+        when a CUDA build gets one device per GPU), C(own_units) (the collection's serving units,
+        whose GPU memory counts as available since a redeploy replaces them).
+      - Exactly one of O(devices) and O(nodes).
     type: dict
   tensor_split:
     description:
@@ -128,8 +133,10 @@ EXAMPLES = r"""
   gpulab.inference.gguf_plan:
     path: "{{ gpulab_model_path }}"
     nodes:
-      head: {host: node-a, gpus: "{{ head_gpus }}"}
-      workers: "{{ worker_nodes }}"
+      head: node-a
+      workers: [node-b]
+      cuda: true
+      residency: {node-a: "{{ head_residency }}", node-b: "{{ worker_residency }}"}
     tensor_split: [1, 1, 1]
     ctx_size: 8192
     parallel: 4
@@ -171,6 +178,11 @@ overflowing:
   returned: success
   type: list
   elements: str
+device_inputs:
+  description: The devices planned over, as given or as derived from O(nodes) (name, host, free_mib, total_mib, ...).
+  returned: success
+  type: list
+  elements: dict
 unchecked:
   description: Names of the devices whose free memory is unknown.
   returned: success
@@ -253,7 +265,9 @@ def main():
         facts = gguf_plan.model_facts(model)
         if params["nodes"] is not None:
             nodes = params["nodes"]
-            devices = gguf_plan.devices_from_nodes(nodes.get("head") or {}, nodes.get("workers") or [])
+            devices = gguf_plan.devices_from_nodes(
+                nodes.get("head"), nodes.get("workers") or [], bool(nodes.get("cuda")), nodes.get("residency"),
+                nodes.get("servers"), nodes.get("own_units") or ("gpulab-rpc-server", "gpulab-llama-server"))
         else:
             devices = params["devices"]
         plan = gguf_plan.plan_layout(model, devices, split=params["tensor_split"], facts=facts, **options)
@@ -267,6 +281,7 @@ def main():
         changed=False,
         model=facts,
         devices=plan["devices"],
+        device_inputs=devices,
         cpu=plan["cpu"],
         fits=plan["fits"],
         overflowing=plan["overflowing"],

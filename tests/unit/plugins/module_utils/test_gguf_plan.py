@@ -314,23 +314,45 @@ GPUS_A = [{"index": 1, "memory_total_mib": 97887, "memory_free_mib": 90000},
 
 
 def test_devices_from_nodes_rpc_first_then_local_gpus():
-    devs = gp.devices_from_nodes({"host": "node-a", "gpus": GPUS_A},
-                                 [{"host": "node-b", "gpus": [GPU_B], "servers": None}])
+    residency = {"node-a": {"gpus": GPUS_A, "processes": []}, "node-b": {"gpus": [GPU_B], "processes": []}}
+    devs = gp.devices_from_nodes("node-a", ["node-b"], True, residency)
     assert [(d["name"], d["host"], d["gpu_index"], d["free_mib"]) for d in devs] == [
         ("RPC0", "node-b", 0, 97248), ("CUDA0", "node-a", 0, 97248), ("CUDA1", "node-a", 1, 90000)]
 
 
+def test_memory_of_the_collections_own_services_counts_as_available():
+    """A redeploy replaces the running servers: their memory is the new layout's."""
+    gpu = {"index": 0, "memory_total_mib": 143771, "memory_free_mib": 40000}
+    processes = [
+        {"gpu_index": 0, "used_memory_mib": 80000, "systemd_unit": "gpulab-rpc-server@0.service"},
+        {"gpu_index": 0, "used_memory_mib": 5000, "systemd_unit": "ollama.service"},
+        {"gpu_index": 1, "used_memory_mib": 7000, "systemd_unit": "gpulab-llama-server.service"},
+        {"gpu_index": 0, "used_memory_mib": 300, "systemd_unit": None},
+    ]
+    devs = gp.devices_from_nodes("node-a", ["node-c"], True, {"node-c": {"gpus": [gpu], "processes": processes}})
+    assert devs[0]["free_mib"] == 120000
+    assert gp.own_service("gpulab-llama-server.service", ["gpulab-llama-server"])
+    assert not gp.own_service("gpulab-llama-server-old.service", ["gpulab-llama-server"])
+
+
 def test_devices_from_a_published_manifest():
-    servers = {"endpoints": [{"instance": 0, "device": "CPU", "gpu_index": None, "port": 50052, "memory_mib": 20000}]}
-    devs = gp.devices_from_nodes({"host": "node-a", "gpus": []},
-                                 [{"host": "node-b", "gpus": [GPU_B], "servers": servers},
-                                  {"host": "node-c", "gpus": [], "servers": None}])
-    assert [(d["name"], d["host"], d["port"], d["free_mib"]) for d in devs] == [
-        ("RPC0", "node-b", 50052, None), ("RPC1", "node-c", None, None)]
+    servers = {"node-b": {"endpoints": [{"instance": 0, "device": "CPU", "gpu_index": None, "port": 50052,
+                                         "memory_mib": 20000}]}}
+    devs = gp.devices_from_nodes("node-a", ["node-b", "node-c"], False, {}, servers)
+    assert [(d["name"], d["host"], d["port"], d["free_mib"], d["total_mib"]) for d in devs] == [
+        ("RPC0", "node-b", 50052, None, 20000), ("RPC1", "node-c", None, None, None)]
+
+
+def test_a_cpu_build_has_no_local_devices():
+    residency = {"node-a": {"gpus": GPUS_A, "processes": []}}
+    devs = gp.devices_from_nodes("node-a", ["node-b"], False, residency)
+    assert [d["name"] for d in devs] == ["RPC0"]
 
 
 def test_no_device_at_all_is_named():
-    with pytest.raises(gp.PlanError, match=r"no device: no RPC worker and no GPU on the head"):
-        gp.devices_from_nodes({"host": "node-a", "gpus": []}, [])
+    with pytest.raises(gp.PlanError, match=r"no device: no RPC worker and no local GPU on node-a"):
+        gp.devices_from_nodes("node-a", [], False)
     with pytest.raises(gp.PlanError, match=r"node-b: servers.json lists no endpoint"):
-        gp.devices_from_nodes({"host": "node-a"}, [{"host": "node-b", "servers": {"endpoints": []}}])
+        gp.devices_from_nodes("node-a", ["node-b"], False, {}, {"node-b": {"endpoints": []}})
+    with pytest.raises(gp.PlanError, match=r"node-b has no GPU in its residency facts, but the build has CUDA"):
+        gp.devices_from_nodes("node-a", ["node-b"], True, {})

@@ -154,7 +154,7 @@ def test_truncated_header_is_named(tmp_path):
         head = stream.read(200)
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(head)
-    with pytest.raises(gguf.GGUFError, match=r"cut\.gguf: truncated GGUF file \(wanted \d+ bytes at offset \d+"):
+    with pytest.raises(gguf.GGUFError, match=r"cut\.gguf: (truncated|corrupt) GGUF file"):
         gguf.read_gguf_model(str(cut))
 
 

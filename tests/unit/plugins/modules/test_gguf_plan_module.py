@@ -51,9 +51,9 @@ def test_plans_the_lab_layout(split_model):
 
 
 def test_plans_from_nodes(split_model):
-    nodes = {"head": {"host": "node-a", "gpus": []},
-             "workers": [{"host": "node-b", "gpus": [{"index": 0, "memory_total_mib": 97887, "memory_free_mib": 97248}],
-                          "servers": None}]}
+    nodes = {"head": "node-a", "workers": ["node-b"], "cuda": True,
+             "residency": {"node-b": {"gpus": [{"index": 0, "memory_total_mib": 97887, "memory_free_mib": 97248}],
+                                      "processes": []}}}
     run = plan({"path": split_model.paths[0], "nodes": nodes, "ctx_size": 1024})
     assert run.kind is ExitJson, run.result
     assert [(d["name"], d["host"], d["free_mib"]) for d in run.result["devices"]] == [("RPC0", "node-b", 97248)]
