@@ -1,0 +1,375 @@
+"""The vLLM layout planner: the four seed layouts of MiniMax-M2.5 on 8 x 96 GB, dense and
+unquantised models, the memory arithmetic, bad input."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.gpulab.inference.plugins.module_utils import synthetic_hf as sh
+from ansible_collections.gpulab.inference.plugins.module_utils import vllm_plan as vp
+
+FIXTURES = Path(__file__).resolve().parents[2] / 'fixtures' / 'vllm'
+GB = 1000 ** 3
+
+
+def config(name):
+    return json.loads((FIXTURES / name).read_text())
+
+
+def gpus(count, memory_mib):
+    return [{'index': i, 'memory_total_mib': memory_mib} for i in range(count)]
+
+
+# 96 GB Blackwell GPUs (RTX PRO 6000 / B-class): nvidia-smi reports 97887 MiB.
+SEED_NODES = [{'name': 'seed', 'gpus': gpus(8, 97887)}]
+OPTS = {'gpu_memory_utilization': 0.9, 'max_model_len': 196608, 'kv_cache_dtype': 'auto', 'reserve_mib': 4096}
+
+
+def seed_plan(layout, cfg=None, nodes=None, opts=None, **kwargs):
+    return vp.plan(cfg or config('minimax-m2.5-config.json'), None, 'config', nodes or SEED_NODES, layout,
+                   opts or OPTS, **kwargs)
+
+
+def rules(result, level):
+    return [f['rule'] for f in result['findings'] if f['level'] == level]
+
+
+@pytest.fixture(scope='module')
+def tp8_ep():
+    return seed_plan(vp.Layout(8, ep=True))
+
+
+def test_minimax_m25_parameters_from_config(tp8_ep):
+    # ~230 B parameters, FP8: ~230 GB of weights
+    assert 228e9 < tp8_ep['model']['parameters'] < 232e9
+    assert 228 * GB < tp8_ep['model']['weights_bytes'] < 233 * GB
+
+
+def test_seed_tp4_valid_but_leaves_four_gpus_idle():
+    result = seed_plan(vp.Layout(4))
+    assert result['valid'] is True
+    assert rules(result, 'error') == []
+    assert rules(result, 'warning') == ['gpus']
+    assert '4 GPUs stay idle' in result['warnings'][0]
+    # 1536 / 4 = 384 is a multiple of 128: the expert shard rule is silent
+    assert 'expert_shard_vs_block' not in rules(result, 'error')
+    assert 55 * GB < result['estimate']['weights_bytes'] < 60 * GB
+
+
+def test_seed_tp2_ep_does_not_fit_115_gb_per_gpu():
+    result = seed_plan(vp.Layout(2, ep=True))
+    assert result['valid'] is False
+    assert rules(result, 'error') == ['memory']
+    # EP's group is TP x DP = 2: half of every expert's weights on each GPU
+    assert 112 * GB < result['estimate']['weights_bytes'] < 118 * GB
+    assert '(115.' in result['errors'][0] and 'GB) of weights' in result['errors'][0]
+
+
+def test_seed_tp8_without_ep_fails_on_the_fp8_block():
+    result = seed_plan(vp.Layout(8))
+    assert result['valid'] is False
+    assert rules(result, 'error') == ['expert_shard_vs_block']
+    message = result['errors'][0]
+    assert '1536 / 8 = 192' in message and 'FP8 block size 128' in message
+    assert result['findings'][0]['source'].startswith('vllm/model_executor/layers/quantization/fp8.py')
+
+
+def test_seed_tp8_ep_valid(tp8_ep):
+    assert tp8_ep['valid'] is True
+    assert tp8_ep['findings'] == []
+    est = tp8_ep['estimate']
+    assert 27 * GB < est['weights_bytes'] < 30 * GB
+    # 8 KV heads over TP 8: one head per GPU, bf16 K and V over 62 layers
+    assert est['kv_bytes_per_token'] == 62 * 2 * 1 * 128 * 2
+    assert est['kv_tokens_per_gpu'] > 1500000
+    assert est['concurrency_at_max_model_len'] == est['kv_tokens_per_gpu'] // 196608
+
+
+def test_ranking_proposes_tp8_ep_first(tp8_ep):
+    ranked = tp8_ep['ranked']
+    assert ranked[0]['label'] == 'TP=8+EP'
+    assert ranked[0]['layout'] == {'tensor_parallel_size': 8, 'pipeline_parallel_size': 1,
+                                   'data_parallel_size': 1, 'enable_expert_parallel': True}
+    labels = [r['label'] for r in ranked]
+    # every ranked layout is valid: TP=8 without EP, TP=4+DP=2 without EP (experts over 8) are not
+    assert 'TP=8' not in labels and 'TP=4+DP=2' not in labels
+    assert 'TP=4+DP=2+EP' in labels
+    # every GPU used comes first, idle layouts after
+    worlds = [r['layout']['tensor_parallel_size'] * r['layout']['pipeline_parallel_size']
+              * r['layout']['data_parallel_size'] for r in ranked]
+    assert worlds == sorted(worlds, reverse=True)
+
+
+def test_dp_without_ep_shards_experts_over_tp_times_dp():
+    # vLLM flattens DP into the MoE tensor-parallel group: 1536 / (4 x 2) = 192
+    result = seed_plan(vp.Layout(4, dp=2))
+    assert rules(result, 'error') == ['expert_shard_vs_block']
+    assert '1536 / 8 = 192' in result['errors'][0]
+
+
+def test_dp_ep_places_whole_experts_over_tp_times_dp():
+    result = seed_plan(vp.Layout(4, dp=2, ep=True))
+    assert result['valid'] is True
+    assert result['estimate']['kv_tokens_total'] == 2 * result['estimate']['kv_tokens_per_gpu']
+
+
+def test_unquantised_moe_has_no_block_rule():
+    cfg = config('minimax-m2.5-config.json')
+    del cfg['quantization_config']
+    result = seed_plan(vp.Layout(8), cfg=cfg)
+    assert result['valid'] is True
+    assert result['model']['quantization'] is None
+    # bf16: twice the FP8 bytes
+    assert 455 * GB < result['model']['weights_bytes'] < 462 * GB
+    assert 56 * GB < result['estimate']['weights_bytes'] < 59 * GB
+
+
+def test_unquantised_moe_on_four_gpus_does_not_fit():
+    cfg = config('minimax-m2.5-config.json')
+    del cfg['quantization_config']
+    result = seed_plan(vp.Layout(4, ep=True), cfg=cfg)
+    assert rules(result, 'error') == ['memory']
+
+
+def test_dense_model_on_one_h200():
+    nodes = [{'name': 'h200', 'gpus': gpus(1, 143771)}]
+    result = seed_plan(vp.Layout(1), cfg=config('llama-3.1-8b-config.json'), nodes=nodes,
+                       opts=dict(OPTS, max_model_len=131072))
+    assert result['valid'] is True
+    est = result['estimate']
+    assert 16.0 * GB < est['weights_bytes'] < 16.1 * GB
+    assert est['kv_bytes_per_token'] == 32 * 2 * 8 * 128 * 2
+    budget = int(143771 * vp.MIB * 0.9) - est['weights_bytes'] - 4096 * vp.MIB
+    assert abs(est['kv_tokens_per_gpu'] - budget // (32 * 2 * 8 * 128 * 2)) <= 1
+    assert result['ranked'][0]['label'] == 'TP=1'
+    assert result['reasoning_parser'] is None and result['tool_call_parser'] == 'llama3_json'
+
+
+def test_dense_model_heads_must_divide_by_tp():
+    nodes = [{'name': 'n', 'gpus': gpus(6, 81559)}]
+    result = seed_plan(vp.Layout(6), cfg=config('llama-3.1-8b-config.json'), nodes=nodes, opts=dict(OPTS, max_model_len=8192))
+    assert set(rules(result, 'error')) == {'attention_heads', 'kv_heads'}
+    assert 'the 32 attention heads do not divide by TP 6' in result['errors'][0]
+
+
+def test_kv_heads_replicated_when_tp_exceeds_them():
+    nodes = [{'name': 'n', 'gpus': gpus(16, 81559)}]
+    result = seed_plan(vp.Layout(16), cfg=config('llama-3.1-8b-config.json'), nodes=nodes, opts=dict(OPTS, max_model_len=8192))
+    assert result['valid'] is True
+    assert rules(result, 'warning') == ['kv_heads']
+    assert 'replicated on 2 GPUs' in result['warnings'][0]
+    # one KV head per GPU, as at TP 8
+    assert result['estimate']['kv_bytes_per_token'] == 32 * 2 * 1 * 128 * 2
+
+
+def test_tp_not_multiple_of_fewer_kv_heads():
+    cfg = dict(config('llama-3.1-8b-config.json'), num_attention_heads=48, num_key_value_heads=4, head_dim=128)
+    nodes = [{'name': 'n', 'gpus': gpus(6, 81559)}]
+    result = seed_plan(vp.Layout(6), cfg=cfg, nodes=nodes, opts=dict(OPTS, max_model_len=8192))
+    assert rules(result, 'error') == ['kv_heads']
+    assert 'not a multiple' in result['errors'][0]
+
+
+def test_ep_on_a_dense_model_is_an_error():
+    nodes = [{'name': 'n', 'gpus': gpus(2, 81559)}]
+    result = seed_plan(vp.Layout(2, ep=True), cfg=config('llama-3.1-8b-config.json'), nodes=nodes,
+                       opts=dict(OPTS, max_model_len=8192))
+    assert rules(result, 'error') == ['expert_parallel_needs_experts']
+
+
+def test_uneven_experts_over_ep_is_a_warning_and_counts_the_fullest_gpu():
+    cfg = dict(config('minimax-m2.5-config.json'), num_local_experts=12)
+    nodes = [{'name': 'n', 'gpus': gpus(8, 97887)}]
+    result = seed_plan(vp.Layout(8, ep=True), cfg=cfg, nodes=nodes, opts=dict(OPTS, max_model_len=8192))
+    assert rules(result, 'warning') == ['experts_vs_ep']
+    assert 'the fullest GPU holds 2' in result['warnings'][0]
+    shape = vp.model_shape(cfg)
+    tensors = dict((n, (d, s, vp.tensor_nbytes(d, s))) for n, d, s in vp.checkpoint_tensors(shape))
+    summary = vp.summarize(tensors, shape)
+    _w, by_role, _stages = vp.weights_per_gpu(summary, shape, vp.Layout(8, ep=True))
+    experts_total = sum(b for (role, _p), b in summary.items() if role == 'expert')
+    assert by_role['expert'] == int(experts_total * 2 / 12)
+
+
+def test_more_experts_ranks_than_experts_is_an_error():
+    cfg = dict(config('minimax-m2.5-config.json'), num_local_experts=4, num_experts_per_tok=2)
+    result = seed_plan(vp.Layout(8, ep=True), cfg=cfg, opts=dict(OPTS, max_model_len=8192))
+    assert 'experts_vs_ep' in rules(result, 'error')
+    assert 'experts_vs_tp' in rules(result, 'error')
+
+
+def test_layout_larger_than_the_gpus():
+    result = seed_plan(vp.Layout(8, dp=2, ep=True))
+    assert rules(result, 'error') == ['gpus']
+    assert '16 GPUs, but 1 node(s) x 8 GPUs of 97887 MiB has only 8 GPUs' in result['errors'][0]
+    assert result['estimate'] is None
+    assert result['ranked'][0]['label'] == 'TP=8+EP'
+
+
+def test_two_nodes_double_the_gpus():
+    nodes = [{'name': 'a', 'gpus': gpus(8, 97887)}, {'name': 'b', 'gpus': gpus(8, 97887)}]
+    result = seed_plan(vp.Layout(8, dp=2, ep=True), nodes=nodes)
+    assert result['valid'] is True
+    assert result['hardware']['gpus_total'] == 16
+
+
+def test_nodes_with_different_gpu_counts_are_refused():
+    nodes = [{'name': 'a', 'gpus': gpus(8, 97887)}, {'name': 'b', 'gpus': gpus(4, 97887)}]
+    with pytest.raises(vp.VllmPlanError, match=r'different GPU counts \(a 8, b 4\)'):
+        seed_plan(vp.Layout(4, dp=3), nodes=nodes)
+
+
+def test_node_without_gpus_and_mig_gpu_are_refused():
+    with pytest.raises(vp.VllmPlanError, match='have no GPUs'):
+        vp.hardware([{'name': 'a', 'gpus': []}])
+    with pytest.raises(vp.VllmPlanError, match='no memory_total_mib'):
+        vp.hardware([{'name': 'a', 'gpus': [{'index': 0, 'memory_total_mib': None}]}])
+
+
+def test_uneven_layout_over_nodes():
+    nodes = [{'name': 'a', 'gpus': gpus(2, 97887)}, {'name': 'b', 'gpus': gpus(2, 97887)}]
+    cfg = config('llama-3.1-8b-config.json')
+    result = seed_plan(vp.Layout(1, pp=3), cfg=cfg, nodes=nodes, opts=dict(OPTS, max_model_len=8192))
+    assert rules(result, 'error') == ['nodes']
+
+
+def test_parsers_default_from_the_model_table():
+    result = seed_plan(vp.Layout(8, ep=True), opts=dict(OPTS, max_model_len=8192))
+    assert (result['reasoning_parser'], result['tool_call_parser']) == ('minimax_m2_append_think', 'minimax_m2')
+
+
+def test_parsers_override_and_off():
+    shape = vp.model_shape(config('minimax-m2.5-config.json'))
+    assert vp.parsers(shape, 'minimax_m2', '') == ('minimax_m2', None)
+
+
+@pytest.mark.parametrize('reasoning,tool,match', [
+    ('minimax_m2_think', None, "reasoning parser 'minimax_m2_think' is not one vLLM 0.24 registers"),
+    (None, 'minimax', "tool-call parser 'minimax' is not one vLLM 0.24 registers"),
+])
+def test_unknown_parser_names_are_refused(reasoning, tool, match):
+    with pytest.raises(vp.VllmPlanError, match=match):
+        seed_plan(vp.Layout(8, ep=True), reasoning_parser=reasoning, tool_call_parser=tool)
+
+
+def test_parser_names_match_the_captured_vllm_registries():
+    def names(fixture):
+        return set(line for line in (FIXTURES / fixture).read_text().splitlines() if line and not line.startswith('#'))
+    assert vp.VLLM_REASONING_PARSERS == names('vllm-0.24.0-reasoning-parsers.txt')
+    assert vp.VLLM_TOOL_PARSERS == names('vllm-0.24.0-tool-parsers.txt')
+    for reasoning, tool in vp.MODEL_PARSERS.values():
+        assert reasoning is None or reasoning in vp.VLLM_REASONING_PARSERS
+        assert tool in vp.VLLM_TOOL_PARSERS
+
+
+def test_max_model_len_defaults_to_the_model_and_is_bounded_by_it():
+    result = seed_plan(vp.Layout(8, ep=True), opts=dict(OPTS, max_model_len=None))
+    assert result['max_model_len'] == 196608
+    result = seed_plan(vp.Layout(8, ep=True), opts=dict(OPTS, max_model_len=262144))
+    assert rules(result, 'error') == ['max_model_len']
+
+
+def test_kv_cache_smaller_than_one_request():
+    nodes = [{'name': 'n', 'gpus': gpus(1, 24576)}]
+    result = seed_plan(vp.Layout(1), cfg=config('llama-3.1-8b-config.json'), nodes=nodes, opts=dict(OPTS, max_model_len=131072))
+    assert rules(result, 'error') == ['memory']
+    assert 'fewer than max_model_len 131072' in result['errors'][0]
+
+
+def test_fp8_kv_cache_halves_the_bytes_per_token():
+    auto = seed_plan(vp.Layout(8, ep=True), opts=dict(OPTS, max_model_len=8192))
+    fp8 = seed_plan(vp.Layout(8, ep=True), opts=dict(OPTS, max_model_len=8192, kv_cache_dtype='fp8'))
+    assert fp8['estimate']['kv_bytes_per_token'] * 2 == auto['estimate']['kv_bytes_per_token']
+
+
+@pytest.mark.parametrize('opts,match', [
+    ({'gpu_memory_utilization': 1.5}, 'gpu_memory_utilization is 1.5'),
+    ({'kv_cache_dtype': 'int4'}, "kv_cache_dtype 'int4' is not one of"),
+    ({'max_model_len': 0}, 'max_model_len is 0'),
+    ({'reserve_mib': -1}, 'reserve_mib is -1'),
+])
+def test_bad_options(opts, match):
+    with pytest.raises(vp.VllmPlanError, match=match):
+        seed_plan(vp.Layout(8, ep=True), opts=dict(OPTS, **opts))
+
+
+def test_bad_layout_sizes():
+    with pytest.raises(vp.VllmPlanError, match='tensor_parallel_size is 0'):
+        seed_plan(vp.Layout(0))
+
+
+@pytest.mark.parametrize('change,match', [
+    ({'num_attention_heads': 0}, 'num_attention_heads is 0'),
+    ({'num_hidden_layers': 'x'}, "num_hidden_layers is 'x'"),
+    ({'torch_dtype': 'int8'}, "torch_dtype 'int8'"),
+    ({'quantization_config': {'quant_method': 'fp8', 'weight_block_size': [128]}}, 'weight_block_size is \\[128\\]'),
+])
+def test_bad_config_values_name_the_key(change, match):
+    cfg = dict(config('minimax-m2.5-config.json'), **change)
+    with pytest.raises(vp.VllmPlanError, match=match):
+        vp.model_shape(cfg, 'model')
+
+
+def test_unknown_architecture_without_safetensors():
+    cfg = dict(config('llama-3.1-8b-config.json'), architectures=['GptOssForCausalLM'])
+    with pytest.raises(vp.VllmPlanError, match="architecture 'GptOssForCausalLM' has no known checkpoint layout"):
+        seed_plan(vp.Layout(1), cfg=cfg)
+
+
+def test_pp_partitions_as_vllm_get_pp_indices():
+    assert vp.pp_partitions(62, 4) == [15, 16, 16, 15]
+    assert vp.pp_partitions(62, 2) == [31, 31]
+    assert vp.pp_partitions(5, 3) == [2, 2, 1]
+
+
+def test_pipeline_puts_embedding_first_and_lm_head_last():
+    cfg = config('llama-3.1-8b-config.json')
+    shape = vp.model_shape(cfg)
+    tensors = dict((n, (d, s, vp.tensor_nbytes(d, s))) for n, d, s in vp.checkpoint_tensors(shape))
+    _w, _r, stages = vp.weights_per_gpu(vp.summarize(tensors, shape), shape, vp.Layout(1, pp=2))
+    assert abs(sum(stages) - sum(t[2] for t in tensors.values())) <= 2
+
+
+def test_mtp_layers_past_num_hidden_layers_are_skipped():
+    shape = vp.model_shape(config('llama-3.1-8b-config.json'))
+    tensors = {'model.layers.32.mlp.up_proj.weight': ('BF16', [10, 10], 200),
+               'model.layers.0.mlp.up_proj.weight': ('BF16', [10, 10], 200)}
+    assert vp.summarize(tensors, shape) == {('column', 0): 200}
+
+
+def test_tensor_roles():
+    assert vp.tensor_role('model.layers.0.block_sparse_moe.experts.7.w2.weight_scale_inv') == 'expert'
+    assert vp.tensor_role('model.layers.0.self_attn.k_proj.weight') == 'kv'
+    assert vp.tensor_role('model.layers.0.self_attn.q_proj.weight') == 'column'
+    assert vp.tensor_role('model.layers.0.self_attn.o_proj.weight_scale_inv') == 'row'
+    assert vp.tensor_role('model.layers.0.block_sparse_moe.gate.weight') == 'replicated'
+    assert vp.tensor_role('lm_head.weight') == 'vocab'
+
+
+def test_safetensors_header_parse_gives_exact_sizes():
+    plan = sh.ModelPlan(sh.validate_options({}))
+    header, size = sh.safetensors_header(plan.tensors)
+    parsed = vp.parse_safetensors_header(header, 'model.safetensors')
+    assert len(parsed) == len(plan.tensors)
+    assert sum(t[2] for t in parsed.values()) == size == plan.weights_bytes
+    assert parsed['model.layers.0.block_sparse_moe.experts.0.w1.weight'] == ('F8_E4M3', [384, 512], 384 * 512)
+    assert parsed['model.layers.0.block_sparse_moe.experts.0.w1.weight_scale_inv'] == ('F32', [3, 4], 48)
+
+
+@pytest.mark.parametrize('data,match', [
+    (b'\x01\x00', 'shorter than its 8-byte header length'),
+    (b'\xff\x00\x00\x00\x00\x00\x00\x00{}', 'header says 255 bytes'),
+    (b'\x02\x00\x00\x00\x00\x00\x00\x00{x', 'header is not JSON'),
+    (b'\x0b\x00\x00\x00\x00\x00\x00\x00{"a": {}}  ', "entry 'a' lacks dtype"),
+])
+def test_bad_safetensors_headers(data, match):
+    with pytest.raises(vp.VllmPlanError, match=match):
+        vp.parse_safetensors_header(data, 'f.safetensors')
+
+
+def test_rules_table_cites_vllm():
+    names = [rule['name'] for rule in vp.RULES]
+    assert len(names) == len(set(names))
+    for rule in vp.RULES:
+        assert rule['source'].startswith('vllm/') and callable(rule['check']) and rule['what']
