@@ -466,6 +466,13 @@ def fabric_plan(interface, address, subnet, mtu, links, addresses, peers, networ
     }
 
 
+def pfc_vector(priority):
+    """mlnx_qos --pfc argument enabling PFC on one priority: 3 -> "0,0,0,1,0,0,0,0"."""
+    if not isinstance(priority, int) or isinstance(priority, bool) or not 0 <= priority <= 7:
+        raise RoceError('roce_pfc_priority %r is not a priority from 0 to 7' % (priority,))
+    return ','.join('1' if p == priority else '0' for p in range(8))
+
+
 NETWORK_MANAGERS = ('netplan', 'networkmanager', 'networkd')
 
 

@@ -42,6 +42,10 @@ options:
         duplicates.
     type: dict
     default: {}
+  pfc_priority:
+    description: The priority that gets PFC (0-7); returned as the C(mlnx_qos --pfc) vector.
+    type: int
+    default: 3
   network_manager:
     description:
       - The network manager that persists the interface; V(auto) picks netplan where it is installed,
@@ -120,6 +124,11 @@ live_ok:
   returned: success
   type: bool
   sample: false
+pfc:
+  description: The C(mlnx_qos --pfc) argument for O(pfc_priority).
+  returned: success
+  type: str
+  sample: 0,0,0,1,0,0,0,0
 network_manager:
   description: The network manager that persists the interface.
   returned: success
@@ -138,6 +147,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.roce import (
     RoceError,
     choose_network_manager,
     fabric_plan,
+    pfc_vector,
     parse_ip_addr_json,
     parse_ip_link_json,
 )
@@ -154,6 +164,7 @@ def build_module():
             subnet=dict(type='str', required=True),
             mtu=dict(type='int', default=9000),
             peers=dict(type='dict', default={}),
+            pfc_priority=dict(type='int', default=3),
             network_manager=dict(type='str', default='auto', choices=['auto', 'netplan', 'networkmanager', 'networkd']),
             network_managers_present=dict(type='dict', default={}),
         ),
@@ -183,6 +194,7 @@ def main():
         plan['network_manager'] = choose_network_manager(
             params['network_manager'], present.get('netplan'), present.get('networkmanager_active'),
             present.get('networkd_active'), present.get('networkd_installed'))
+        plan['pfc'] = pfc_vector(params['pfc_priority'])
     except RoceError as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=False, **plan)

@@ -28,6 +28,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.roce import (
     parse_port_state,
     parse_rate,
     parse_rpc_transport_log,
+    pfc_vector,
     read_devices,
     roce_active_mtu,
     select_fabric_gid,
@@ -458,3 +459,11 @@ def test_choose_network_manager_requested():
         choose_network_manager('networkmanager', False, False, True, True)
     with pytest.raises(RoceError, match="'ifupdown' is not one of auto, netplan, networkmanager, networkd"):
         choose_network_manager('ifupdown', False, False, True, True)
+
+
+def test_pfc_vector():
+    assert pfc_vector(3) == '0,0,0,1,0,0,0,0'
+    assert pfc_vector(0) == '1,0,0,0,0,0,0,0'
+    for bad in (8, -1, True, '3'):
+        with pytest.raises(RoceError, match='roce_pfc_priority'):
+            pfc_vector(bad)

@@ -93,6 +93,13 @@ def test_plan_on_the_lab_veth():
     assert run.result['live_ok'] is True
     assert run.result['ping_payload_bytes'] == 8972
     assert run.result['network_manager'] == 'networkd'
+    assert run.result['pfc'] == '0,0,0,1,0,0,0,0'
+
+
+def test_plan_refuses_a_bad_pfc_priority():
+    run = run_plan(pfc_priority=9)
+    assert run.kind is FailJson
+    assert run.result['msg'] == 'roce_pfc_priority 9 is not a priority from 0 to 7'
 
 
 def test_plan_refuses_a_host_without_network_manager():
