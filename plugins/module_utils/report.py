@@ -1,0 +1,358 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to gpulab.inference
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The inference report as data and markdown, as pure functions (the plots are drawn by the
+inference_report module from what these return).
+
+The report reads like a paper's tables: residency per device with the aggregate and the
+imbalance, prefill and decode, the utilisation fingerprint, the share of the memory-bandwidth
+limit reached, and the exact server command lines and build id. Inputs a run does not have
+(no memory plan yet, no vLLM) are left out with a line saying so, never guessed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+MIB_PER_GIB = 1024.0
+
+# Peak memory bandwidth in TB/s (10^12 bytes/s) by the name nvidia-smi reports, from NVIDIA's
+# data sheets. A GPU missing here gets no bandwidth figure: the fraction is omitted, not guessed.
+GPU_MEMORY_BANDWIDTH_TB_S = {
+    'NVIDIA H200': 4.8,
+    'NVIDIA H200 NVL': 4.8,
+    'NVIDIA H100 80GB HBM3': 3.35,
+    'NVIDIA H100 PCIe': 2.0,
+    'NVIDIA H100 NVL': 3.9,
+    'NVIDIA A100-SXM4-80GB': 2.039,
+    'NVIDIA A100 80GB PCIe': 1.935,
+    'NVIDIA A100-SXM4-40GB': 1.555,
+    'NVIDIA L40S': 0.864,
+    'NVIDIA RTX PRO 6000 Blackwell Workstation Edition': 1.792,
+    'NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition': 1.792,
+    'NVIDIA RTX PRO 6000 Blackwell Server Edition': 1.792,
+    'NVIDIA GeForce RTX 5090': 1.792,
+    'NVIDIA GeForce RTX 4090': 1.008,
+}
+
+PROCESS_KINDS = ('llama-server', 'rpc-server', 'vllm', 'other')
+
+
+def report_dir_name(inventory, timestamp):
+    """`<inventory>-<timestamp>`, with anything but letters, digits, '.', '_' and '-' replaced."""
+    safe = re.sub(r'[^A-Za-z0-9._-]+', '_', inventory or 'inventory').strip('_') or 'inventory'
+    return '%s-%s' % (safe, timestamp)
+
+
+def process_kind(process):
+    """llama-server, rpc-server, vllm or other, from the systemd unit or the executable's name."""
+    unit = process.get('systemd_unit') or ''
+    name = os.path.basename(process.get('process_name') or '')
+    for text in (unit, name):
+        if 'rpc-server' in text:
+            return 'rpc-server'
+        if 'llama-server' in text:
+            return 'llama-server'
+        if 'vllm' in text.lower():
+            return 'vllm'
+    return 'other'
+
+
+def residency_table(residency_by_host):
+    """One row per GPU (host order as given, then index): memory used, total, and by process kind.
+
+    residency_by_host: host -> gpu_residency's `residency` (or None for a host without one).
+    """
+    rows = []
+    for host in residency_by_host:
+        residency = residency_by_host[host] or {}
+        for gpu in residency.get('gpus') or []:
+            kinds = dict((kind, 0) for kind in PROCESS_KINDS)
+            for process in residency.get('processes') or []:
+                if process.get('gpu_index') == gpu['index'] and process.get('used_memory_mib'):
+                    kinds[process_kind(process)] += process['used_memory_mib']
+            used = gpu.get('memory_used_mib')
+            rows.append({
+                'host': host,
+                'index': gpu['index'],
+                'name': gpu.get('name'),
+                'memory_used_mib': used,
+                'memory_total_mib': gpu.get('memory_total_mib'),
+                'by_process_mib': kinds,
+                'unattributed_mib': max(0, (used or 0) - sum(kinds.values())) if used is not None else None,
+            })
+    return rows
+
+
+def residency_totals(rows):
+    used = [row['memory_used_mib'] for row in rows if row['memory_used_mib'] is not None]
+    if not used:
+        return {'aggregate_used_gib': None, 'imbalance_gib': None, 'devices': len(rows)}
+    return {
+        'aggregate_used_gib': round(sum(used) / MIB_PER_GIB, 2),
+        'imbalance_gib': round((max(used) - min(used)) / MIB_PER_GIB, 2),
+        'devices': len(rows),
+    }
+
+
+def bandwidth_limit(decode_tok_s, bytes_per_token, rows):
+    """Share of the memory-bandwidth limit a decode rate reaches, or why it is omitted.
+
+    Each token reads its weights once; with layers split over devices that run one after the
+    other (llama.cpp's RPC split), the limit is 1 / sum_i(bytes_i / bandwidth_i), where
+    bytes_i is the share of bytes_per_token on device i, taken as its share of the memory the
+    serving processes (llama-server, rpc-server, vllm) hold.
+    """
+    if not decode_tok_s:
+        return {'omitted': 'no decode figure'}
+    if not bytes_per_token:
+        return {'omitted': 'the model weights are unknown (no GGUF header read)'}
+    serving = []
+    for row in rows:
+        held = sum(row['by_process_mib'][kind] for kind in ('llama-server', 'rpc-server', 'vllm'))
+        if held:
+            serving.append((row, held))
+    if not serving:
+        return {'omitted': 'no serving process holds GPU memory, so the weights cannot be placed on devices'}
+    unknown = sorted(set(row['name'] or '?' for row, _held in serving if row['name'] not in GPU_MEMORY_BANDWIDTH_TB_S))
+    if unknown:
+        return {'omitted': 'memory bandwidth unknown for %s' % ', '.join(unknown)}
+    total = float(sum(held for _row, held in serving))
+    seconds = sum((held / total) * bytes_per_token / (GPU_MEMORY_BANDWIDTH_TB_S[row['name']] * 1e12)
+                  for row, held in serving)
+    limit = 1.0 / seconds
+    return {
+        'limit_tok_s': round(limit, 1),
+        'fraction': round(decode_tok_s / limit, 4),
+        'decode_tok_s': decode_tok_s,
+        'bytes_per_token': bytes_per_token,
+        'devices': [{'host': row['host'], 'index': row['index'], 'name': row['name'],
+                     'share': round(held / total, 4), 'bandwidth_tb_s': GPU_MEMORY_BANDWIDTH_TB_S[row['name']]}
+                    for row, held in serving],
+    }
+
+
+def utilisation_table(sampler_by_host):
+    rows = []
+    for host in sampler_by_host:
+        sampler = sampler_by_host[host] or {}
+        for gpu in sampler.get('gpus') or []:
+            row = dict(gpu)
+            row['host'] = host
+            row['method'] = sampler.get('method')
+            rows.append(row)
+    return rows
+
+
+def headline(benchmark):
+    """The figures a reader looks for first: concurrency 1 prefill/decode, the sweep's best aggregate."""
+    if not benchmark or not benchmark.get('levels'):
+        return None
+    levels = benchmark['levels']
+    first = levels[0]
+    best = max(levels, key=lambda level: level.get('aggregate_output_tok_s') or 0)
+    server = first.get('server') or {}
+    return {
+        'concurrency': first['concurrency'],
+        'prefill_tok_s': first.get('prefill_tok_s'),
+        'decode_tok_s': first.get('decode_tok_s'),
+        'decode_tok_s_cv_percent': first.get('decode_tok_s_cv_percent'),
+        'ttft_s': (first.get('ttft_s') or {}).get('p50'),
+        'server_prefill_tok_s': server.get('prefill_tok_s'),
+        'server_decode_tok_s': server.get('decode_tok_s'),
+        'decode_ratio': server.get('decode_ratio'),
+        'best_aggregate_tok_s': best.get('aggregate_output_tok_s'),
+        'best_aggregate_concurrency': best['concurrency'],
+        'aggregate_rises': all((b.get('aggregate_output_tok_s') or 0) > (a.get('aggregate_output_tok_s') or 0)
+                               for a, b in zip(levels, levels[1:])),
+    }
+
+
+def build_document(inventory, created, benchmark=None, residency=None, sampler=None, build_info=None,
+                   commands=None, memory_plan=None, vllm=None):
+    """Everything the report says, as one JSON-able dict (report.json)."""
+    rows = residency_table(residency or {})
+    weights = (benchmark or {}).get('model_weights') or {}
+    head = headline(benchmark)
+    return {
+        'inventory': inventory,
+        'created': created,
+        'engine': (benchmark or {}).get('engine'),
+        'model': (benchmark or {}).get('model'),
+        'model_weights': weights or None,
+        'build': build_info or None,
+        'commands': commands or {},
+        'residency': {'devices': rows, 'totals': residency_totals(rows)},
+        'benchmark': benchmark or None,
+        'headline': head,
+        'utilisation': utilisation_table(sampler or {}),
+        'bandwidth': bandwidth_limit((head or {}).get('decode_tok_s'), weights.get('bytes_read_per_token'), rows),
+        'memory_plan': memory_plan or None,
+        'vllm': vllm or None,
+    }
+
+
+# --------------------------------------------------------------------------- markdown
+def _fmt(value, digits=1, unit=''):
+    if value is None:
+        return 'n/a'
+    if isinstance(value, float):
+        return ('%.*f' % (digits, value)) + unit
+    return '%s%s' % (value, unit)
+
+
+def _gib(mib):
+    return 'n/a' if mib is None else '%.2f' % (mib / MIB_PER_GIB)
+
+
+def _table(header, rows):
+    lines = ['| ' + ' | '.join(header) + ' |', '|' + '|'.join(' --- ' for _h in header) + '|']
+    lines.extend('| ' + ' | '.join(str(cell) for cell in row) + ' |' for row in rows)
+    return lines
+
+
+def summary_lines(doc):
+    """The short table `make demo` prints: what was served and how fast."""
+    head = doc.get('headline') or {}
+    totals = doc['residency']['totals']
+    bandwidth = doc.get('bandwidth') or {}
+    rows = [
+        ('engine / model', '%s / %s' % (doc.get('engine') or 'n/a', doc.get('model') or 'n/a')),
+        ('build', (doc.get('build') or {}).get('build_id') or 'n/a'),
+        ('GPU memory used (aggregate, imbalance)', '%s GiB, %s GiB' % (_fmt(totals['aggregate_used_gib'], 2),
+                                                                    _fmt(totals['imbalance_gib'], 2))),
+        ('prefill tok/s (concurrency %s)' % head.get('concurrency', 1), _fmt(head.get('prefill_tok_s'))),
+        ('decode tok/s (concurrency %s, spread)' % head.get('concurrency', 1),
+         '%s (%s %%)' % (_fmt(head.get('decode_tok_s')), _fmt(head.get('decode_tok_s_cv_percent'), 2))),
+        ('decode tok/s by llama-server, ratio', '%s, %s' % (_fmt(head.get('server_decode_tok_s')), _fmt(head.get('decode_ratio'), 3))),
+        ('best aggregate tok/s', '%s at concurrency %s' % (_fmt(head.get('best_aggregate_tok_s')), head.get('best_aggregate_concurrency', 'n/a'))),
+        ('memory-bandwidth limit reached', _fmt(100.0 * bandwidth['fraction'], 1, ' %') if 'fraction' in bandwidth
+         else 'omitted: %s' % bandwidth.get('omitted', 'n/a')),
+    ]
+    return _table(('figure', 'value'), rows)
+
+
+def render_markdown(doc, images):
+    """report.md. images: kind (residency, utilisation, throughput) -> file name beside it."""
+    out = ['# Inference report: %s' % doc['inventory'], '',
+           'Created %s. Engine %s, model %s, build %s.' % (
+               doc['created'], doc.get('engine') or 'n/a', doc.get('model') or 'n/a',
+               (doc.get('build') or {}).get('build_id') or 'n/a'), '',
+           '## Summary', '']
+    out += summary_lines(doc)
+    out += ['', '## GPU memory residency', '']
+    rows = doc['residency']['devices']
+    if rows:
+        out += _table(('host', 'GPU', 'name', 'used GiB', 'total GiB', 'llama-server GiB', 'rpc-server GiB', 'vllm GiB',
+                       'other GiB'),
+                      [(r['host'], r['index'], r['name'], _gib(r['memory_used_mib']), _gib(r['memory_total_mib']),
+                        _gib(r['by_process_mib']['llama-server']), _gib(r['by_process_mib']['rpc-server']),
+                        _gib(r['by_process_mib']['vllm']), _gib(r['by_process_mib']['other'])) for r in rows])
+        totals = doc['residency']['totals']
+        out += ['', 'Aggregate %s GiB over %d devices; imbalance (most minus least used) %s GiB.' % (
+            _fmt(totals['aggregate_used_gib'], 2), totals['devices'], _fmt(totals['imbalance_gib'], 2))]
+    else:
+        out.append('No residency was read.')
+    out += ['', '![residency](%s)' % images['residency'], '', '## Throughput and latency', '']
+    bench = doc.get('benchmark')
+    if bench and bench.get('levels'):
+        prompt = bench.get('prompt') or {}
+        request = bench.get('request') or {}
+        out += ['Endpoint %s, prompt about %s tokens (%s), %s output tokens per request, ignore_eos %s, sampling %s.' % (
+            bench.get('base_url'), prompt.get('tokens') or prompt.get('target_tokens'), prompt.get('sizing'),
+            request.get('max_tokens'), request.get('ignore_eos'), request.get('sampling') or 'server defaults'), '']
+        out += _table(('concurrency', 'ok/failed', 'TTFT p50 s', 'TTFT p99 s', 'TPOT mean ms', 'ITL p50 ms', 'ITL p99 ms',
+                       'prefill tok/s', 'decode tok/s per stream', 'spread %', 'aggregate tok/s', 'llama-server decode tok/s'),
+                      [(lv['concurrency'], '%d/%d' % (lv['requests_ok'], lv['requests_failed']),
+                        _fmt(lv['ttft_s']['p50'], 3), _fmt(lv['ttft_s']['p99'], 3),
+                        _fmt(None if lv['tpot_s']['mean'] is None else 1000 * lv['tpot_s']['mean'], 2),
+                        _fmt(None if lv['itl_s']['p50'] is None else 1000 * lv['itl_s']['p50'], 2),
+                        _fmt(None if lv['itl_s']['p99'] is None else 1000 * lv['itl_s']['p99'], 2),
+                        _fmt(lv['prefill_tok_s']), _fmt(lv['decode_tok_s']), _fmt(lv['decode_tok_s_cv_percent'], 2),
+                        _fmt(lv['aggregate_output_tok_s']), _fmt((lv.get('server') or {}).get('decode_tok_s')))
+                       for lv in bench['levels']])
+        reasoning = sum(lv['reasoning_tokens'] for lv in bench['levels'])
+        if reasoning:
+            out += ['', 'Reasoning tokens %d, answer tokens %d.' % (
+                reasoning, sum(lv['answer_tokens'] for lv in bench['levels']))]
+        for warning in bench.get('warnings') or []:
+            out += ['', '**Warning:** %s' % warning]
+    else:
+        out.append('No benchmark was run.')
+    out += ['', '![throughput](%s)' % images['throughput'], '', '## Utilisation fingerprint', '']
+    util = doc.get('utilisation') or []
+    if util:
+        out += _table(('host', 'GPU', 'name', 'samples', 'peak %', 'median %', 'p10 %', 'mean %', 'at 0 %'),
+                      [(u['host'], u['index'], u.get('name') or 'n/a', u['samples'], _fmt(u['utilization_peak'], 0),
+                        _fmt(u['utilization_median'], 1), _fmt(u['utilization_p10'], 1), _fmt(u['utilization_mean'], 1),
+                        _fmt(None if u['zero_fraction'] is None else 100.0 * u['zero_fraction'], 1, ' %')) for u in util])
+        methods = sorted(set(u['method'] for u in util if u.get('method')))
+        out += ['', 'Sampled with %s while the benchmark ran.' % ', '.join(methods)]
+    else:
+        out.append('No utilisation was sampled.')
+    out += ['', '![utilisation](%s)' % images['utilisation'], '', '## Memory-bandwidth limit', '']
+    bandwidth = doc.get('bandwidth') or {}
+    weights = doc.get('model_weights') or {}
+    if 'fraction' in bandwidth:
+        out += ['Decode %s tok/s x %.3f GB read per token = %.1f %% of the limit of %s tok/s set by the devices\' '
+                'memory bandwidth (%s).' % (
+                    _fmt(bandwidth['decode_tok_s']), bandwidth['bytes_per_token'] / 1e9, 100.0 * bandwidth['fraction'],
+                    _fmt(bandwidth['limit_tok_s']),
+                    ', '.join('%s GPU %s %s TB/s, %.0f %% of the weights' % (d['host'], d['index'], d['bandwidth_tb_s'],
+                                                                             100 * d['share'])
+                              for d in bandwidth['devices']))]
+    else:
+        out.append('Omitted: %s.' % bandwidth.get('omitted', 'n/a'))
+    if weights:
+        out += ['', 'Model: %s, %s parameters, %.2f GiB of weights (%s bits per weight), %.3f GB read per token '
+                '(%s of %s experts used).' % (
+                    weights.get('architecture'), weights.get('parameters'), weights.get('weights_bytes', 0) / 2.0 ** 30,
+                    weights.get('bits_per_weight'), weights.get('bytes_read_per_token', 0) / 1e9,
+                    weights.get('expert_used_count') or '-', weights.get('expert_count') or '-')]
+    out += ['', '## Memory plan', '']
+    out.append('```\n%s\n```' % _pretty(doc['memory_plan']) if doc.get('memory_plan') else 'No memory plan was given for this run.')
+    out += ['', '## vLLM', '']
+    out.append('```\n%s\n```' % _pretty(doc['vllm']) if doc.get('vllm') else 'vLLM is not part of this run.')
+    out += ['', '## Build and command lines', '']
+    build = doc.get('build') or {}
+    if build:
+        out += ['Build %s (CUDA %s, architectures %s).' % (build.get('build_id'), build.get('cuda'),
+                                                          build.get('cuda_architectures') or 'n/a'), '']
+    commands = doc.get('commands') or {}
+    if commands:
+        for host in commands:
+            for line in commands[host]:
+                out += ['- %s: `%s`' % (host, line.replace('`', "'"))]
+    else:
+        out.append('No command lines were read.')
+    return '\n'.join(out) + '\n'
+
+
+def _pretty(value):
+    import json
+    return json.dumps(value, indent=2, sort_keys=True)
+
+
+# --------------------------------------------------------------------------- plot data
+def residency_bars(doc):
+    """Labels and stacked GiB per process kind (plus the memory no process accounts for)."""
+    rows = doc['residency']['devices']
+    labels = ['%s GPU %s' % (r['host'], r['index']) for r in rows]
+    stacks = []
+    for kind in PROCESS_KINDS:
+        stacks.append((kind, [r['by_process_mib'][kind] / MIB_PER_GIB for r in rows]))
+    stacks.append(('not attributed', [(r['unattributed_mib'] or 0) / MIB_PER_GIB for r in rows]))
+    totals = [(r['memory_total_mib'] or 0) / MIB_PER_GIB for r in rows]
+    return labels, [s for s in stacks if any(s[1])], totals
+
+
+def throughput_series(doc):
+    bench = doc.get('benchmark') or {}
+    levels = bench.get('levels') or []
+    return {
+        'concurrency': [lv['concurrency'] for lv in levels],
+        'aggregate_tok_s': [lv['aggregate_output_tok_s'] for lv in levels],
+        'decode_tok_s': [lv['decode_tok_s'] for lv in levels],
+        'server_decode_tok_s': [(lv.get('server') or {}).get('decode_tok_s') for lv in levels],
+    }

@@ -1,0 +1,324 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to gpulab.inference
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: inference_report
+short_description: Write the inference report - markdown, JSON and plots - from the facts of a bench run
+version_added: 0.1.0
+description:
+  - Runs on the controller (C(delegate_to: localhost)). Writes C(<output_dir>/<inventory>-<timestamp>/)
+    with C(report.md), C(report.json) and three PNG plots - GPU memory residency per device
+    stacked by process (llama-server, RPC servers, vLLM, other), utilisation over time per GPU,
+    and decode throughput versus concurrency.
+  - The markdown gives per-device residency with aggregate and imbalance, prefill and decode at
+    concurrency 1 with llama-server's own figures, the whole sweep, the utilisation fingerprint,
+    the share of the memory-bandwidth limit reached (omitted for GPUs whose bandwidth is not in
+    the collection's table), the server command lines and the build id.
+  - Every input is optional; a section without input says so (a run without a memory plan or
+    without vLLM still gets a report).
+  - Needs matplotlib on the controller.
+author:
+  - gpulab.inference contributors (@gpulab)
+requirements:
+  - matplotlib (on the controller)
+options:
+  output_dir:
+    description: Directory under which the report's directory is created.
+    type: path
+    required: true
+  inventory_name:
+    description: Names the report's directory together with O(timestamp).
+    type: str
+    required: true
+  timestamp:
+    description: UTC time stamp in the directory name; empty takes the current time (C(YYYYMMDDTHHMMSSZ)).
+    type: str
+    default: ""
+  benchmark:
+    description: The C(benchmark) return value of M(gpulab.inference.llm_benchmark).
+    type: dict
+  residency:
+    description: Host name to the C(residency) return value of M(gpulab.inference.gpu_residency).
+    type: dict
+  sampler:
+    description: Host name to the C(sampler) return value of M(gpulab.inference.gpu_sampler).
+    type: dict
+  traces:
+    description: Host name to the path, on the controller, of that host's trace file (fetched).
+    type: dict
+  build_info:
+    description: The served build's C(BUILD_INFO.json).
+    type: dict
+  commands:
+    description: Host name to the command lines of the serving processes on it.
+    type: dict
+  memory_plan:
+    description: A memory plan to print with the report, when one was made.
+    type: raw
+  vllm:
+    description: Facts of a vLLM deployment, when there is one.
+    type: raw
+attributes:
+  check_mode:
+    support: full
+    details: In check mode nothing is written; the summary is still returned.
+  diff_mode:
+    support: none
+    description: Writes a new directory every run; no diff.
+seealso:
+  - module: gpulab.inference.llm_benchmark
+  - module: gpulab.inference.gpu_sampler
+  - module: gpulab.inference.gpu_residency
+"""
+
+EXAMPLES = r"""
+- name: Write the report on the controller
+  gpulab.inference.inference_report:
+    output_dir: "{{ playbook_dir }}/../reports"
+    inventory_name: lab
+    benchmark: "{{ bench.benchmark }}"
+    residency: "{{ {'node-a': residency.residency} }}"
+  delegate_to: localhost
+  run_once: true
+  register: report
+
+- name: Print the summary
+  ansible.builtin.debug:
+    msg: "{{ report.summary }}"
+"""
+
+RETURN = r"""
+report_dir:
+  description: The report's directory.
+  returned: success
+  type: str
+  sample: /src/gpulab/reports/lab-20261130T120000Z
+files:
+  description: Paths of what was written.
+  returned: success
+  type: dict
+  sample:
+    markdown: /src/gpulab/reports/lab-20261130T120000Z/report.md
+    json: /src/gpulab/reports/lab-20261130T120000Z/report.json
+    residency_png: /src/gpulab/reports/lab-20261130T120000Z/residency.png
+    utilisation_png: /src/gpulab/reports/lab-20261130T120000Z/utilisation.png
+    throughput_png: /src/gpulab/reports/lab-20261130T120000Z/throughput.png
+summary:
+  description: The summary table, one markdown line per item.
+  returned: always
+  type: list
+  elements: str
+headline:
+  description: Prefill and decode at the lowest concurrency, the best aggregate, whether aggregate rises with concurrency.
+  returned: always
+  type: dict
+bandwidth:
+  description: The share of the memory-bandwidth limit reached, or why it is omitted.
+  returned: always
+  type: dict
+"""
+
+import datetime
+import json
+import os
+import shutil
+import tempfile
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.gpulab.inference.plugins.module_utils import report
+
+IMAGES = {'residency': 'residency.png', 'utilisation': 'utilisation.png', 'throughput': 'throughput.png'}
+COLOURS = {'llama-server': '#1f77b4', 'rpc-server': '#ff7f0e', 'vllm': '#2ca02c', 'other': '#9467bd',
+           'not attributed': '#c7c7c7'}
+
+try:
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+except ImportError:
+    plt = None
+    MATPLOTLIB_IMPORT_ERROR = traceback.format_exc()
+else:
+    MATPLOTLIB_IMPORT_ERROR = None
+
+
+def _no_data(axis, text):
+    axis.text(0.5, 0.5, text, ha='center', va='center', fontsize=12, transform=axis.transAxes)
+    axis.set_xticks([])
+    axis.set_yticks([])
+
+
+def draw_residency(doc, path):
+    labels, stacks, totals = report.residency_bars(doc)
+    fig, axis = plt.subplots(figsize=(max(7, 1.5 * len(labels) + 3), 5))
+    if not labels:
+        _no_data(axis, 'no GPU residency was read')
+    else:
+        xs = list(range(len(labels)))
+        bottoms = [0.0] * len(labels)
+        for kind, values in stacks:
+            axis.bar(xs, values, width=0.5, bottom=bottoms, label=kind, color=COLOURS.get(kind))
+            bottoms = [b + v for b, v in zip(bottoms, values)]
+        axis.hlines(totals, [x - 0.3 for x in xs], [x + 0.3 for x in xs], colors='black', linewidth=2, label='capacity')
+        for x, used in zip(xs, bottoms):
+            axis.annotate('%.2f GiB' % used, (x, used), textcoords='offset points', xytext=(0, 4), ha='center', fontsize=9)
+        axis.set_xticks(xs)
+        axis.set_xticklabels(labels, rotation=15)
+        axis.set_xlim(-0.7, len(labels) - 0.3)
+        axis.set_ylim(0, max(totals + bottoms) * 1.12 or 1)
+        axis.set_ylabel('GPU memory (GiB)')
+        axis.legend(loc='upper left', bbox_to_anchor=(1.01, 1.0), fontsize=9)
+    totals_doc = doc['residency']['totals']
+    axis.set_title('GPU memory residency by process\naggregate %s GiB, imbalance %s GiB' % (
+        totals_doc['aggregate_used_gib'], totals_doc['imbalance_gib']), fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def draw_utilisation(doc, traces, path):
+    series = []
+    for host in sorted(traces):
+        trace = traces[host]
+        names = trace.get('gpu_names') or {}
+        by_gpu = {}
+        for t_s, index, util, _mem in trace.get('samples') or []:
+            if util is not None:
+                by_gpu.setdefault(index, ([], []))
+                by_gpu[index][0].append(t_s)
+                by_gpu[index][1].append(util)
+        for index in sorted(by_gpu):
+            series.append(('%s GPU %s (%s)' % (host, index, names.get(str(index), '?')), by_gpu[index]))
+    fig, axes = plt.subplots(max(len(series), 1), 1, figsize=(10, max(4.0, 2.2 * len(series) + 1.2)), sharex=True, squeeze=False)
+    if not series:
+        _no_data(axes[0][0], 'no utilisation trace')
+    for (label, (times, utils)), row in zip(series, axes):
+        axis = row[0]
+        axis.fill_between(times, utils, step='post', alpha=0.35, color='#1f77b4')
+        axis.step(times, utils, where='post', color='#1f77b4', linewidth=1)
+        ordered = sorted(utils)
+        median = ordered[len(ordered) // 2]
+        axis.axhline(median, color='#d62728', linestyle='--', linewidth=1)
+        zero = 100.0 * sum(1 for u in utils if u == 0) / len(utils)
+        axis.set_title('%s - peak %s %%, median %s %%, %.0f %% of samples at 0' % (label, max(utils), median, zero),
+                       fontsize=9, loc='left')
+        axis.set_ylim(0, 105)
+        axis.set_ylabel('util %')
+    axes[-1][0].set_xlabel('seconds since sampling started')
+    fig.suptitle('GPU utilisation while the benchmark ran', fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def draw_throughput(doc, path):
+    data = report.throughput_series(doc)
+    fig, axis = plt.subplots(figsize=(7, 4.5))
+    if not data['concurrency']:
+        _no_data(axis, 'no benchmark was run')
+    else:
+        xs = data['concurrency']
+        axis.plot(xs, data['aggregate_tok_s'], marker='o', label='aggregate output tok/s')
+        axis.plot(xs, data['decode_tok_s'], marker='s', label='decode tok/s per stream (client)')
+        if any(v is not None for v in data['server_decode_tok_s']):
+            axis.plot(xs, [v if v is not None else float('nan') for v in data['server_decode_tok_s']], marker='x',
+                      linestyle=':', label='decode tok/s per stream (llama-server timings)')
+        for x, y in zip(xs, data['aggregate_tok_s']):
+            if y is not None:
+                axis.annotate('%.1f' % y, (x, y), textcoords='offset points', xytext=(0, 6), ha='center', fontsize=9)
+        axis.set_xscale('log', base=2)
+        axis.set_xticks(xs)
+        axis.set_xticklabels([str(x) for x in xs])
+        axis.set_xlabel('concurrent streams')
+        axis.set_ylabel('tokens per second')
+        highest = max([v for v in data['aggregate_tok_s'] + data['decode_tok_s'] if v is not None] or [1])
+        axis.set_ylim(0, highest * 1.15)
+        axis.grid(True, alpha=0.3)
+        axis.legend(fontsize=9, loc='lower left')
+    axis.set_title('Decode throughput versus concurrency (%s, %s)' % (doc.get('engine') or 'n/a', doc.get('model') or 'n/a'),
+                   fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def read_traces(module, paths):
+    traces = {}
+    for host, path in (paths or {}).items():
+        try:
+            with open(path) as handle:
+                traces[host] = json.load(handle)
+        except (IOError, OSError, ValueError) as exc:
+            module.fail_json(msg='traces: cannot read the trace of %s at %s: %s' % (host, path, exc))
+    return traces
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            output_dir=dict(type='path', required=True),
+            inventory_name=dict(type='str', required=True),
+            timestamp=dict(type='str', default=''),
+            benchmark=dict(type='dict'),
+            residency=dict(type='dict'),
+            sampler=dict(type='dict'),
+            traces=dict(type='dict'),
+            build_info=dict(type='dict'),
+            commands=dict(type='dict'),
+            memory_plan=dict(type='raw'),
+            vllm=dict(type='raw'),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    if plt is None:
+        module.fail_json(msg=missing_required_lib('matplotlib', reason='to draw the report\'s plots on the controller')
+                         + ' (pip install matplotlib into the Python that runs ansible-playbook; requirements.txt pins it)',
+                         exception=MATPLOTLIB_IMPORT_ERROR)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    timestamp = params['timestamp'] or now.strftime('%Y%m%dT%H%M%SZ')
+    doc = report.build_document(params['inventory_name'], now.strftime('%Y-%m-%d %H:%M:%S UTC'),
+                                benchmark=params['benchmark'], residency=params['residency'], sampler=params['sampler'],
+                                build_info=params['build_info'], commands=params['commands'],
+                                memory_plan=params['memory_plan'], vllm=params['vllm'])
+    traces = read_traces(module, params['traces'])
+    report_dir = os.path.join(params['output_dir'], report.report_dir_name(params['inventory_name'], timestamp))
+    files = dict((key, os.path.join(report_dir, name)) for key, name in
+                 (('markdown', 'report.md'), ('json', 'report.json'), ('residency_png', IMAGES['residency']),
+                  ('utilisation_png', IMAGES['utilisation']), ('throughput_png', IMAGES['throughput'])))
+    result = dict(changed=not module.check_mode, report_dir=report_dir, files=files,
+                  summary=report.summary_lines(doc), headline=doc['headline'] or {}, bandwidth=doc['bandwidth'])
+    if module.check_mode:
+        module.exit_json(**result)
+    if os.path.exists(report_dir):
+        module.fail_json(msg='%s exists already: give another timestamp or remove it' % report_dir)
+    try:
+        os.makedirs(params['output_dir'], exist_ok=True)
+        staging = tempfile.mkdtemp(prefix='.report-', dir=params['output_dir'])
+    except OSError as exc:
+        module.fail_json(msg='output_dir: cannot create a directory in %s: %s' % (params['output_dir'], exc))
+    try:
+        with open(os.path.join(staging, 'report.json'), 'w') as handle:
+            json.dump(doc, handle, indent=2, sort_keys=True)
+        with open(os.path.join(staging, 'report.md'), 'w') as handle:
+            handle.write(report.render_markdown(doc, IMAGES))
+        draw_residency(doc, os.path.join(staging, IMAGES['residency']))
+        draw_utilisation(doc, traces, os.path.join(staging, IMAGES['utilisation']))
+        draw_throughput(doc, os.path.join(staging, IMAGES['throughput']))
+        os.chmod(staging, 0o755)
+        os.rename(staging, report_dir)
+    except Exception as exc:  # pylint: disable=broad-except
+        shutil.rmtree(staging, ignore_errors=True)
+        module.fail_json(msg='writing the report failed: %s' % exc, exception=traceback.format_exc())
+    module.exit_json(**result)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,109 @@
+"""Report data and markdown: residency by process, bandwidth fraction, absent inputs."""
+
+import pytest
+
+from ansible_collections.gpulab.inference.plugins.module_utils import report
+
+RESIDENCY = {
+    'node-a': {'gpus': [{'index': 0, 'name': 'NVIDIA H200', 'memory_used_mib': 81920, 'memory_total_mib': 143771}],
+               'processes': [{'pid': 1, 'process_name': '/opt/gpulab/llama.cpp/b1/bin/llama-server', 'gpu_index': 0,
+                              'used_memory_mib': 81000, 'systemd_unit': 'gpulab-llama-server.service'}]},
+    'node-b': {'gpus': [{'index': 0, 'name': 'NVIDIA H200', 'memory_used_mib': 77517, 'memory_total_mib': 143771},
+                        {'index': 1, 'name': 'NVIDIA H200', 'memory_used_mib': 81920, 'memory_total_mib': 143771}],
+               'processes': [{'pid': 2, 'process_name': 'ggml-rpc-server', 'gpu_index': 0, 'used_memory_mib': 77000,
+                              'systemd_unit': 'gpulab-rpc-server@0.service'},
+                             {'pid': 3, 'process_name': '/usr/bin/ggml-rpc-server', 'gpu_index': 1, 'used_memory_mib': 81000,
+                              'systemd_unit': None}]},
+}
+
+LEVEL = {'concurrency': 1, 'requests': 4, 'requests_ok': 4, 'requests_failed': 0, 'errors': [],
+         'ttft_s': {'mean': 0.06, 'p50': 0.05, 'p99': 0.09}, 'tpot_s': {'mean': 0.012, 'p50': 0.012, 'p99': 0.013},
+         'itl_s': {'mean': 0.012, 'p50': 0.012, 'p99': 0.02}, 'prefill_tok_s': 337.0, 'decode_tok_s': 82.5,
+         'decode_tok_s_cv_percent': 0.6, 'aggregate_output_tok_s': 80.0, 'reasoning_tokens': 0, 'answer_tokens': 512,
+         'server': {'decode_tok_s': 83.0, 'prefill_tok_s': 340.0, 'decode_ratio': 0.99}}
+
+
+def bench(levels):
+    return {'engine': 'llama.cpp', 'model': 'm', 'base_url': 'http://127.0.0.1:8080', 'levels': levels, 'warnings': [],
+            'prompt': {'tokens': 128, 'sizing': 'tokenizer'}, 'request': {'max_tokens': 128, 'ignore_eos': True, 'sampling': {}},
+            'model_weights': {'architecture': 'minimax-m2', 'parameters': 228e9, 'weights_bytes': 243e9, 'bits_per_weight': 8.5,
+                              'bytes_read_per_token': 11.6e9, 'expert_count': 256, 'expert_used_count': 8}}
+
+
+def test_residency_by_process_aggregate_and_imbalance():
+    rows = report.residency_table(RESIDENCY)
+    assert [(r['host'], r['index']) for r in rows] == [('node-a', 0), ('node-b', 0), ('node-b', 1)]
+    assert rows[0]['by_process_mib']['llama-server'] == 81000 and rows[0]['unattributed_mib'] == 920
+    assert rows[2]['by_process_mib']['rpc-server'] == 81000
+    assert report.residency_totals(rows) == {'aggregate_used_gib': 235.7, 'imbalance_gib': 4.3, 'devices': 3}
+
+
+def test_bandwidth_fraction_over_a_sequential_split():
+    rows = report.residency_table(RESIDENCY)
+    result = report.bandwidth_limit(82.5, 11.6e9, rows)
+    # three H200s in sequence: 11.6 GB at 4.8 TB/s whatever the shares
+    assert result['limit_tok_s'] == pytest.approx(4.8e12 / 11.6e9, abs=0.1)
+    assert result['fraction'] == pytest.approx(82.5 / (4.8e12 / 11.6e9), abs=1e-4)
+    assert sum(d['share'] for d in result['devices']) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_bandwidth_fraction_with_mixed_gpus_weights_each_by_its_share():
+    rows = [{'host': 'a', 'index': 0, 'name': 'NVIDIA H200', 'by_process_mib': {'llama-server': 100, 'rpc-server': 0, 'vllm': 0, 'other': 0}},
+            {'host': 'b', 'index': 0, 'name': 'NVIDIA RTX PRO 6000 Blackwell Workstation Edition',
+             'by_process_mib': {'llama-server': 0, 'rpc-server': 300, 'vllm': 0, 'other': 0}}]
+    result = report.bandwidth_limit(10.0, 1e9, rows)
+    expected = 1.0 / (0.25 * 1e9 / 4.8e12 + 0.75 * 1e9 / 1.792e12)
+    assert result['limit_tok_s'] == pytest.approx(expected, abs=0.1)
+
+
+def test_bandwidth_is_omitted_not_guessed():
+    rows = report.residency_table(RESIDENCY)
+    rows[1]['name'] = 'NVIDIA Mystery GPU'
+    assert report.bandwidth_limit(82.5, 11.6e9, rows) == {'omitted': 'memory bandwidth unknown for NVIDIA Mystery GPU'}
+    assert 'no serving process' in report.bandwidth_limit(82.5, 1e9, report.residency_table(
+        {'x': {'gpus': RESIDENCY['node-a']['gpus'], 'processes': []}}))['omitted']
+    assert report.bandwidth_limit(None, 1e9, rows) == {'omitted': 'no decode figure'}
+    assert 'no GGUF header' in report.bandwidth_limit(80.0, None, rows)['omitted']
+
+
+def test_headline_and_rising_aggregate():
+    second = dict(LEVEL, concurrency=8, aggregate_output_tok_s=354.6, decode_tok_s=44.3)
+    head = report.headline(bench([LEVEL, second]))
+    assert head['decode_tok_s'] == 82.5 and head['best_aggregate_concurrency'] == 8 and head['aggregate_rises']
+    assert not report.headline(bench([second, LEVEL]))['aggregate_rises']
+    assert report.headline(None) is None
+
+
+def test_markdown_with_every_input():
+    doc = report.build_document('lab', '2026-11-30 12:00:00 UTC', benchmark=bench([LEVEL]), residency=RESIDENCY,
+                                sampler={'node-a': {'method': 'nvml', 'gpus': [
+                                    {'index': 0, 'name': 'NVIDIA H200', 'samples': 100, 'utilization_peak': 31,
+                                     'utilization_median': 20.0, 'utilization_p10': 0.0, 'utilization_mean': 18.0,
+                                     'zero_fraction': 0.12, 'memory_used_peak_mib': 81920}]}},
+                                build_info={'build_id': 'b8070-0c1e570-cuda90', 'cuda': True, 'cuda_architectures': '90'},
+                                commands={'node-a': ['/opt/gpulab/llama.cpp/b/bin/llama-server -m /m.gguf --rpc 10.0.0.2:50052']})
+    text = report.render_markdown(doc, {'residency': 'residency.png', 'utilisation': 'utilisation.png',
+                                        'throughput': 'throughput.png'})
+    assert '| node-b | 1 | NVIDIA H200 | 80.00 | 140.40 | 0.00 | 79.10 | 0.00 | 0.00 |' in text
+    assert 'Aggregate 235.70 GiB over 3 devices; imbalance (most minus least used) 4.30 GiB.' in text
+    assert '| 1 | 4/0 | 0.050 | 0.090 | 12.00 | 12.00 | 20.00 | 337.0 | 82.5 | 0.60 | 80.0 | 83.0 |' in text
+    assert '| node-a | 0 | NVIDIA H200 | 100 | 31 | 20.0 | 0.0 | 18.0 | 12.0 % |' in text
+    assert '% of the limit of 413.8 tok/s' in text
+    assert '- node-a: `/opt/gpulab/llama.cpp/b/bin/llama-server -m /m.gguf --rpc 10.0.0.2:50052`' in text
+    assert 'Build b8070-0c1e570-cuda90' in text
+    assert 'No memory plan was given for this run.' in text and 'vLLM is not part of this run.' in text
+    assert '![throughput](throughput.png)' in text
+
+
+def test_markdown_without_any_input():
+    doc = report.build_document('demo', 'now')
+    text = report.render_markdown(doc, {'residency': 'r.png', 'utilisation': 'u.png', 'throughput': 't.png'})
+    for line in ('No residency was read.', 'No benchmark was run.', 'No utilisation was sampled.',
+                 'Omitted: no decode figure.', 'No command lines were read.'):
+        assert line in text
+    assert '| decode tok/s (concurrency 1, spread) | n/a (n/a %) |' in report.summary_lines(doc)
+
+
+def test_report_dir_name_is_safe():
+    assert report.report_dir_name('lab', '20261130T120000Z') == 'lab-20261130T120000Z'
+    assert report.report_dir_name('../x y', 't') == '.._x_y-t'
