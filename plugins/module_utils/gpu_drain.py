@@ -124,7 +124,26 @@ def _container_at(components):
     return found
 
 
-def owner_from_cgroup(text):
+def container_root(text):
+    """The cgroup of the container a process runs in, from the text of its own /proc/PID/cgroup,
+    or None on the host.
+
+    Without a cgroup namespace (podman and docker on a cgroup v1 host), a process in a container
+    sees the host's paths: a unit of the container's own systemd reads
+    /libpod_parent/libpod-<id>/system.slice/<unit>.service. The module reads its own cgroup and
+    strips this root, so inside a container it manages that container's systemd.
+    """
+    path = cgroup_path(text or '')
+    if path is None:
+        return None
+    components = [part for part in path.split('/') if part]
+    container = _container_at(components)
+    if container is None:
+        return None
+    return '/' + '/'.join(components[:container[0] + 1])
+
+
+def owner_from_cgroup(text, root=None):
     """Who manages a process, from the text of its /proc/PID/cgroup.
 
     Returns a dict with kind:
@@ -133,8 +152,11 @@ def owner_from_cgroup(text):
                  runtime "kubernetes" under kubepods, both left to their own managers;
       user_unit  a service of a user's systemd manager (name, uid);
       process    anything else: a login session, a scope, an unknown sandbox (cgroup: the path).
+    root: container_root() of the module's own process; paths under it are read relative to it.
     """
     path = cgroup_path(text or '')
+    if path is not None and root and (path == root or path.startswith(root + '/')):
+        path = path[len(root):] or None
     if path is None:
         return {'kind': KIND_PROCESS, 'cgroup': '/'}
     components = [part for part in path.split('/') if part]
@@ -206,13 +228,13 @@ def container_name(container_id, names):
     return None
 
 
-def owner_of(cgroup_text, lineage, supervisor_programs):
+def owner_of(cgroup_text, lineage, supervisor_programs, root=None):
     """Owner of a process: a supervisord program when the process or an ancestor is one
-    (lineage: the pid then its ancestors), else what its cgroup says."""
+    (lineage: the pid then its ancestors), else what its cgroup says (root: see owner_from_cgroup)."""
     for pid in lineage:
         if pid in supervisor_programs:
             return {'kind': KIND_SUPERVISOR, 'name': supervisor_programs[pid]}
-    return owner_from_cgroup(cgroup_text)
+    return owner_from_cgroup(cgroup_text, root)
 
 
 def nvidia_device_minor(link_target):

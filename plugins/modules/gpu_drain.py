@@ -241,6 +241,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.gpu_drain import 
     SYSTEMCTL_SHOW_PROPERTIES,
     DrainStateError,
     container_name,
+    container_root,
     decide,
     drain_summary,
     dump_state,
@@ -460,12 +461,13 @@ class GpuDrain:
         listed = set(process['pid'] for process in processes)
         processes = processes + hidden_processes(
             self.device_holders(), listed, self.params['ignore_processes'], own_pids)
+        root = container_root(self.read_proc('self', 'cgroup') or '')
         located = []
         for process in processes:
             cgroup = self.read_proc(process['pid'], 'cgroup')
             if cgroup is None:
                 continue  # exited since the query
-            located.append(dict(process, owner=owner_of(cgroup, self.lineage(process['pid']), supervisor)))
+            located.append(dict(process, owner=owner_of(cgroup, self.lineage(process['pid']), supervisor, root)))
         consumers = group_consumers(located)
         names = {}
         for runtime, path in self.runtimes.items():

@@ -15,6 +15,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.gpu_drain import 
     cgroup_path,
     consumer_names,
     container_name,
+    container_root,
     decide,
     drain_summary,
     dump_state,
@@ -387,3 +388,26 @@ def test_drain_summary():
     freed = vram_freed([gpu(0, UUID_A, 6000)], [gpu(0, UUID_A, 4976)])
     assert drain_summary([found], freed) == ['stop gpu-embed.service (1024 MiB): not kept',
                                              'GPU 0 freed 1024 MiB (6000 -> 4976 MiB used)']
+
+
+# --- a module running inside a container without a cgroup namespace (the lab) --------------------
+
+def test_unit_inside_the_lab_container_seen_from_inside_and_from_the_host():
+    unit = fixture('lab-podman-v1/cgroup-unit-in-container.txt')
+    own = fixture('lab-podman-v1/cgroup-self-in-container.txt')
+    root = container_root(own)
+    assert root.startswith('/libpod_parent/libpod-') and len(root) == len('/libpod_parent/libpod-') + 64
+    # inside: the container's own systemd manages it
+    assert owner_from_cgroup(unit, root) == {'kind': 'systemd', 'name': 'systemd-journald.service'}
+    # on the host: the whole container is the consumer
+    host_view = owner_from_cgroup(unit)
+    assert (host_view['kind'], host_view['runtime'], '/libpod_parent/libpod-' + host_view['id']) == (
+        'container', 'podman', root)
+    assert owner_from_cgroup(fixture('lab-podman-v1/cgroup-container-init-from-host.txt')) == host_view
+    # a process started by podman exec sits in the container's root: nothing manages it
+    assert owner_from_cgroup(own, root) == {'kind': 'process', 'cgroup': '/'}
+
+
+def test_container_root_on_the_host_is_none():
+    assert container_root(fixture('synthetic/cgroup-v2-system-service.txt')) is None
+    assert container_root('') is None
