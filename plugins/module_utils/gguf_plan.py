@@ -636,3 +636,29 @@ def devices_from_nodes(head, workers, cuda, residency=None, servers=None,
     if not devices:
         raise PlanError("no device: no RPC worker and no local GPU on %s; nothing to plan" % head)
     return devices
+
+
+# ---------------------------------------------------------------- the record for the report
+
+RECORD_DEVICE_FIELDS = ("name", "host", "kind", "layer_range", "output_layer", "split", "weights_mib", "kv_cache_mib",
+                        "compute_mib_estimate", "total_mib")
+
+
+def plan_record(path, facts, plan, options, smallest_set=None, single_node=None):
+    """What /var/lib/gpulab/memory-plan.json keeps: the prediction, not the live free memory
+    (which moves on every run and would rewrite the file each time). The report compares it
+    with the residency measured after the head is up."""
+    return {
+        "managed_by": "gpulab.inference",
+        "model_path": path,
+        "model": facts,
+        "options": dict((k, options[k]) for k in sorted(options)),
+        "tensor_split": plan["tensor_split"],
+        "n_gpu_layers": plan["n_gpu_layers"],
+        "kv_cells": plan["kv_cells"],
+        "kv_streams": plan["kv_streams"],
+        "devices": [dict((k, row[k]) for k in RECORD_DEVICE_FIELDS) for row in plan["devices"]],
+        "cpu": plan["cpu"],
+        "smallest_set": smallest_set,
+        "single_node": single_node,
+    }

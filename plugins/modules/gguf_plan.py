@@ -219,6 +219,13 @@ no_single_node_fits:
   description: True when no host can hold the model on its own devices.
   returned: success
   type: bool
+record:
+  description:
+    - The prediction to keep for the report (C(/var/lib/gpulab/memory-plan.json)): model facts,
+      options, split, and per device the layers, weights, KV cache, compute estimate and total.
+      Live free memory is left out, so the record changes only when the prediction does.
+  returned: success
+  type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -294,6 +301,8 @@ def main():
         smallest_set=smallest,
         single_node=single,
         no_single_node_fits=bool(known) and len(known) == len(single) and not any(known),
+        record=gguf_plan.plan_record(params["path"], facts, plan, dict(options, tensor_split=params["tensor_split"]),
+                                     smallest, single),
     )
     if params["require_fit"] and not plan["fits"]:
         module.fail_json(msg="%s would overflow (free memory minus a %d MiB margin); nothing was changed. "

@@ -108,3 +108,16 @@ def test_devices_or_nodes_is_required(split_model):
     run = plan({"path": split_model.paths[0]})
     assert run.kind is FailJson
     assert "one of the following is required: devices, nodes" in run.result["msg"]
+
+
+def test_record_leaves_out_live_free_memory(split_model):
+    first = plan({"path": split_model.paths[0], "devices": DEVICES, "ctx_size": 2048}).result["record"]
+    moved = [dict(d, free_mib=d["free_mib"] - 5000) for d in DEVICES]
+    second = plan({"path": split_model.paths[0], "devices": moved, "ctx_size": 2048}).result["record"]
+    assert first == second
+    assert first["devices"][0] == {
+        "name": "RPC0", "host": "node-b", "kind": None, "layer_range": "0-2", "output_layer": False, "split": 1.0,
+        "weights_mib": 13.62, "kv_cache_mib": 6.0, "compute_mib_estimate": first["devices"][0]["compute_mib_estimate"],
+        "total_mib": first["devices"][0]["total_mib"]}
+    assert first["options"]["ctx_size"] == 2048 and first["options"]["tensor_split"] == "equal"
+    assert first["model"]["files"] == 2
