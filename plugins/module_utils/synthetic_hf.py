@@ -77,12 +77,15 @@ EOS_TOKEN = "<|im_end|>"
 PAD_TOKEN = "<|endoftext|>"
 VOCAB_MULTIPLE = 64
 
+# ChatML; a reasoning model's turn opens with <think> (MiniMax-M2's template does the same, which
+# is why vLLM's minimax_m2_append_think parser prepends it to the answer).
 CHAT_TEMPLATE = (
-    "{% for message in messages %}"
+    "{%% for message in messages %%}"
     "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n<think>\\n' }}{% endif %}"
+    "{%% endfor %%}"
+    "{%% if add_generation_prompt %%}{{ '<|im_start|>assistant\\n%s' }}{%% endif %%}"
 )
+REASONING_ARCHITECTURES = ("minimax-m2",)
 
 
 class SyntheticHFError(ValueError):
@@ -152,7 +155,11 @@ def byte_symbols():
     return dict(zip(printable, (chr(c) for c in chars)))
 
 
-def tokenizer_files():
+def chat_template(architecture):
+    return CHAT_TEMPLATE % ("<think>\\n" if architecture in REASONING_ARCHITECTURES else "")
+
+
+def tokenizer_files(architecture="minimax-m2"):
     """tokenizer.json and tokenizer_config.json for a byte-level BPE over 256 byte symbols (no
     merges: one token per byte) plus the added tokens. Returns (files dict, token count)."""
     symbols = byte_symbols()
@@ -181,7 +188,7 @@ def tokenizer_files():
         "eos_token": EOS_TOKEN,
         "pad_token": PAD_TOKEN,
         "clean_up_tokenization_spaces": False,
-        "chat_template": CHAT_TEMPLATE,
+        "chat_template": chat_template(architecture),
         "added_tokens_decoder": dict((str(a["id"]), dict((k, v) for k, v in a.items() if k != "id")) for a in added),
     }
     return {"tokenizer.json": tokenizer, "tokenizer_config.json": config}, 256 + len(added)
@@ -346,7 +353,7 @@ class ModelPlan:
 
     def __init__(self, opts):
         self.opts = opts
-        self.tokenizer, self.n_tokens = tokenizer_files()
+        self.tokenizer, self.n_tokens = tokenizer_files(opts["architecture"])
         self.config = model_config(opts, self.n_tokens)
         self.shape = vp.model_shape(self.config)
         self.tensors = vp.checkpoint_tensors(self.shape)

@@ -1,0 +1,166 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""gpulab.inference.vllm_plan on model directories: safetensors headers for exact sizes, the
+index, config-only estimates, and the errors before launch."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+
+import pytest
+
+from ansible_collections.gpulab.inference.plugins.module_utils import synthetic_hf as sh
+from ansible_collections.gpulab.inference.plugins.modules import vllm_plan
+
+from module_harness import ExitJson, FailJson, run_module
+
+H200 = [{"index": 0, "memory_total_mib": 143771}]
+H200_X2 = [{"index": 0, "memory_total_mib": 143771}, {"index": 1, "memory_total_mib": 143771}]
+
+
+def write_model(directory, **options):
+    plan = sh.ModelPlan(sh.validate_options(options))
+    os.mkdir(directory)
+    sh.write_model(directory, plan)
+    return plan
+
+
+def plan_module(args):
+    return run_module(vllm_plan.main, args, {}, None)
+
+
+def test_exact_sizes_from_safetensors(tmp_path):
+    model = str(tmp_path / "mm2")
+    written = write_model(model)
+    run = plan_module({"model_path": model, "gpus": H200})
+    assert run.kind is ExitJson, run.result
+    result = run.result
+    assert result["changed"] is False
+    assert result["valid"] is True
+    assert result["model"]["tensor_source"] == "safetensors"
+    assert result["model"]["weights_bytes"] == written.weights_bytes
+    # TP 1: every weight on the one GPU (the vocabulary padded to 64 rows is already 320)
+    assert result["estimate"]["weights_bytes"] == written.weights_bytes
+    assert result["max_model_len"] == 4096
+    assert (result["reasoning_parser"], result["tool_call_parser"]) == ("minimax_m2_append_think", "minimax_m2")
+    assert result["ranked"][0]["label"] == "TP=1"
+
+
+def test_synthetic_default_tp2_without_ep_fails_like_the_seed(tmp_path):
+    model = str(tmp_path / "mm2")
+    write_model(model)
+    run = plan_module({"model_path": model, "gpus": H200_X2, "tensor_parallel_size": 2})
+    assert run.kind is ExitJson
+    assert run.result["valid"] is False
+    assert "expert FFN 384 / 2 = 192 is not a multiple of the FP8 block size 128" in run.result["errors"][0]
+    run = plan_module({"model_path": model, "gpus": H200_X2, "tensor_parallel_size": 2, "enable_expert_parallel": True})
+    assert run.result["valid"] is True and run.result["errors"] == []
+
+
+def test_sharded_model_reads_every_shard(tmp_path):
+    model = str(tmp_path / "llama")
+    written = write_model(model, architecture="llama", quantization="none", shard_max_mib=1)
+    run = plan_module({"model_path": model, "gpus": H200})
+    assert run.result["model"]["tensor_source"] == "safetensors"
+    assert run.result["model"]["weights_bytes"] == written.weights_bytes
+    assert run.result["reasoning_parser"] is None and run.result["tool_call_parser"] == "llama3_json"
+
+
+def test_index_with_missing_shards_estimates_from_config(tmp_path):
+    model = str(tmp_path / "llama")
+    written = write_model(model, architecture="llama", quantization="none", shard_max_mib=1)
+    os.unlink(os.path.join(model, "model-00002-of-00011.safetensors"))
+    run = plan_module({"model_path": model, "gpus": H200})
+    assert run.kind is ExitJson
+    assert run.result["model"]["tensor_source"] == "index"
+    assert run.result["model"]["index_total_size"] == written.weights_bytes
+    assert run.result["model"]["weights_bytes"] == written.weights_bytes
+    assert "model-00002-of-00011.safetensors" in run.warnings[0]
+
+
+def test_config_only_estimate(tmp_path):
+    model = tmp_path / "cfg"
+    model.mkdir()
+    fixture = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "vllm", "minimax-m2.5-config.json")
+    with open(fixture) as handle:
+        (model / "config.json").write_text(handle.read())
+    gpus = [{"index": i, "memory_total_mib": 97887} for i in range(8)]
+    run = plan_module({"model_path": str(model), "gpus": gpus, "tensor_parallel_size": 4, "max_model_len": 65536,
+                       "ranked_limit": 2})
+    assert run.result["model"]["tensor_source"] == "config"
+    assert run.result["valid"] is True
+    assert run.warnings == ["TP 4 x PP 1 x DP 1 = 4 GPUs of 8: 4 GPUs stay idle; a larger TP or DP would use them"]
+    assert run.result["warnings_found"] == run.warnings
+    assert [r["label"] for r in run.result["ranked"]] == ["TP=8+EP", "TP=4+DP=2+EP"]
+
+
+def test_model_directory_without_config_json(tmp_path):
+    run = plan_module({"model_path": str(tmp_path), "gpus": H200})
+    assert run.kind is FailJson
+    assert run.result["msg"].startswith("model directory %s has no config.json" % tmp_path)
+
+
+def test_model_path_not_a_directory(tmp_path):
+    run = plan_module({"model_path": str(tmp_path / "nope"), "gpus": H200})
+    assert run.kind is FailJson and "is not a directory" in run.result["msg"]
+
+
+def test_broken_config_json(tmp_path):
+    (tmp_path / "config.json").write_text("{")
+    run = plan_module({"model_path": str(tmp_path), "gpus": H200})
+    assert run.kind is FailJson and "config %s/config.json is not valid JSON" % tmp_path in run.result["msg"]
+
+
+def test_truncated_safetensors(tmp_path):
+    model = str(tmp_path / "mm2")
+    write_model(model)
+    with open(os.path.join(model, "model.safetensors"), "r+b") as handle:
+        handle.truncate(100)
+    run = plan_module({"model_path": model, "gpus": H200})
+    assert run.kind is FailJson and "safetensors header says" in run.result["msg"]
+
+
+def test_layout_using_more_gpus_than_exist_is_invalid(tmp_path):
+    model = str(tmp_path / "mm2")
+    write_model(model)
+    run = plan_module({"model_path": model, "gpus": H200, "tensor_parallel_size": 2, "enable_expert_parallel": True})
+    assert run.kind is ExitJson and run.result["valid"] is False
+    assert run.result["errors"] == ["TP 2 x PP 1 x DP 1 = 2 GPUs, but 1 node(s) x 1 GPUs of 143771 MiB has only 1 GPUs; shrink the layout"]
+    assert run.result["findings"][0]["source"].startswith("vllm/config/parallel.py")
+
+
+def test_unknown_parser_name(tmp_path):
+    model = str(tmp_path / "mm2")
+    write_model(model)
+    run = plan_module({"model_path": model, "gpus": H200, "reasoning_parser": "minimax-m2"})
+    assert run.kind is FailJson and "reasoning parser 'minimax-m2' is not one vLLM 0.24 registers" in run.result["msg"]
+
+
+def test_nodes_with_different_gpu_counts(tmp_path):
+    model = str(tmp_path / "mm2")
+    write_model(model)
+    run = plan_module({"model_path": model, "nodes": [{"name": "node-a", "gpus": H200_X2}, {"name": "node-b", "gpus": H200}]})
+    assert run.kind is FailJson
+    assert "different GPU counts (node-a 2, node-b 1)" in run.result["msg"]
+
+
+@pytest.mark.parametrize("args,message", [
+    ({}, "one of the following is required: nodes, gpus"),
+    ({"gpus": H200, "nodes": []}, "parameters are mutually exclusive: nodes|gpus"),
+])
+def test_gpus_or_nodes(tmp_path, args, message):
+    run = plan_module(dict(args, model_path=str(tmp_path)))
+    assert run.kind is FailJson and message in run.result["msg"]
+
+
+def test_config_of_written_model_round_trips(tmp_path):
+    model = str(tmp_path / "q")
+    write_model(model, architecture="qwen2", quantization="fp8", hidden_size=512, ffn_size=1024)
+    with open(os.path.join(model, "config.json")) as handle:
+        assert json.load(handle)["quantization_config"]["weight_block_size"] == [128, 128]
+    # dense FP8 at TP 2: 1024 / 2 = 512, heads 4 / 2: fits the block rules
+    run = plan_module({"model_path": model, "gpus": H200_X2, "tensor_parallel_size": 2})
+    assert run.result["valid"] is True, run.result["findings"]
