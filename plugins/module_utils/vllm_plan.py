@@ -803,3 +803,83 @@ def plan(config, tensors, tensor_source, nodes, layout, opts, reasoning_parser=N
         "reasoning_parser": reasoning,
         "tool_call_parser": tool,
     }
+
+
+# --- the command line ---------------------------------------------------------------------------
+
+DISTRIBUTED_BACKENDS = ("mp", "ray")
+
+
+def serve_arguments(model_path, layout, opts, hardware_info, launch):
+    """The `vllm serve` arguments for one node, and what that node is.
+
+    launch: host, port, served_model_name, node_rank, master_addr, master_port, dp_rpc_port,
+    backend (mp or ray), reasoning_parser, tool_call_parser, enforce_eager, extra_args.
+    One node: everything local. Several nodes (vLLM's own launcher, backend mp):
+    - a replica (TP x PP) that fits one node and DP spread over the nodes: each node runs
+      dp / nodes local engines (--data-parallel-size-local), followers --headless with their
+      --data-parallel-start-rank, all meeting at --data-parallel-address / -rpc-port
+      (vllm/entrypoints/cli/serve.py run_headless; vllm/config/parallel.py);
+    - a replica larger than a node: --nnodes / --node-rank / --master-addr / --master-port,
+      followers --headless (vllm/config/parallel.py nnodes, node_rank, master_addr).
+    With Ray, the head starts vLLM with --distributed-executor-backend ray over a Ray cluster
+    the other nodes join; they run no vLLM command of their own.
+    Returns {role: head | follower | ray-worker, args: [...] (empty for a ray worker)}.
+    """
+    nodes = hardware_info["nodes"]
+    rank = launch.get("node_rank", 0)
+    if not isinstance(rank, int) or not 0 <= rank < nodes:
+        raise VllmPlanError("node_rank %r is outside the %d node(s) of the layout" % (rank, nodes))
+    backend = launch.get("backend") or "mp"
+    if backend not in DISTRIBUTED_BACKENDS:
+        raise VllmPlanError("distributed backend %r is not one of %s" % (backend, ", ".join(DISTRIBUTED_BACKENDS)))
+    role = "head" if rank == 0 else "follower"
+    if nodes > 1 and backend == "ray" and rank > 0:
+        return {"role": "ray-worker", "args": []}
+    args = ["serve", model_path,
+            "--host", launch.get("host") or "127.0.0.1",
+            "--port", str(launch.get("port") or 8000)]
+    if launch.get("served_model_name"):
+        args += ["--served-model-name", launch["served_model_name"]]
+    args += ["--tensor-parallel-size", str(layout.tp),
+             "--pipeline-parallel-size", str(layout.pp),
+             "--data-parallel-size", str(layout.dp)]
+    if layout.ep:
+        args.append("--enable-expert-parallel")
+    args += ["--gpu-memory-utilization", str(opts["gpu_memory_utilization"]),
+             "--max-model-len", str(opts["max_model_len"]),
+             "--kv-cache-dtype", opts["kv_cache_dtype"]]
+    if launch.get("reasoning_parser"):
+        args += ["--reasoning-parser", launch["reasoning_parser"]]
+    if launch.get("tool_call_parser"):
+        args += ["--tool-call-parser", launch["tool_call_parser"], "--enable-auto-tool-choice"]
+    if nodes > 1:
+        master = launch.get("master_addr")
+        if not master:
+            raise VllmPlanError("a layout over %d nodes needs the head's address (master_addr): set "
+                                "gpulab_fabric_address on the head" % nodes)
+        if backend == "ray":
+            args += ["--distributed-executor-backend", "ray"]
+        elif layout.dp > 1 and layout.tp * layout.pp <= hardware_info["gpus_per_node"]:
+            if layout.dp % nodes:
+                raise VllmPlanError("DP %d does not divide over %d nodes: every node runs the same number of "
+                                    "data-parallel engines" % (layout.dp, nodes))
+            local = layout.dp // nodes
+            args += ["--data-parallel-size-local", str(local),
+                     "--data-parallel-address", master,
+                     "--data-parallel-rpc-port", str(launch.get("dp_rpc_port") or 13345)]
+            if rank > 0:
+                args += ["--headless", "--data-parallel-start-rank", str(rank * local)]
+        else:
+            if layout.dp > 1:
+                raise VllmPlanError("DP %d with a replica of TP %d x PP %d larger than one node's %d GPUs: "
+                                    "vLLM's launcher does not combine the two; use Ray or a smaller replica"
+                                    % (layout.dp, layout.tp, layout.pp, hardware_info["gpus_per_node"]))
+            args += ["--nnodes", str(nodes), "--node-rank", str(rank),
+                     "--master-addr", master, "--master-port", str(launch.get("master_port") or 29501)]
+            if rank > 0:
+                args.append("--headless")
+    if launch.get("enforce_eager"):
+        args.append("--enforce-eager")
+    args += [str(a) for a in launch.get("extra_args") or []]
+    return {"role": role, "args": args}

@@ -97,6 +97,46 @@ options:
     description: How many valid layouts to return in RV(ranked).
     type: int
     default: 10
+  host:
+    description: C(--host) of the API server.
+    type: str
+    default: 127.0.0.1
+  port:
+    description: C(--port) of the API server.
+    type: int
+    default: 8000
+  served_model_name:
+    description: C(--served-model-name); null lets vLLM name the model by its path.
+    type: str
+  enforce_eager:
+    description: C(--enforce-eager) (no CUDA graphs; faster start, slower decode).
+    type: bool
+    default: false
+  extra_args:
+    description: More C(vllm serve) arguments, appended as given.
+    type: list
+    elements: str
+    default: []
+  node_rank:
+    description: This node's rank in O(nodes) (0 is the head, which serves the API).
+    type: int
+    default: 0
+  master_addr:
+    description: The head's address on the fabric, for layouts over several nodes.
+    type: str
+  master_port:
+    description: C(--master-port) of vLLM's multi-node launcher.
+    type: int
+    default: 29501
+  dp_rpc_port:
+    description: C(--data-parallel-rpc-port) when data-parallel engines are spread over the nodes.
+    type: int
+    default: 13345
+  distributed_backend:
+    description: V(mp) - vLLM's own launcher (C(--nnodes), C(--headless) followers); V(ray) - a Ray cluster the followers join.
+    type: str
+    default: mp
+    choices: [mp, ray]
 """
 
 EXAMPLES = r"""
@@ -180,6 +220,19 @@ model:
       C(tensor_source) (V(safetensors), V(index) or V(config)).
   returned: success
   type: dict
+serve_args:
+  description:
+    - The C(vllm serve) arguments for this node (without the C(vllm) command and the API key), empty when the
+      layout is invalid or this node is a Ray worker.
+  returned: success
+  type: list
+  elements: str
+  sample: [serve, /srv/models/m, --host, 127.0.0.1, --port, "8000", --tensor-parallel-size, "8", --enable-expert-parallel]
+node_role:
+  description: V(head) (serves the API), V(follower) (C(--headless)) or V(ray-worker); null when the layout is invalid.
+  returned: success
+  type: str
+  sample: head
 max_model_len:
   description: The max_model_len checked (the model's own when none was given).
   returned: success
@@ -278,6 +331,16 @@ def build_module():
             reasoning_parser=dict(type="str"),
             tool_call_parser=dict(type="str"),
             ranked_limit=dict(type="int", default=10),
+            host=dict(type="str", default="127.0.0.1"),
+            port=dict(type="int", default=8000),
+            served_model_name=dict(type="str"),
+            enforce_eager=dict(type="bool", default=False),
+            extra_args=dict(type="list", elements="str", default=[]),
+            node_rank=dict(type="int", default=0),
+            master_addr=dict(type="str"),
+            master_port=dict(type="int", default=29501),
+            dp_rpc_port=dict(type="int", default=13345),
+            distributed_backend=dict(type="str", default="mp", choices=list(vp.DISTRIBUTED_BACKENDS)),
         ),
         required_one_of=[("nodes", "gpus")],
         mutually_exclusive=[("nodes", "gpus")],
@@ -301,6 +364,15 @@ def run(module):
     if index_total:
         result["model"]["index_total_size"] = index_total
     result["ranked"] = result["ranked"][:max(0, p["ranked_limit"])]
+    result["serve_args"], result["node_role"] = [], None
+    if result["valid"]:
+        launch = dict((k, p[k]) for k in ("host", "port", "served_model_name", "node_rank", "master_addr",
+                                           "master_port", "dp_rpc_port", "enforce_eager", "extra_args"))
+        launch.update(backend=p["distributed_backend"], reasoning_parser=result["reasoning_parser"],
+                      tool_call_parser=result["tool_call_parser"])
+        opts["max_model_len"] = result["max_model_len"]
+        command = vp.serve_arguments(p["model_path"], layout, opts, result["hardware"], launch)
+        result["serve_args"], result["node_role"] = command["args"], command["role"]
     return result
 
 

@@ -373,3 +373,55 @@ def test_rules_table_cites_vllm():
     assert len(names) == len(set(names))
     for rule in vp.RULES:
         assert rule['source'].startswith('vllm/') and callable(rule['check']) and rule['what']
+
+
+HW1 = {'nodes': 1, 'gpus_per_node': 8, 'gpus_total': 8, 'gpu_memory_mib': 97887}
+HW2 = {'nodes': 2, 'gpus_per_node': 8, 'gpus_total': 16, 'gpu_memory_mib': 97887}
+SERVE_OPTS = {'gpu_memory_utilization': 0.9, 'max_model_len': 8192, 'kv_cache_dtype': 'auto'}
+
+
+def test_serve_arguments_one_node():
+    launch = {'host': '0.0.0.0', 'port': 8000, 'served_model_name': 'minimax', 'reasoning_parser': 'minimax_m2_append_think',
+              'tool_call_parser': 'minimax_m2', 'extra_args': ['--enforce-eager']}
+    command = vp.serve_arguments('/srv/m', vp.Layout(8, ep=True), SERVE_OPTS, HW1, launch)
+    assert command == {'role': 'head', 'args': [
+        'serve', '/srv/m', '--host', '0.0.0.0', '--port', '8000', '--served-model-name', 'minimax',
+        '--tensor-parallel-size', '8', '--pipeline-parallel-size', '1', '--data-parallel-size', '1',
+        '--enable-expert-parallel', '--gpu-memory-utilization', '0.9', '--max-model-len', '8192',
+        '--kv-cache-dtype', 'auto', '--reasoning-parser', 'minimax_m2_append_think',
+        '--tool-call-parser', 'minimax_m2', '--enable-auto-tool-choice', '--enforce-eager']}
+
+
+def test_serve_arguments_replica_over_two_nodes():
+    launch = {'node_rank': 1, 'master_addr': '10.0.0.1', 'master_port': 29501}
+    args = vp.serve_arguments('/srv/m', vp.Layout(8, pp=2), SERVE_OPTS, HW2, launch)['args']
+    assert args[-9:] == ['--nnodes', '2', '--node-rank', '1', '--master-addr', '10.0.0.1', '--master-port', '29501', '--headless']
+    head = vp.serve_arguments('/srv/m', vp.Layout(8, pp=2), SERVE_OPTS, HW2, dict(launch, node_rank=0))
+    assert head['role'] == 'head' and '--headless' not in head['args']
+
+
+def test_serve_arguments_data_parallel_over_two_nodes():
+    launch = {'node_rank': 1, 'master_addr': '10.0.0.1', 'dp_rpc_port': 13345}
+    command = vp.serve_arguments('/srv/m', vp.Layout(8, dp=2, ep=True), SERVE_OPTS, HW2, launch)
+    assert command['role'] == 'follower'
+    assert command['args'][-9:] == ['--data-parallel-size-local', '1', '--data-parallel-address', '10.0.0.1',
+                                    '--data-parallel-rpc-port', '13345', '--headless', '--data-parallel-start-rank', '1']
+
+
+def test_serve_arguments_ray():
+    launch = {'node_rank': 1, 'master_addr': '10.0.0.1', 'backend': 'ray'}
+    assert vp.serve_arguments('/srv/m', vp.Layout(8, pp=2), SERVE_OPTS, HW2, launch) == {'role': 'ray-worker', 'args': []}
+    head = vp.serve_arguments('/srv/m', vp.Layout(8, pp=2), SERVE_OPTS, HW2, dict(launch, node_rank=0))
+    assert head['args'][-2:] == ['--distributed-executor-backend', 'ray']
+
+
+@pytest.mark.parametrize('layout,launch,match', [
+    (vp.Layout(8, pp=2), {'node_rank': 2, 'master_addr': 'a'}, 'node_rank 2 is outside the 2 node'),
+    (vp.Layout(8, pp=2), {'node_rank': 0}, 'needs the head.s address'),
+    (vp.Layout(16, dp=1), {'node_rank': 0, 'master_addr': 'a', 'backend': 'slurm'}, "distributed backend 'slurm'"),
+    (vp.Layout(4, dp=3), {'node_rank': 0, 'master_addr': 'a'}, 'DP 3 does not divide over 2 nodes'),
+    (vp.Layout(16, dp=2), {'node_rank': 0, 'master_addr': 'a'}, 'larger than one node'),
+])
+def test_serve_arguments_refused(layout, launch, match):
+    with pytest.raises(vp.VllmPlanError, match=match):
+        vp.serve_arguments('/srv/m', layout, SERVE_OPTS, HW2, launch)

@@ -47,6 +47,12 @@ def test_exact_sizes_from_safetensors(tmp_path):
     assert result["max_model_len"] == 4096
     assert (result["reasoning_parser"], result["tool_call_parser"]) == ("minimax_m2_append_think", "minimax_m2")
     assert result["ranked"][0]["label"] == "TP=1"
+    assert result["node_role"] == "head"
+    assert result["serve_args"] == [
+        "serve", model, "--host", "127.0.0.1", "--port", "8000", "--tensor-parallel-size", "1",
+        "--pipeline-parallel-size", "1", "--data-parallel-size", "1", "--gpu-memory-utilization", "0.9",
+        "--max-model-len", "4096", "--kv-cache-dtype", "auto", "--reasoning-parser", "minimax_m2_append_think",
+        "--tool-call-parser", "minimax_m2", "--enable-auto-tool-choice"]
 
 
 def test_synthetic_default_tp2_without_ep_fails_like_the_seed(tmp_path):
@@ -54,7 +60,7 @@ def test_synthetic_default_tp2_without_ep_fails_like_the_seed(tmp_path):
     write_model(model)
     run = plan_module({"model_path": model, "gpus": H200_X2, "tensor_parallel_size": 2})
     assert run.kind is ExitJson
-    assert run.result["valid"] is False
+    assert run.result["valid"] is False and run.result["serve_args"] == [] and run.result["node_role"] is None
     assert "expert FFN 384 / 2 = 192 is not a multiple of the FP8 block size 128" in run.result["errors"][0]
     run = plan_module({"model_path": model, "gpus": H200_X2, "tensor_parallel_size": 2, "enable_expert_parallel": True})
     assert run.result["valid"] is True and run.result["errors"] == []
