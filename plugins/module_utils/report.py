@@ -45,6 +45,10 @@ def report_dir_name(inventory, timestamp):
     return '%s-%s' % (safe, timestamp)
 
 
+def trace_file_name(host):
+    return 'trace-%s.json' % re.sub(r'[^A-Za-z0-9._-]+', '_', host)
+
+
 def process_kind(process):
     """llama-server, rpc-server, vllm or other, from the systemd unit or the executable's name."""
     unit = process.get('systemd_unit') or ''

@@ -14,7 +14,8 @@ description:
   - Runs on the controller (C(delegate_to: localhost)). Writes C(<output_dir>/<inventory>-<timestamp>/)
     with C(report.md), C(report.json) and three PNG plots - GPU memory residency per device
     stacked by process (llama-server, RPC servers, vLLM, other), utilisation over time per GPU,
-    and decode throughput versus concurrency.
+    and decode throughput versus concurrency; and each host's utilisation trace as
+    C(trace-<host>.json).
   - The markdown gives per-device residency with aggregate and imbalance, prefill and decode at
     concurrency 1 with llama-server's own figures, the whole sweep, the utilisation fingerprint,
     the share of the memory-bandwidth limit reached (omitted for GPUs whose bandwidth is not in
@@ -312,6 +313,9 @@ def main():
         draw_residency(doc, os.path.join(staging, IMAGES['residency']))
         draw_utilisation(doc, traces, os.path.join(staging, IMAGES['utilisation']))
         draw_throughput(doc, os.path.join(staging, IMAGES['throughput']))
+        for host, trace in traces.items():
+            with open(os.path.join(staging, report.trace_file_name(host)), 'w') as handle:
+                json.dump(trace, handle)
         os.chmod(staging, 0o755)
         os.rename(staging, report_dir)
     except Exception as exc:  # pylint: disable=broad-except

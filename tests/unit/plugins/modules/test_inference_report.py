@@ -30,7 +30,7 @@ def test_full_report(tmp_path):
     out = tmp_path / 'reports' / 'lab-20261130T120000Z'
     assert run.result['report_dir'] == str(out)
     assert sorted(p.name for p in out.iterdir()) == ['report.json', 'report.md', 'residency.png', 'throughput.png',
-                                                     'utilisation.png']
+                                                     'trace-node-a.json', 'utilisation.png']
     for name in ('residency.png', 'throughput.png', 'utilisation.png'):
         width, height = png_size(out / name)
         assert width >= 600 and height >= 400
