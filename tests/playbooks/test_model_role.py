@@ -1,0 +1,133 @@
+"""The model role (playbooks/model.yml): every synthetic_gguf option reaches the module, the
+vocabulary comes from the controller, the manifest on the head says which file to serve, and bad
+input stops the play before any change."""
+
+import json
+import tarfile
+
+import pytest
+import yaml
+from playbook_runner import REPO, local_host
+
+from ansible_collections.gpulab.inference.plugins.module_utils import gguf
+from ansible_collections.gpulab.inference.plugins.module_utils import synthetic_model as sm
+from ansible_collections.gpulab.inference.plugins.modules import synthetic_gguf
+
+ROLE = REPO / "roles" / "model"
+SMALL = {"layers": 1, "hidden_size": 64, "attention_heads": 4, "kv_heads": 2, "head_dim": 32, "experts": 4,
+         "experts_used": 2, "expert_ffn_size": 32, "context_length": 1024, "seed": 3, "shards": 2,
+         "quantization": "F16", "chat_template": "<|im_start|>template from the inventory", "architecture": "minimax-m2"}
+
+
+def module_options():
+    """synthetic_gguf's own options (without the file attributes every file module takes)."""
+    return set(yaml.safe_load(synthetic_gguf.DOCUMENTATION)["options"])
+
+
+def inventory(tmp_path, **hostvars):
+    return {"all": {"children": {"gpu_nodes": {"children": {"inference_head": {"hosts": {
+        "head": local_host(model_manifest_path=str(tmp_path / "etc" / "model.json"),
+                           model_vocab_dir=str(tmp_path / "vocab"), **hostvars)}}}}}}}
+
+
+def manifest(tmp_path):
+    return json.loads((tmp_path / "etc" / "model.json").read_text())
+
+
+def vocabulary(path, n_tokens=50):
+    tokens = ["<s>", "</s>"] + ["t%d" % i for i in range(n_tokens - 2)]
+    with open(str(path), "wb") as stream:
+        gguf.write_gguf(stream, [
+            ("tokenizer.ggml.model", gguf.GGUFValue(gguf.STRING, "gpt2")),
+            ("tokenizer.ggml.tokens", gguf.GGUFValue(gguf.ARRAY, tokens, gguf.STRING)),
+        ], [], None)
+
+
+def test_every_module_option_is_passed_through():
+    task = yaml.safe_load((ROLE / "tasks" / "synthetic.yml").read_text())[1]
+    passed = set(task["gpulab.inference.synthetic_gguf"]) - {"owner", "group", "mode"}
+    assert passed == module_options()
+    spec = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())
+    assert set(spec["argument_specs"]["main"]["options"]["model_synthetic"]["options"]) == module_options()
+
+
+def test_synthetic_model_keeps_every_option_and_records_the_manifest(run_playbook, tmp_path):
+    model = tmp_path / "models" / "m.gguf"
+    result = run_playbook("playbooks/model.yml", inventory(tmp_path, model_synthetic=dict(SMALL, path=str(model))))
+    assert result.status == "successful", result.failures
+    first = tmp_path / "models" / "m-00001-of-00002.gguf"
+    assert manifest(tmp_path) == {
+        "managed_by": "gpulab.inference", "source": "synthetic", "path": str(first),
+        "shard_paths": [str(first), str(tmp_path / "models" / "m-00002-of-00002.gguf")],
+        "architecture": "minimax-m2", "size_bytes": manifest(tmp_path)["size_bytes"],
+        "synthetic_options_sha256": gguf.read_gguf(str(first)).get(sm.KEY_OPTIONS_SHA256),
+    }
+    parsed = gguf.read_gguf(str(first))
+    options = json.loads(parsed.get(sm.KEY_OPTIONS_JSON))
+    for name in ("attention_heads", "kv_heads", "head_dim", "context_length", "chat_template", "quantization", "seed"):
+        assert options[name] == SMALL[name], name
+    assert parsed.get("minimax-m2.context_length") == 1024
+    assert parsed.get("tokenizer.chat_template") == SMALL["chat_template"]
+
+    again = run_playbook("playbooks/model.yml", inventory(tmp_path, model_synthetic=dict(SMALL, path=str(model))))
+    assert again.status == "successful"
+    assert again.changed_tasks() == []
+
+
+def test_vocabulary_from_a_controller_archive(run_playbook, tmp_path):
+    vocabulary(tmp_path / "ggml-vocab-test.gguf", 50)
+    archive = tmp_path / "src.tar.gz"
+    with tarfile.open(str(archive), "w:gz") as tar:
+        tar.add(str(tmp_path / "ggml-vocab-test.gguf"), arcname="llama.cpp/models/ggml-vocab-test.gguf")
+    hostvars = {"model_synthetic": {"path": str(tmp_path / "models" / "m.gguf"), "layers": 1, "hidden_size": 64},
+                "model_vocab_archive": str(archive), "model_vocab_archive_member": "llama.cpp/models/ggml-vocab-test.gguf"}
+    result = run_playbook("playbooks/model.yml", inventory(tmp_path, **hostvars))
+    assert result.status == "successful", result.failures
+    copied = tmp_path / "vocab" / "ggml-vocab-test.gguf"
+    assert copied.read_bytes() == (tmp_path / "ggml-vocab-test.gguf").read_bytes()
+    (written,) = result.ok_results("Write the synthetic model")
+    assert written["vocab_size"] == 50
+    again = run_playbook("playbooks/model.yml", inventory(tmp_path, **hostvars))
+    assert again.status == "successful"
+    assert again.changed_tasks() == []
+
+
+def test_given_model_is_recorded(run_playbook, tmp_path):
+    model = tmp_path / "real-00001-of-00002.gguf"
+    model.write_bytes(b"GGUF")
+    result = run_playbook("playbooks/model.yml", inventory(tmp_path, model_path=str(model)))
+    assert result.status == "successful", result.failures
+    assert manifest(tmp_path) == {"managed_by": "gpulab.inference", "source": "path", "path": str(model),
+                                  "shard_paths": None, "architecture": None, "size_bytes": None,
+                                  "synthetic_options_sha256": None}
+
+
+BAD = [
+    ("neither", {}, "Exactly one of model_path and model_synthetic is set", "Neither model_path nor model_synthetic is set"),
+    ("both", {"model_path": "/m.gguf", "model_synthetic": {"path": "/x.gguf"}},
+     "Exactly one of model_path and model_synthetic is set", "Both model_path (/m.gguf) and model_synthetic are set"),
+    ("unknown synthetic key", {"model_synthetic": {"path": "/x.gguf", "kv_head": 2}},
+     "Validating arguments against arg spec 'main'", "kv_head"),
+    ("synthetic key of the wrong type", {"model_synthetic": {"path": "/x.gguf", "layers": "many"}},
+     "Validating arguments against arg spec 'main'", "layers"),
+    ("synthetic without path", {"model_synthetic": {"layers": 1}}, "A synthetic model names its path",
+     "model_synthetic has no path"),
+    ("two vocabularies", {"model_synthetic": {"path": "/x.gguf", "vocab_gguf": "/v.gguf"}, "model_vocab_src": "/c.gguf"},
+     "The vocabulary comes from one place", "model_vocab_src=\"/c.gguf\""),
+    ("archive without member", {"model_synthetic": {"path": "/x.gguf"}, "model_vocab_archive": "/a.tar.gz"},
+     "The vocabulary comes from one place", "model_vocab_archive_member=\"\""),
+    ("missing given model", {"model_path": "/nonexistent/m.gguf"}, "The model file exists on the head",
+     "model_path=/nonexistent/m.gguf is missing"),
+]
+
+
+@pytest.mark.parametrize("hostvars, task, words", [c[1:] for c in BAD], ids=[c[0] for c in BAD])
+def test_bad_input_stops_before_any_change(run_playbook, tmp_path, hostvars, task, words):
+    result = run_playbook("playbooks/model.yml", inventory(tmp_path, **hostvars))
+    assert result.status == "failed"
+    (failure,) = result.failures
+    assert failure[1].startswith(task)
+    if words:
+        assert words in failure[2] or words in json.dumps(result.failed_events()[0]["res"])
+    assert result.changed_tasks() == []
+    assert not (tmp_path / "etc").exists()
