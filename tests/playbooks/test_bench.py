@@ -1,0 +1,86 @@
+"""playbooks/bench.yml on localhost against the OpenAI-style test double (tests/doubles), with the
+lab's fake nvidia-smi: residency, sampler, benchmark with progress, and the report's files."""
+
+import json
+import stat
+import sys
+from pathlib import Path
+
+from playbook_runner import LAB_FILES, local_host, run_in
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from doubles.openai_stream_server import OpenAIDouble  # noqa: E402 pylint: disable=wrong-import-position
+
+
+def inventory():
+    return {'all': {'children': {'gpu_nodes': {'children': {'inference_head': {'hosts': {'localhost': local_host()}}}}}}}
+
+
+def fake_smi(tmp_path):
+    wrapper = tmp_path / 'nvidia-smi'
+    wrapper.write_text('#!/bin/sh\nexec %s %s "$@"\n' % (sys.executable, LAB_FILES / 'fake-nvidia-smi'))
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
+    return str(wrapper)
+
+
+def bench_vars(tmp_path, base_url, **extra):
+    values = {'bench_base_url': base_url, 'bench_nvidia_smi_path': fake_smi(tmp_path),
+              'bench_work_dir': str(tmp_path / 'work'), 'bench_report_dir': str(tmp_path / 'reports'),
+              'bench_report_inventory_name': 'local', 'bench_progress_interval_s': 1, 'gpulab_bench_profile': 'short',
+              'bench_build_info': str(tmp_path / 'BUILD_INFO.json'), 'bench_memory_plan_file': str(tmp_path / 'none.json'),
+              'bench_concurrency': [1, 4], 'bench_max_tokens': 24}
+    values.update(extra)
+    return values
+
+
+ENV = {'GPULAB_FAKE_NVIDIA_SMI_DIR': str(LAB_FILES / 'nvidia-smi' / 'h200')}
+
+
+def test_bench_playbook_writes_the_report(tmp_path):
+    (tmp_path / 'BUILD_INFO.json').write_text(json.dumps({'build_id': 'b8070-test', 'cuda': False}))
+    with OpenAIDouble(ttft_s=0.05, itl_s=0.02) as server:
+        run = run_in(tmp_path / 'runner', 'playbooks/bench.yml', inventory(),
+                     bench_vars(tmp_path, server.base_url), envvars=ENV)
+        max_active = server.max_active
+    assert run.status == 'successful', run.failures
+    (report_dir,) = list((tmp_path / 'reports').iterdir())
+    assert report_dir.name.startswith('local-')
+    assert sorted(p.name for p in report_dir.iterdir()) == [
+        'report.json', 'report.md', 'residency.png', 'throughput.png', 'trace-localhost.json', 'utilisation.png']
+    doc = json.loads((report_dir / 'report.json').read_text())
+    assert doc['build']['build_id'] == 'b8070-test'
+    assert doc['residency']['devices'][0]['name'] == 'NVIDIA H200'
+    assert doc['utilisation'][0]['method'] == 'nvidia-smi-poll' and doc['utilisation'][0]['samples'] >= 2
+    levels = doc['benchmark']['levels']
+    assert [lv['concurrency'] for lv in levels] == [1, 4] and max_active == 4
+    assert levels[0]['decode_tok_s'] == __import__('pytest').approx(50.0, rel=0.2)
+    assert abs(levels[0]['server']['decode_ratio'] - 1.0) < 0.05
+    assert doc['headline']['aggregate_rises'] is True
+    assert doc['memory_plan'] is None
+    progress = [res['msg'] for res in run.ok_results("Show the benchmark's progress")]
+    assert progress and all(line.startswith(('warm-up', 'level', 'done', 'starting')) for line in progress), progress
+    summary = run.ok_results("Show the report's summary")[0]['msg']
+    assert summary[0] == 'report: %s/report.md' % report_dir
+    assert '| build | b8070-test |' in summary
+
+
+def test_concurrency_zero_stops_before_any_load(tmp_path):
+    with OpenAIDouble() as server:
+        run = run_in(tmp_path / 'runner', 'playbooks/bench.yml', inventory(),
+                     bench_vars(tmp_path, server.base_url, bench_concurrency=[1, 0]), envvars=ENV)
+        assert server.requests == []
+    assert run.status == 'failed'
+    (failure,) = run.failures
+    assert failure[1] == "Check the profile's options"
+    assert 'bench_concurrency must list levels of 1 or more (got [1, 0])' in failure[2]
+    assert not (tmp_path / 'reports').exists() and not (tmp_path / 'work').exists()
+
+
+def test_unreachable_endpoint_names_the_url_and_stops_the_samplers(tmp_path):
+    run = run_in(tmp_path / 'runner', 'playbooks/bench.yml', inventory(),
+                 bench_vars(tmp_path, 'http://127.0.0.1:9'), envvars=ENV)
+    assert run.status == 'failed'
+    (failure,) = run.failures
+    assert failure[1] == 'Stop when the benchmark failed'
+    assert 'The benchmark of http://127.0.0.1:9 failed: cannot reach http://127.0.0.1:9/v1/models' in failure[2]
+    assert (tmp_path / 'work' / 'sampler.stop').exists()
