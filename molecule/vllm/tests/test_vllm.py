@@ -1,0 +1,52 @@
+"""vLLM (test double) on the lab's head: the service, its account and files, the arguments the
+role planned, and the API with its reasoning channel."""
+
+import json
+import os
+
+LAB = os.environ.get("GPULAB_LAB_NAME", "gpulab")
+FABRIC = os.environ.get("GPULAB_LAB_FABRIC_PREFIX", "10.231.77")
+HEAD = f"{FABRIC}.10"
+MODEL = "/var/lib/gpulab/models/synthetic-minimax-m2-fp8"
+RECORD = "/var/cache/gpulab/vllm/test-double-record.json"
+
+
+def test_service_runs_unprivileged(host):
+    service = host.service("gpulab-vllm")
+    assert service.is_running and service.is_enabled
+    assert host.check_output("systemctl show --property=User --value gpulab-vllm.service") == "gpulab-vllm"
+
+
+def test_api_key_file_is_private(host):
+    key = host.file("/etc/gpulab/vllm/api-key")
+    assert key.mode == 0o640 and key.user == "root" and key.group == "gpulab-vllm"
+    wrapper = host.file("/opt/gpulab/bin/gpulab-vllm")
+    assert "lab-vllm-key" not in wrapper.content_string
+
+
+def test_planned_arguments_reached_vllm(host):
+    record = json.loads(host.file(RECORD).content_string)
+    argv = record["argv"]
+    assert argv[:2] == ["serve", MODEL]
+    pairs = dict(zip(argv[2::1], argv[3::1]))
+    assert pairs["--tensor-parallel-size"] == "2"
+    assert pairs["--host"] == HEAD and pairs["--max-model-len"] == "4096"
+    assert pairs["--reasoning-parser"] == "minimax_m2_append_think"
+    assert pairs["--tool-call-parser"] == "minimax_m2"
+    assert "--enable-expert-parallel" in argv and "--api-key" not in argv
+    assert record["api_key_set"] is True
+    assert record["env"]["VLLM_HOST_IP"] == HEAD
+
+
+def test_chat_completion_with_reasoning(host):
+    body = json.dumps({"model": "synthetic-minimax-m2", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+    out = host.check_output(
+        f"curl -sf -H 'Authorization: Bearer lab-vllm-key' -H 'Content-Type: application/json' "
+        f"-d '{body}' http://{HEAD}:8000/v1/chat/completions")
+    message = json.loads(out)["choices"][0]["message"]
+    assert message["content"] and message["reasoning"]
+
+
+def test_api_refuses_requests_without_the_key(host):
+    code = host.check_output(f"curl -s -o /dev/null -w '%{{http_code}}' http://{HEAD}:8000/v1/models")
+    assert code == "401"
