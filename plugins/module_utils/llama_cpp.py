@@ -672,3 +672,13 @@ def plan_build_targets(mode, toolchain, nodes, override_architectures=None, forw
 def toolkit_problem_for_arch(arch, toolkit_version):
     """toolkit_problem for an architecture entry of llama_cpp_cuda_architectures."""
     return toolkit_problem("architecture %s" % arch, arch_compute_cap(arch), toolkit_version)
+
+
+def source_record(kind, source_id, version=None):
+    """BUILD_INFO's `source`: {'kind', 'id'} plus the git version or the archive's sha256."""
+    record = {"kind": kind, "id": source_id}
+    if kind == "git":
+        record["version"] = version
+    elif str(source_id).startswith("archive:sha256:"):
+        record["archive_sha256"] = str(source_id)[len("archive:sha256:"):]
+    return record

@@ -30,6 +30,13 @@ options:
     description: Fail when the directory is missing, BUILD_INFO.json is invalid or a checksum differs.
     type: bool
     default: true
+  reference:
+    description:
+      - The BUILD_INFO.json of the build the cluster runs (the build host's). When given,
+        RV(lockstep_problem) says whether this build may serve beside it: the same id, or a local
+        build that had to be (another CPU architecture, an older glibc, an older CUDA major) from
+        the same source.
+    type: dict
 """
 
 EXAMPLES = r"""
@@ -66,6 +73,10 @@ reason:
   description: Why the build is not valid (empty when it is).
   returned: always
   type: str
+lockstep_problem:
+  description: Why this build may not serve beside O(reference) (null when it may or without O(reference)).
+  returned: always
+  type: str
 """
 
 import os
@@ -74,6 +85,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_cpp import (
     LlamaCppError,
     checksum_mismatches,
+    lockstep_problem,
     parse_build_info,
 )
 
@@ -83,7 +95,7 @@ def inspect(module, path):
     if not os.path.isfile(info_path):
         return {"valid": False, "build_id": None, "build_info": {}, "mismatches": [],
                 "reason": "%s does not exist" % info_path}
-    with open(info_path) as handle:
+    with open(info_path, "rb") as handle:
         text = handle.read()
     try:
         info = parse_build_info(text)
@@ -107,10 +119,15 @@ def main():
         argument_spec=dict(
             path=dict(type="path", required=True),
             fail_on_mismatch=dict(type="bool", default=True),
+            reference=dict(type="dict"),
         ),
         supports_check_mode=True,
     )
     result = inspect(module, module.params["path"])
+    result["lockstep_problem"] = None
+    if module.params["reference"] is not None:
+        result["lockstep_problem"] = lockstep_problem(
+            module.params["reference"], result["build_info"] if result["valid"] else {}, module.params["path"])
     if module.params["fail_on_mismatch"] and not result["valid"]:
         module.fail_json(msg=result["reason"], **result)
     module.exit_json(changed=False, **result)

@@ -7,7 +7,8 @@ import pytest
 from playbook_runner import LAB_FILES, local_host
 
 FAKE_NVCC = str(LAB_FILES / "fake-nvcc")
-PLAN_TASK = "Check the CUDA, architecture and RDMA choices"
+PLAN_TASK = "Check the CUDA, architecture, RDMA and retention choices against the toolkit and every node"
+TOOLCHAIN_TASK = "Report the build host's toolchain"
 
 
 def tiny_archive(tmp_path):
@@ -36,6 +37,9 @@ def build_inventory(tmp_path, **overrides):
         llama_cpp_distribute_controller_cache=str(tmp_path / "controller-cache"),
         llama_cpp_distribute_remote_dir=str(tmp_path / "dist"),
         llama_cpp_rpc_rdma="off",
+        # CPU unless a test says otherwise: the controller may have a CUDA toolkit of its own.
+        llama_cpp_cuda="off",
+        llama_cpp_nvidia_smi_path=str(tmp_path / "no-nvidia-smi"),
     )
     hostvars.update(overrides)
     return {"all": {"children": {"gpu_nodes": {"children": {
@@ -76,12 +80,19 @@ def test_missing_archive_is_named(run_playbook, tmp_path):
         "llama_cpp_archive_src %s (on the controller)" % missing, "is not a file")
 
 
-def test_cuda_on_without_nvcc_is_refused(run_playbook, tmp_path):
-    # An nvcc path that does not exist makes "no nvcc" true even where a CUDA toolkit is installed.
-    inventory = build_inventory(tmp_path, llama_cpp_cuda="on", llama_cpp_nvcc_path=str(tmp_path / "no-such-nvcc"))
-    result = run_playbook("playbooks/build.yml", inventory)
+@pytest.mark.parametrize("make, message", [
+    (None, "does not exist"),
+    (0o644, "is not executable"),
+])
+def test_bad_nvcc_path_is_named(run_playbook, tmp_path, make, message):
+    nvcc = tmp_path / "nvcc"
+    if make is not None:
+        nvcc.write_text("#!/bin/sh\n")
+        nvcc.chmod(make)
+    result = run_playbook("playbooks/build.yml", build_inventory(tmp_path, llama_cpp_nvcc_path=str(nvcc)))
     assert_stopped_before_any_change(
-        result, tmp_path, PLAN_TASK, "llama_cpp_cuda is 'on' but no nvcc was found", "llama_cpp_nvcc_path")
+        result, tmp_path, TOOLCHAIN_TASK, "nvcc_path (llama_cpp_nvcc_path) %s %s" % (nvcc, message))
+    assert "Traceback" not in result.failures[0][2]
 
 
 @pytest.mark.parametrize("architectures, bad", [(["90", "12.0"], "'12.0'"), (["sm_90", "120"], "'sm_90'")])
