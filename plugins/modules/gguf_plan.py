@@ -40,7 +40,7 @@ options:
   devices:
     description:
       - The devices llama.cpp splits over, in its order (RPC devices in C(--rpc) order, then local
-        GPUs). Each a dict with C(name), C(free_mib) (V(null) when unknown: that device is not
+        GPUs). Each a dict with C(name), C(free_mib) (V(null) when unknown, and then that device is not
         checked), optional C(total_mib), C(host) and C(kind).
       - Exactly one of O(devices) and O(nodes).
     type: list
@@ -51,7 +51,7 @@ options:
         (RPC devices of the workers in order, then the head's GPUs when the build has CUDA).
       - C(head) (host name), C(workers) (host names in C(--rpc) order), C(cuda) (whether the
         deployed build has CUDA), C(residency) (host to the C(residency) of
-        M(gpulab.inference.gpu_residency): free memory per GPU, processes per unit), C(servers)
+        M(gpulab.inference.gpu_residency), with free memory per GPU and processes per unit), C(servers)
         (host to its C(/etc/gpulab/rpc-server/servers.json), absent before its first deployment,
         when a CUDA build gets one device per GPU), C(own_units) (the collection's serving units,
         whose GPU memory counts as available since a redeploy replaces them).
@@ -221,7 +221,7 @@ no_single_node_fits:
   type: bool
 record:
   description:
-    - The prediction to keep for the report (C(/var/lib/gpulab/memory-plan.json)): model facts,
+    - The prediction to keep for the report (C(/var/lib/gpulab/memory-plan.json)), with model facts,
       options, split, and per device the layers, weights, KV cache, compute estimate and total.
       Live free memory is left out, so the record changes only when the prediction does.
   returned: success
