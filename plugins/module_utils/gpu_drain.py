@@ -513,8 +513,10 @@ def merge_state(existing, entries, now):
     """The state to write before stopping: the existing one (an earlier or interrupted drain)
     keeps every entry as recorded, with the prior state it had then; entries for consumers it
     does not list yet are appended. Returns (state, added entries)."""
-    state = new_state(now) if existing is None else dict(existing, entries=list(existing['entries']),
-                                                          killed=list(existing.get('killed', [])))
+    if existing is None:
+        state = new_state(now)
+    else:
+        state = dict(existing, entries=list(existing['entries']), killed=list(existing.get('killed', [])))
     known = set(entry['key'] for entry in state['entries'])
     added = [entry for entry in entries if entry['key'] not in known]
     state['entries'].extend(added)
@@ -587,9 +589,9 @@ def drain_summary(consumers, freed):
     lines = []
     for consumer in consumers:
         held = sum((consumer.get('gpus') or {}).values())
+        held_text = '?' if consumer.get('memory_unknown') else str(held)
         lines.append('%s %s (%s MiB): %s' % (consumer['action'], consumer.get('name') or consumer['key'],
-                                              held if not consumer.get('memory_unknown') else '?',
-                                              consumer['reason']))
+                                             held_text, consumer['reason']))
     for gpu in freed:
         if gpu['freed_mib']:
             lines.append('GPU %d freed %d MiB (%s -> %s MiB used)' % (

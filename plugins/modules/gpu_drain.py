@@ -85,7 +85,7 @@ options:
     default: 512
   ignore_processes:
     description:
-      - Process names (C(/proc/PID/comm)) holding C(/dev/nvidia<N>) that are not consumers: driver daemons and monitors.
+      - Process names (C(/proc/PID/comm)) holding C(/dev/nvidia<N>) that are not consumers, such as driver daemons and monitors.
     type: list
     elements: str
     default: [nvidia-persistenced, nvidia-fabricmanager, nv-hostengine, nvidia-smi, nvidia-cuda-mps-control]

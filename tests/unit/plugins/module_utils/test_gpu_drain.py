@@ -252,8 +252,8 @@ def test_parse_systemctl_show_and_active_units():
     units = parse_active_units(listing)
     assert units == ['gpulab-rpc-server@0.service', 'gpulab-llama-server.service', 'whisper-asr.service']
     # the head first, in the order of the patterns
-    assert units_matching(units, list(DEFAULT_OWN_UNITS)) == ['gpulab-llama-server.service',
-                                                             'gpulab-rpc-server@0.service']
+    assert units_matching(units, list(DEFAULT_OWN_UNITS)) == [
+        'gpulab-llama-server.service', 'gpulab-rpc-server@0.service']
 
 
 @pytest.mark.parametrize('recorded, current, change', [
@@ -290,7 +290,7 @@ def test_state_entry_and_round_trip():
 
 
 def test_second_drain_keeps_the_recorded_prior_state_and_adds_new_consumers():
-    first, _ = merge_state(None, [embed_entry()], NOW)
+    first = merge_state(None, [embed_entry()], NOW)[0]
     first['phase'] = PHASE_DRAINED
     # gpu-embed is stopped now: a fresh look would record it as inactive; the state keeps "active"
     stale = dict(embed_entry(), was_active=False)
@@ -304,21 +304,20 @@ def test_second_drain_keeps_the_recorded_prior_state_and_adds_new_consumers():
 
 
 def test_resume_of_an_interrupted_drain_adds_nothing_twice():
-    interrupted, _ = merge_state(None, [embed_entry(), notebook_entry()], NOW)
+    interrupted = merge_state(None, [embed_entry(), notebook_entry()], NOW)[0]
     state, added = merge_state(json.loads(dump_state(interrupted)), [notebook_entry()], LATER)
     assert added == []
     assert [e['key'] for e in state['entries']] == ['systemd:gpu-embed.service', 'systemd:gpu-notebook.service']
 
 
 def test_restore_order_is_the_reverse_and_skips_the_inactive():
-    state, _ = merge_state(None, [embed_entry(), notebook_entry(),
-                                  dict(embed_entry(), key='systemd:idle.service', name='idle.service',
-                                       was_active=False)], NOW)
+    idle = dict(embed_entry(), key='systemd:idle.service', name='idle.service', was_active=False)
+    state = merge_state(None, [embed_entry(), notebook_entry(), idle], NOW)[0]
     assert [e['name'] for e in restore_order(state)] == ['gpu-notebook.service', 'gpu-embed.service']
 
 
 def valid_state():
-    state, _ = merge_state(None, [embed_entry()], NOW)
+    state = merge_state(None, [embed_entry()], NOW)[0]
     return state
 
 
