@@ -59,6 +59,8 @@ def test_bench_playbook_writes_the_report(tmp_path):
     assert doc['memory_plan'] is None
     progress = [res['msg'] for res in run.ok_results("Show the benchmark's progress")]
     assert progress and all(line.startswith(('warm-up', 'level', 'done', 'starting')) for line in progress), progress
+    # measurements only: a deploy that ends with the bench step stays idempotent
+    assert run.changed_tasks() == [('localhost', 'Create the working directory')]
     summary = run.ok_results("Show the report's summary")[0]['msg']
     assert summary[0] == 'report: %s/report.md' % report_dir
     assert '| build | b8070-test |' in summary
