@@ -52,14 +52,14 @@ def test_worker_without_fabric_address_is_named(run_playbook, tmp_path):
     inventory = lab_inventory(
         tmp_path,
         {"node-a": ("rtx-pro-6000-x2", "10.0.0.1")},
-        {"node-b": ("rtx-pro-6000-maxq", None), "node-c": ("h200", "not-an-address")},
+        {"node-b": ("rtx-pro-6000-maxq", None), "node-c": ("h200", "999.1.1.1")},
     )
     result = run_playbook("playbooks/facts.yml", inventory, envvars=ENV)
     assert result.status == "failed"
     task, msg = result.failures[0][1:]
     assert task == "Every worker and the head have a fabric address"
     assert "node-b (unset)" in msg
-    assert "node-c (not-an-address)" in msg
+    assert "node-c ('999.1.1.1' is not an IPv4 or IPv6 address)" in msg
     assert "node-a" not in msg
     assert result.changed_tasks() == []
 
@@ -90,3 +90,29 @@ def test_good_inventory_records_gpus(run_playbook, tmp_path, profile, count, arc
     again = run_playbook("playbooks/facts.yml", inventory, envvars=env)
     assert again.status == "successful"
     assert again.changed_tasks() == []
+
+
+def test_worker_outside_the_gpu_nodes_is_named(run_playbook, tmp_path):
+    # rpc_workers beside gpu_nodes instead of inside it: node-z would never be preflighted
+    head = lab_inventory(tmp_path, {"node-a": ("rtx-pro-6000-x2", "10.0.0.1")}, {})
+    head_group = head["all"]["children"]["gpu_nodes"]["children"]["inference_head"]
+    inventory = {"all": {"children": {
+        "gpu_nodes": {"children": {"inference_head": head_group}},
+        "rpc_workers": {"hosts": {"node-z": {"gpulab_fabric_address": "10.0.0.9"}}},
+    }}}
+    result = run_playbook("playbooks/facts.yml", inventory, envvars=ENV)
+    assert result.status == "failed"
+    task, msg = result.failures[0][1:]
+    assert task == "The head and the workers are GPU nodes"
+    assert "node-z (not in group 'gpu_nodes')" in msg
+    assert result.changed_tasks() == []
+
+
+def test_renamed_groups_come_from_the_common_role(run_playbook, tmp_path):
+    # two heads under the default names pass when the lab names its head group otherwise
+    inventory = lab_inventory(tmp_path, {"node-a": ("rtx-pro-6000-x2", "10.0.0.1")}, {"node-b": ("h200", "10.0.0.2")})
+    result = run_playbook("playbooks/facts.yml", inventory, extravars={"gpulab_head_group": "no_such_group"}, envvars=ENV)
+    assert result.status == "failed"
+    task, msg = result.failures[0][1:]
+    assert task == "Exactly one host is the inference head"
+    assert "Group 'no_such_group' must hold exactly one host; it holds 0: none" in msg

@@ -31,5 +31,5 @@ def test_inventory_passes_preflight_checks(tmp_path, inventory):
     result = run_in(tmp_path / "runner", book, str(REPO / inventory))
     assert result.status == "successful", result.failures
     passed = {e["event_data"]["task"] for e in result.events if e.get("event") == "runner_on_ok"}
-    assert passed >= {"Exactly one host is the inference head", "Every worker and the head have a fabric address",
-                      "Fabric addresses are unique"}
+    assert passed >= {"Exactly one host is the inference head", "The head and the workers are GPU nodes",
+                      "Every worker and the head have a fabric address", "Fabric addresses are unique"}
