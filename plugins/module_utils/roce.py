@@ -500,6 +500,58 @@ def choose_network_manager(requested, netplan, networkmanager_active, networkd_a
                     'install one, or persist the fabric interface yourself and leave gpulab_fabric_interface unset')
 
 
+# --- reachability at full MTU ----------------------------------------------------------------
+
+def ping_command(address, mtu, count=3, timeout_s=2):
+    """ping that sends full-MTU packets with Don't Fragment set (-M do): payload = MTU - 28."""
+    ip = str(ipaddress.IPv4Address(address))
+    return ['ping', '-n', '-M', 'do', '-s', str(mtu - PING_OVERHEAD_BYTES), '-c', str(count),
+            '-W', str(timeout_s), ip]
+
+
+def ping_verdict(host, peer, address, mtu, rc, output):
+    """'' when the full-MTU ping went through, else what failed and what to fix."""
+    if rc == 0:
+        return ''
+    text = output.lower()
+    if 'message too long' in text or 'local error' in text:
+        return ('%s -> %s (%s): the local MTU is below %d (ping -M do: "message too long"); give the '
+                'fabric interface MTU %d (roce_mtu) and run the roce role' % (host, peer, address, mtu, mtu))
+    if 'frag needed' in text:
+        return ('%s -> %s (%s): a hop on the path has an MTU below %d ("frag needed"); set MTU %d (or '
+                'more, 9216 on most switches) on every switch port of the fabric' % (host, peer, address, mtu, mtu))
+    return ('%s -> %s (%s): no answer to %d-byte packets with Don\'t Fragment set; if a plain ping '
+            'works, a switch port or the peer drops jumbo frames (set MTU %d or more on every hop); '
+            'otherwise check the link, the address and the firewall' % (host, peer, address, mtu, mtu))
+
+
+def rdma_problems(host, fabric):
+    """What is wrong with the RDMA side of the fabric interface (fabric_facts), as messages; [] when fine."""
+    interface = fabric['interface']
+    if not fabric['found']:
+        return ['%s: %s' % (host, fabric['message'])]
+    selection = fabric['selection']
+    where = '%s: %s port %d (%s)' % (host, selection['device'], selection['port'], interface)
+    problems = []
+    if selection['state'] != 'ACTIVE':
+        problems.append('%s is %s (physical state %s), not ACTIVE: check the cable, the switch port and '
+                        '`ip link show %s`' % (where, selection['state'], selection['phys_state'], interface))
+    if selection['active_mtu'] is not None and selection['active_mtu'] < 4096:
+        problems.append('%s runs an RDMA MTU of %d, as its netdev MTU is %s: give %s MTU 4192 or more '
+                        '(roce_mtu 9000) for 4096' % (where, selection['active_mtu'], selection['netdev_mtu'],
+                                                      interface))
+    return problems
+
+
+def ib_write_bw_command(device, gid_index, tcp_port, duration_s, server=None, ib_port=1):
+    """perftest's ib_write_bw as server (server=None) or as client of `server`; Gbit/s reports."""
+    command = ['ib_write_bw', '-d', device, '-i', str(ib_port), '-x', str(gid_index), '-F', '--report_gbits',
+               '-D', str(duration_s), '-p', str(tcp_port)]
+    if server is not None:
+        command.append(str(ipaddress.IPv4Address(server)))
+    return command
+
+
 # --- bandwidth check -------------------------------------------------------------------------
 
 _BW_HEADER_RE = re.compile(r'^\s*#bytes\s+#iterations\s+BW peak\[(\S+)\]\s+BW average\[(\S+)\]')

@@ -28,7 +28,11 @@ from ansible_collections.gpulab.inference.plugins.module_utils.roce import (
     parse_port_state,
     parse_rate,
     parse_rpc_transport_log,
+    ib_write_bw_command,
     pfc_vector,
+    rdma_problems,
+    ping_command,
+    ping_verdict,
     read_devices,
     roce_active_mtu,
     select_fabric_gid,
@@ -467,3 +471,51 @@ def test_pfc_vector():
     for bad in (8, -1, True, '3'):
         with pytest.raises(RoceError, match='roce_pfc_priority'):
             pfc_vector(bad)
+
+
+# --- full-MTU ping ---------------------------------------------------------------------------
+
+def test_ping_command():
+    assert ping_command('192.0.2.11', 9000) == ['ping', '-n', '-M', 'do', '-s', '8972', '-c', '3', '-W', '2',
+                                               '192.0.2.11']
+    with pytest.raises(ValueError):
+        ping_command('192.0.2.11; reboot', 9000)
+
+
+def test_ping_verdicts():
+    assert ping_verdict('node-a', 'node-b', '192.0.2.11', 9000, 0, '3 packets transmitted, 3 received') == ''
+    # iputils: a local MTU below the packet size
+    local = ping_verdict('node-a', 'node-b', '192.0.2.11', 9000, 1,
+                         'ping: local error: message too long, mtu=1500\n')
+    assert local.startswith('node-a -> node-b (192.0.2.11): the local MTU is below 9000')
+    assert 'roce_mtu' in local
+    frag = ping_verdict('node-a', 'node-b', '192.0.2.11', 9000, 1,
+                        'From 192.0.2.1 icmp_seq=1 Frag needed and DF set (mtu = 1500)\n')
+    assert 'every switch port' in frag
+    silent = ping_verdict('node-a', 'node-b', '192.0.2.11', 9000, 1,
+                          '3 packets transmitted, 0 received, 100% packet loss\n')
+    assert 'drops jumbo frames' in silent
+
+
+# --- RDMA side of the fabric check -----------------------------------------------------------
+
+def test_rdma_problems_on_fixture_trees(tmp_path):
+    devices = read_devices(str(FIXTURES / 'connectx-roce'))
+    assert rdma_problems('node-a', fabric_facts(devices, 'ens1f0np0')) == []
+    missing = rdma_problems('node-b', fabric_facts(devices, 'ens1f1np1'))
+    assert len(missing) == 1 and missing[0].startswith('node-b: no RoCE v2 GID with an IPv4 address on ens1f1np1')
+    # the same NIC with its port down and a 1500-byte netdev MTU
+    shutil.copytree(FIXTURES / 'connectx-roce', tmp_path / 'sys')
+    port = tmp_path / 'sys' / 'class' / 'infiniband' / 'mlx5_0' / 'ports' / '1'
+    (port / 'state').write_text('1: DOWN\n')
+    (port / 'phys_state').write_text('2: Polling\n')
+    (tmp_path / 'sys' / 'class' / 'net' / 'ens1f0np0' / 'mtu').write_text('1500\n')
+    problems = rdma_problems('node-a', fabric_facts(read_devices(str(tmp_path / 'sys')), 'ens1f0np0'))
+    assert problems[0].startswith('node-a: mlx5_0 port 1 (ens1f0np0) is DOWN (physical state Polling), not ACTIVE')
+    assert problems[1].startswith('node-a: mlx5_0 port 1 (ens1f0np0) runs an RDMA MTU of 1024, as its netdev MTU is 1500')
+
+
+def test_ib_write_bw_command():
+    assert ib_write_bw_command('mlx5_0', 3, 18515, 5) == [
+        'ib_write_bw', '-d', 'mlx5_0', '-i', '1', '-x', '3', '-F', '--report_gbits', '-D', '5', '-p', '18515']
+    assert ib_write_bw_command('mlx5_0', 3, 18515, 5, server='10.231.77.10')[-1] == '10.231.77.10'

@@ -1,9 +1,10 @@
-"""roce_facts on the fixture sysfs trees, and roce_fabric_plan on captured `ip -j` answers."""
+"""roce_facts on the fixture sysfs trees, roce_fabric_plan on captured `ip -j` answers, roce_fabric_check
+and roce_ib_write_bw with ping and ib_write_bw answered from a table."""
 
 import shutil
 from pathlib import Path
 
-from ansible_collections.gpulab.inference.plugins.modules import roce_fabric_plan, roce_facts
+from ansible_collections.gpulab.inference.plugins.modules import roce_fabric_check, roce_fabric_plan, roce_facts, roce_ib_write_bw
 import module_harness
 from module_harness import ExitJson, FailJson
 
@@ -141,3 +142,85 @@ def test_plan_reports_ip_failure():
                                                             'subnet': '192.0.2.0/24'}, answers, IP)
     assert run.kind is FailJson
     assert run.result['msg'] == '/usr/sbin/ip -j -d link show failed (rc=1): Cannot open netlink socket'
+
+
+# --- roce_fabric_check -----------------------------------------------------------------------
+
+PING = '/usr/bin/ping'
+
+
+def ping_of(address):
+    return (PING, '-n', '-M', 'do', '-s', '8972', '-c', '3', '-W', '2', address)
+
+
+def test_fabric_check_all_good():
+    answers = {ping_of('10.231.77.11'): (0, '3 packets transmitted, 3 received, 0% packet loss\n', '')}
+    run = module_harness.run_module(roce_fabric_check.main, {
+        'host': 'node-a', 'interface': 'ens1f0np0', 'address': '10.231.77.10', 'mtu': 9000,
+        'peers': {'node-b': '10.231.77.11'}, 'sysfs_root': str(FIXTURES / 'connectx-roce')}, answers, PING)
+    assert run.kind is ExitJson
+    assert run.commands == [list(ping_of('10.231.77.11'))]
+    assert run.result['problems'] == []
+    assert run.result['pings'] == [{'peer': 'node-b', 'address': '10.231.77.11', 'rc': 0, 'ok': True}]
+    assert run.result['rdma']['selection']['gid_index'] == 3
+
+
+def test_fabric_check_reports_every_problem():
+    answers = {
+        ping_of('10.231.77.11'): (1, '', 'ping: local error: message too long, mtu=1500\n'),
+        ping_of('10.231.77.12'): (1, '3 packets transmitted, 0 received, 100% packet loss\n', ''),
+    }
+    run = module_harness.run_module(roce_fabric_check.main, {
+        'host': 'node-a', 'interface': 'ens1f1np1', 'mtu': 9000,
+        'peers': {'node-c': '10.231.77.12', 'node-b': '10.231.77.11'},
+        'sysfs_root': str(FIXTURES / 'connectx-roce')}, answers, PING)
+    assert run.kind is ExitJson
+    problems = run.result['problems']
+    assert len(problems) == 3
+    assert problems[0].startswith('node-a -> node-b (10.231.77.11): the local MTU is below 9000')
+    assert problems[1].startswith('node-a -> node-c (10.231.77.12): no answer to 9000-byte packets')
+    assert problems[2].startswith('node-a: no RoCE v2 GID with an IPv4 address on ens1f1np1')
+
+
+def test_fabric_check_without_rdma_and_bad_peer():
+    run = module_harness.run_module(roce_fabric_check.main, {
+        'host': 'node-a', 'interface': 'fabric0', 'mtu': 9000, 'check_rdma': False,
+        'peers': {'node-b': 'node-b.example'}}, {}, PING)
+    assert run.kind is FailJson
+    assert run.result['msg'] == "peer node-b has fabric address 'node-b.example', not an IPv4 address"
+
+
+# --- roce_ib_write_bw ------------------------------------------------------------------------
+
+BW = '/usr/bin/ib_write_bw'
+BW_CLIENT = (BW, '-d', 'mlx5_0', '-i', '1', '-x', '3', '-F', '--report_gbits', '-D', '5', '-p', '18515',
+             '10.231.77.10')
+BW_REPORT = (' #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n'
+             ' 65536      5000             184.21             183.96             0.350880\n')
+
+
+def run_bw(answer, **args):
+    params = {'server': '10.231.77.10', 'device': 'mlx5_0', 'gid_index': 3, 'rate_gbps': 200.0,
+              'connect_attempts': 1}
+    params.update(args)
+    return module_harness.run_module(roce_ib_write_bw.main, params, {BW_CLIENT: answer}, BW)
+
+
+def test_bandwidth_reached():
+    run = run_bw((0, BW_REPORT, ''))
+    assert run.kind is ExitJson
+    assert run.commands == [list(BW_CLIENT)]
+    assert (run.result['gbps'], run.result['ok']) == (183.96, True)
+
+
+def test_bandwidth_too_low_is_reported_not_failed():
+    run = run_bw((0, BW_REPORT, ''), min_fraction=0.95)
+    assert run.kind is ExitJson
+    assert run.result['ok'] is False
+    assert run.result['message'] == '184.0 Gbit/s measured, 190.0 Gbit/s wanted (95% of the 200 Gbit/s port rate)'
+
+
+def test_bandwidth_connection_failure():
+    run = run_bw((1, '', "Couldn't connect to 10.231.77.10:18515\n"))
+    assert run.kind is FailJson
+    assert "failed (rc=1): Couldn't connect to 10.231.77.10:18515" in run.result['msg']
