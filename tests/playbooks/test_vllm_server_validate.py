@@ -1,0 +1,73 @@
+"""vllm_server's validation step through ansible-runner: every node's GPUs are read (fake
+nvidia-smi profiles), vllm_plan checks the layout, and bad input stops the play before any change
+with a message naming it. Only validate.yml runs (never main.yml, which would create users and
+units here should a check regress); one playbook holds every case, one play per case."""
+
+import stat
+
+import yaml
+from playbook_runner import LAB_FILES, local_host, run_in
+
+from ansible_collections.gpulab.inference.plugins.module_utils import synthetic_hf as sh
+
+FAKE_SMI = LAB_FILES / "fake-nvidia-smi"
+VALIDATED = "Fail with the planner's findings when vLLM could not run this layout"
+
+
+def smi_for(tmp_path, profile):
+    """A per-node nvidia-smi: the fake one with that node's profile."""
+    path = tmp_path / ("nvidia-smi-" + profile)
+    path.write_text('#!/bin/sh\nGPULAB_FAKE_NVIDIA_SMI_DIR=%s exec %s "$@"\n' % (LAB_FILES / "nvidia-smi" / profile, FAKE_SMI))
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+def node(tmp_path, profile, **hostvars):
+    return local_host(vllm_server_nvidia_smi_path=smi_for(tmp_path, profile),
+                      vllm_server_driver_version_file=str(LAB_FILES / "nvidia-smi" / profile / "proc-driver-nvidia-version"),
+                      gpulab_fabric_address="127.0.0.1", **hostvars)
+
+
+CASES = {
+    # group: (hosts -> profile, role vars)
+    "good": ({"good-a": "rtx-pro-6000-x2"}, {"vllm_server_tensor_parallel_size": 2, "vllm_server_enable_expert_parallel": True}),
+    "fp8block": ({"fp8block-a": "rtx-pro-6000-x2"}, {"vllm_server_tensor_parallel_size": 2}),
+    "noconfig": ({"noconfig-a": "rtx-pro-6000-x2"}, {"vllm_server_model_path": "EMPTY"}),
+    "toobig": ({"toobig-a": "rtx-pro-6000-x2"}, {"vllm_server_tensor_parallel_size": 4, "vllm_server_enable_expert_parallel": True}),
+    "parser": ({"parser-a": "rtx-pro-6000-x2"}, {"vllm_server_reasoning_parser": "minimax_m2_think"}),
+    "mixed": ({"mixed-a": "rtx-pro-6000-x2", "mixed-b": "h200"}, {"vllm_server_tensor_parallel_size": 2}),
+}
+
+
+def test_validation_cases(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    sh.write_model(str(model), sh.ModelPlan(sh.validate_options({})))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    groups = {}
+    for group, (hosts, role_vars) in CASES.items():
+        role_vars = dict({"vllm_server_model_path": str(model), "vllm_server_nodes_group": group}, **role_vars)
+        if role_vars["vllm_server_model_path"] == "EMPTY":
+            role_vars["vllm_server_model_path"] = str(empty)
+        groups[group] = {"hosts": dict((name, node(tmp_path, profile, **role_vars)) for name, profile in hosts.items())}
+    inventory = {"all": {"children": groups}}
+    # one play over every host, so a failing case does not end the others
+    plays = [{"name": "Validation cases", "hosts": "all", "gather_facts": False, "tasks": [
+        {"name": "Validate", "ansible.builtin.include_role": {"name": "gpulab.inference.vllm_server", "tasks_from": "validate.yml"}}]}]
+    playbook = tmp_path / "cases.yml"
+    playbook.write_text(yaml.safe_dump(plays, sort_keys=False))
+    run = run_in(tmp_path / "runner", str(playbook), inventory)
+    failures = dict((host, msg) for host, _task, msg in run.failures)
+    assert sorted(failures) == ["fp8block-a", "mixed-a", "mixed-b", "noconfig-a", "parser-a", "toobig-a"], failures
+    assert "expert FFN 384 / 2 = 192 is not a multiple of the FP8 block size 128" in failures["fp8block-a"]
+    assert "Layouts that fit, best first: TP=2+EP" in failures["fp8block-a"]
+    assert "has no config.json" in failures["noconfig-a"]
+    assert "TP 4 x PP 1 x DP 1 = 4 GPUs, but 1 node(s) x 2 GPUs" in failures["toobig-a"]
+    assert "reasoning parser 'minimax_m2_think' is not one vLLM 0.24 registers" in failures["parser-a"]
+    assert "different GPU counts (mixed-a 2, mixed-b 1)" in failures["mixed-a"]
+    assert [r["msg"] for r in run.ok_results(VALIDATED)][0].startswith("TP=2+EP: 0.01 GiB of weights per GPU (safetensors)")
+    plans = [e["event_data"]["res"] for e in run.events if e.get("event") == "runner_on_ok"
+             and e["event_data"].get("host") == "good-a" and e["event_data"].get("task", "").startswith("Plan the layout")]
+    assert len(plans) == 1 and plans[0]["valid"] is True and plans[0]["label"] == "TP=2+EP"
+    assert plans[0]["serve_args"][:2] == ["serve", str(model)]
