@@ -366,8 +366,9 @@ def run(module):
     result["ranked"] = result["ranked"][:max(0, p["ranked_limit"])]
     result["serve_args"], result["node_role"] = [], None
     if result["valid"]:
-        launch = dict((k, p[k]) for k in ("host", "port", "served_model_name", "node_rank", "master_addr",
-                                           "master_port", "dp_rpc_port", "enforce_eager", "extra_args"))
+        keys = ("host", "port", "served_model_name", "node_rank", "master_addr", "master_port", "dp_rpc_port",
+                "enforce_eager", "extra_args")
+        launch = dict((k, p[k]) for k in keys)
         launch.update(backend=p["distributed_backend"], reasoning_parser=result["reasoning_parser"],
                       tool_call_parser=result["tool_call_parser"])
         opts["max_model_len"] = result["max_model_len"]

@@ -76,9 +76,8 @@ def test_serves_the_api_with_reasoning_and_key(model, tmp_path):
             '--tensor-parallel-size', '1', '--enable-expert-parallel', '--gpu-memory-utilization', '0.9',
             '--max-model-len', '4096', '--reasoning-parser', 'minimax_m2', '--tool-call-parser', 'minimax_m2',
             '--enable-auto-tool-choice']
-    proc = subprocess.Popen([sys.executable, str(DOUBLE)] + args, env=env(VLLM_API_KEY='k3y', VLLM_TEST_DOUBLE_RECORD=str(record),
-                                                                            VLLM_HOST_IP='127.0.0.1'),
-                            stderr=subprocess.PIPE)
+    double_env = env(VLLM_API_KEY='k3y', VLLM_TEST_DOUBLE_RECORD=str(record), VLLM_HOST_IP='127.0.0.1')
+    proc = subprocess.Popen([sys.executable, str(DOUBLE)] + args, env=double_env, stderr=subprocess.PIPE)
     try:
         base = 'http://127.0.0.1:%d' % port
         for _attempt in range(100):
