@@ -42,8 +42,12 @@ def test_build_info_describes_the_lab_build(host):
     assert info["cmake_options"]["BUILD_SHARED_LIBS"] == "OFF"
     assert info["cmake_options"]["GGML_RPC"] == "ON"
     assert info["cmake_options"]["GGML_NATIVE"] == "OFF"
-    # The side effect upgraded the fake toolkit: the build in use records the new version.
-    assert info["nvcc_version"] == "12.9.41"
+    # A CPU build: no toolkit recorded, none in the fingerprint (the side effect upgraded the fake
+    # nvcc without a rebuild), and the option the side effect changed is in the build in use.
+    assert info["nvcc_version"] is None
+    assert info["cuda_architectures"] == []
+    assert info["fingerprint"]["nvcc_version"] == "none"
+    assert info["cmake_options"]["LLAMA_BUILD_SERVER"] == "ON"
 
 
 def test_binaries_match_their_checksums(host):
