@@ -383,3 +383,25 @@ def test_restore_with_corrupt_state_fails(tmp_path):
 def test_negative_timeout_is_refused(tmp_path):
     kind, result, commands, unused_warnings = run(restore_args(tmp_path, wait_timeout_s=-1), Answers())
     assert (kind, result['msg'], commands) == (FailJson, 'wait_timeout_s is -1; give 0 or more', [])
+
+
+def test_hidden_consumer_from_the_h200_capture_is_reported(tmp_path):
+    # nvidia-smi inside a container often lists no process; the captured CUDA process still
+    # holds /dev/nvidia0 (and nvidiactl, nvidia-uvm) open, so the drain finds and reports it.
+    captured = FIXTURES / 'h200-cuda-fds'
+    targets = [line.split(' -> ')[1] for line in (captured / 'fd-links-cuda-process.txt').read_text().splitlines()]
+    pid = int((captured / 'query-compute-apps-ctypes.csv').read_text().split(',')[0])
+    proc_root = fake_proc(tmp_path, {pid: (captured / 'cgroup-cuda-process.txt').read_text()},
+                          {pid: ('python3', targets)})
+    answers = Answers({GPU_QUERY: (0, (FIXTURES / 'h200-loaded' / 'query-gpu-busy.csv').read_text(), ''),
+                       APPS_QUERY: (0, '', '')})
+    kind, result, commands, warnings = run(drain_args(tmp_path, proc_root=proc_root, keep=[]), answers)
+    assert kind is ExitJson, result
+    assert result['consumers'] == [{
+        'key': 'process:%d' % pid, 'kind': 'process', 'cgroup': '/process_api/d3f3785375623cba2a77677cb5aab8e3',
+        'pids': [pid], 'process_names': ['python3'], 'gpus': {}, 'devices': ['/dev/nvidia0'],
+        'memory_unknown': False, 'action': 'report',
+        'reason': 'no systemd unit, container or supervisord program manages it; left running (kill_unmanaged is false)'}]
+    assert (result['changed'], [c for c in commands if c[1] == 'stop']) == (False, [])
+    assert len(warnings) == 1 and warnings[0].startswith('GPU process(es) %d (process:%d)' % (pid, pid))
+    assert not (tmp_path / 'drain-state.json').exists()
