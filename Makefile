@@ -120,9 +120,10 @@ sanity: deps $(SANITY_VENV)/.installed
 	@cd $(SANITY_ROOT) && PATH=$(CURDIR)/$(SANITY_VENV)/bin:$$PATH VIRTUAL_ENV=$(CURDIR)/$(SANITY_VENV) \
 	  ansible-test sanity --local --requirements --python 3.11 --color no
 
+# A skipped test fails the run (tests/no_skips.py, loaded by tests/conftest.py); so does an empty one.
 unit: deps
 	$(call step,pytest tests/unit tests/playbooks)
-	@python -m pytest -q -rs tests/unit tests/playbooks || { rc=$$?; [ $$rc -eq 5 ] && echo "no unit tests collected" || exit $$rc; }
+	@python -m pytest -q -rs tests/unit tests/playbooks
 
 # The scenarios get a lab of their own (containers, network, subnet), so a demo lab survives.
 molecule: export GPULAB_LAB_NAME := gpulab-test

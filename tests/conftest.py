@@ -1,6 +1,6 @@
 """Make `ansible_collections.gpulab.inference` importable for every test, and resolvable by the
 playbooks that tests run: the repository is the collection, linked into .build/collections
-(the same link `make collection` creates)."""
+(the same link `make collection` creates). A skipped test fails (tests/no_skips.py)."""
 
 import sys
 from pathlib import Path
@@ -14,3 +14,6 @@ if not COLLECTION_LINK.exists() and not COLLECTION_LINK.is_symlink():
     COLLECTION_LINK.symlink_to(REPO_ROOT)
 if str(COLLECTIONS_DIR) not in sys.path:
     sys.path.insert(0, str(COLLECTIONS_DIR))
+
+# pylint: disable-next=unused-import,wrong-import-position
+from no_skips import pytest_make_collect_report, pytest_runtest_makereport  # noqa: E402,F401
