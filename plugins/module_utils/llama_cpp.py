@@ -682,3 +682,11 @@ def source_record(kind, source_id, version=None):
     elif str(source_id).startswith("archive:sha256:"):
         record["archive_sha256"] = str(source_id)[len("archive:sha256:"):]
     return record
+
+
+LOCKSTEP_FIELDS = ("build_id", "source", "cpu_arch", "glibc_version", "cuda", "nvcc_version")
+
+
+def lockstep_summary(build_info):
+    """The part of a BUILD_INFO.json that lockstep_problem reads, for a worker's manifest (servers.json)."""
+    return dict((key, build_info.get(key)) for key in LOCKSTEP_FIELDS)

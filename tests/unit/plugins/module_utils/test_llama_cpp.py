@@ -541,3 +541,12 @@ def test_referenced_build_ids_are_read_from_wrappers_and_units():
              "/opt/gpulab/llama.cpp/abcdefabcdef0/bin (13 digits: not a build id)\n"
              "/other/llama.cpp/fedcba987654/bin\n"]
     assert lc.referenced_build_ids(texts, "/opt/gpulab/llama.cpp/") == ["0123456789ab"]
+
+
+def test_lockstep_summary_is_enough_for_the_rule():
+    summary = lc.lockstep_summary(dict(REF, build_id="bbbbbbbbbbbb", cpu_arch="aarch64"))
+    assert sorted(summary) == sorted(lc.LOCKSTEP_FIELDS)
+    assert lc.lockstep_problem(REF, summary, "node-b") is None
+    # A manifest that carries only a build id: the same id passes, another one is refused.
+    assert lc.lockstep_problem(REF, {"build_id": REF["build_id"]}, "node-b") is None
+    assert "same source" in lc.lockstep_problem(REF, {"build_id": "bbbbbbbbbbbb"}, "node-b")
