@@ -446,8 +446,7 @@ def write_model(directory, plan, mode=0o644):
         def chunks(entries=entries, header=header):
             yield header
             for name, dtype, dims in entries:
-                for chunk in tensor_chunks(name, dtype, dims, rng):
-                    yield chunk
+                yield from tensor_chunks(name, dtype, dims, rng)
         _write_atomic(directory, file_name, chunks(), mode)
     for name, content in sorted(plan.json_files().items()):
         _write_atomic(directory, name, [(json.dumps(content, indent=2, sort_keys=True) + "\n").encode("utf-8")], mode)

@@ -379,7 +379,7 @@ def weights_per_gpu(summary, shape, layout):
     for stage, count in enumerate(partitions):
         stage_of.extend([stage] * count)
     last = layout.pp - 1
-    stages = [dict((role, 0.0) for role in shares) for _ in partitions]
+    stages = [dict((role, 0.0) for role in shares) for _stage in partitions]
     for (role, place), nbytes in summary.items():
         if place == "embed":
             targets = [0]
