@@ -224,8 +224,8 @@ def summary_lines(doc):
     rows = [
         ('engine / model', '%s / %s' % (doc.get('engine') or 'n/a', doc.get('model') or 'n/a')),
         ('build', (doc.get('build') or {}).get('build_id') or 'n/a'),
-        ('GPU memory used (aggregate, imbalance)', '%s GiB, %s GiB' % (_fmt(totals['aggregate_used_gib'], 2),
-                                                                    _fmt(totals['imbalance_gib'], 2))),
+        ('GPU memory used (aggregate, imbalance)',
+         '%s GiB, %s GiB' % (_fmt(totals['aggregate_used_gib'], 2), _fmt(totals['imbalance_gib'], 2))),
         ('prefill tok/s (concurrency %s)' % head.get('concurrency', 1), _fmt(head.get('prefill_tok_s'))),
         ('decode tok/s (concurrency %s, spread)' % head.get('concurrency', 1),
          '%s (%s %%)' % (_fmt(head.get('decode_tok_s')), _fmt(head.get('decode_tok_s_cv_percent'), 2))),
@@ -321,8 +321,8 @@ def render_markdown(doc, images):
     out += ['', '## Build and command lines', '']
     build = doc.get('build') or {}
     if build:
-        out += ['Build %s (CUDA %s, architectures %s).' % (build.get('build_id'), build.get('cuda'),
-                                                          build.get('cuda_architectures') or 'n/a'), '']
+        out += ['Build %s (CUDA %s, architectures %s).'
+                % (build.get('build_id'), build.get('cuda'), build.get('cuda_architectures') or 'n/a'), '']
     commands = doc.get('commands') or {}
     if commands:
         for host in commands:

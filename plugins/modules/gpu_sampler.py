@@ -15,11 +15,11 @@ description:
     appears or O(duration_s) has passed, writes the raw trace to O(trace_path) (JSON) and
     returns each GPU's fingerprint - peak, median, p10 and mean utilisation and the fraction of
     samples at 0 %.
-  - Meant to run with C(async) and C(poll: 0) on every GPU node while a benchmark runs, then
+  - Meant to run with C(async) and C(poll=0) on every GPU node while a benchmark runs, then
     be stopped by creating O(stop_file) and collected with C(async_status).
   - Reads through NVML (the C(nvidia-ml-py) package) when it can be imported, else through
-    C(nvidia-smi -lms); where C(nvidia-smi) refuses C(-lms), it runs a one-shot query at every
-    interval.
+    C(nvidia-smi -lms) run in slices of a few seconds (so that the stop file is seen); where
+    C(nvidia-smi) refuses C(-lms), it runs a one-shot query at every interval.
 author:
   - gpulab.inference contributors (@gpulab)
 options:
@@ -62,7 +62,7 @@ options:
 attributes:
   check_mode:
     support: none
-    details: Sampling takes the time it samples; in check mode the module does nothing.
+    description: Sampling takes the time it samples; in check mode the module is skipped.
   diff_mode:
     support: none
     description: Only the trace file is written.
@@ -143,10 +143,9 @@ sampler:
           memory_used_peak_mib: 81920
 """
 
+import math
 import os
-import subprocess
 import tempfile
-import threading
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -159,6 +158,9 @@ from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi import
 )
 
 MIN_INTERVAL_MS = 50
+# nvidia-smi -lms runs in slices this long; the stop file is checked between them.
+LOOP_SLICE_S = 2
+TIMEOUT_RC = 124  # coreutils timeout: the command was stopped at the end of its slice
 
 
 class Sampler:
@@ -215,35 +217,23 @@ class Sampler:
             pynvml.nvmlShutdown()
 
     def sample_loop(self, smi):
-        """nvidia-smi -lms; None when this nvidia-smi exits at once (no -lms support)."""
-        command = [smi] + gpu_trace.LOOP_ARGS + ['-lms', str(self.params['interval_ms'])]
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+        """nvidia-smi -lms in slices of LOOP_SLICE_S seconds (coreutils timeout ends each), so that
+        the stop file is seen between slices; None when this nvidia-smi refuses -lms."""
+        timeout = self.module.get_bin_path('timeout', required=True)
         lines = []
-        reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, '')))
-        reader.daemon = True
-        reader.start()
-        try:
-            while not self.should_stop():
-                if proc.poll() is not None:
-                    break
-                time.sleep(min(self.interval_s, 0.2))
-        finally:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-            reader.join(5)
-        if proc.returncode not in (None, 0, -15) and self.stopped_by == 'duration' and time.monotonic() < self.deadline:
-            if self.params['method'] == 'auto':
-                return None
-            self.module.fail_json(msg='%s failed (rc=%d): %s' % (' '.join(command), proc.returncode, ''.join(lines)[-500:]))
+        while not self.should_stop():
+            slice_s = max(1, min(LOOP_SLICE_S, int(math.ceil(self.deadline - time.monotonic()))))
+            command = [timeout, '--signal=INT', '%ds' % slice_s, smi] + gpu_trace.LOOP_ARGS + ['-lms', str(self.params['interval_ms'])]
+            rc, stdout, stderr = self.module.run_command(command)
+            if rc not in (0, TIMEOUT_RC):
+                if not lines and self.params['method'] == 'auto':
+                    return None
+                self.module.fail_json(msg='%s failed (rc=%d): %s' % (' '.join(command), rc, (stdout + stderr).strip()[-500:]))
+            lines.extend(stdout.splitlines())
         try:
             return gpu_trace.samples_from_loop(lines)
         except gpu_trace.TraceParseError as exc:
-            self.module.fail_json(msg='%s: %s' % (' '.join(command), exc))
+            self.module.fail_json(msg='nvidia-smi -lms: %s' % exc)
 
     def sample_poll(self, smi):
         samples = []

@@ -11,7 +11,7 @@ module: inference_report
 short_description: Write the inference report - markdown, JSON and plots - from the facts of a bench run
 version_added: 0.1.0
 description:
-  - Runs on the controller (C(delegate_to: localhost)). Writes C(<output_dir>/<inventory>-<timestamp>/)
+  - Runs on the controller (C(delegate_to=localhost)). Writes C(<output_dir>/<inventory>-<timestamp>/)
     with C(report.md), C(report.json) and three PNG plots - GPU memory residency per device
     stacked by process (llama-server, RPC servers, vLLM, other), utilisation over time per GPU,
     and decode throughput versus concurrency; and each host's utilisation trace as
@@ -67,7 +67,7 @@ options:
 attributes:
   check_mode:
     support: full
-    details: In check mode nothing is written; the summary is still returned.
+    description: In check mode nothing is written; the summary is still returned.
   diff_mode:
     support: none
     description: Writes a new directory every run; no diff.

@@ -109,7 +109,8 @@ options:
 attributes:
   check_mode:
     support: partial
-    details: In check mode only the endpoint checks run; no load is sent.
+    description: Can run in check mode.
+    details: In check mode only the endpoint checks and one request run; no sweep is sent.
   diff_mode:
     support: none
     description: Nothing is changed, so there is no diff.
@@ -525,8 +526,8 @@ def build_module():
             base_url=dict(type='str', required=True),
             api_key=dict(type='str', default='', no_log=True),
             model=dict(type='str', default=''),
-            prompt_tokens=dict(type='int', default=128),
-            max_tokens=dict(type='int', default=128),
+            prompt_tokens=dict(type='int', default=128, no_log=False),
+            max_tokens=dict(type='int', default=128, no_log=False),
             ignore_eos=dict(type='bool', default=True),
             concurrency=dict(type='list', elements='int', default=[1, 2, 4]),
             requests_per_level=dict(type='int', default=4),
