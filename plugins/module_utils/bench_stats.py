@@ -262,6 +262,17 @@ def level_summary(concurrency, metrics, wall_s):
     return summary
 
 
+def level_line(level):
+    """One line per level, for the play's output."""
+    line = 'concurrency %d: %d/%d ok' % (level['concurrency'], level['requests_ok'], level['requests'])
+    if level['requests_ok']:
+        line += ', TTFT p50 %.3f s, decode %s tok/s per stream (spread %s %%), aggregate %s tok/s' % (
+            level['ttft_s']['p50'], level['decode_tok_s'], level['decode_tok_s_cv_percent'], level['aggregate_output_tok_s'])
+    if level.get('server'):
+        line += ', llama-server decode %s tok/s (ratio %s)' % (level['server']['decode_tok_s'], level['server']['decode_ratio'])
+    return line
+
+
 def sweep_warnings(levels):
     """Messages an operator should read: failures, empty answers, a server that disagrees."""
     warnings = []

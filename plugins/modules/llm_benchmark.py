@@ -192,6 +192,11 @@ benchmark:
           decode_tok_s_cv_percent: 0.6
           aggregate_output_tok_s: 80.1
           server: {decode_tok_s: 83.1, prefill_tok_s: 3120.4, decode_ratio: 0.9928}
+    summary:
+      description: One line per level - requests ok, TTFT p50, decode per stream, aggregate, llama-server's decode and the ratio.
+      type: list
+      elements: str
+      sample: ['concurrency 1: 4/4 ok, TTFT p50 0.050 s, decode 82.5 tok/s per stream (spread 0.6 %), aggregate 80.1 tok/s']
     model_weights:
       description: From the GGUF header when O(gguf_path) is set, else null.
       type: dict
@@ -481,6 +486,7 @@ class Benchmark:
                         'sampling': self.sampling_sent()},
             'levels': [],
             'model_weights': weights,
+            'summary': [],
             'warnings': [],
         }
         # One request first: it checks streaming, usage and the key on the real path, and warms up.
@@ -499,6 +505,7 @@ class Benchmark:
         if not any(level['requests_ok'] for level in result['levels']):
             raise EndpointError('every request of the sweep failed: %s' % '; '.join(result['warnings']))
         result['duration_s'] = round(time.monotonic() - started, 3)
+        result['summary'] = [bench_stats.level_line(level) for level in result['levels']]
         self.progress('done: %d levels in %.1f s' % (len(levels), result['duration_s']))
         return result
 

@@ -121,6 +121,8 @@ def test_level_summary():
     assert summary['ttft_s']['mean'] == 1.0
     assert summary['server'] == {'decode_tok_s': 8.25, 'decode_tok_s_intervals': 7.5, 'prefill_tok_s': None,
                                  'cached_prompt_tokens': 0, 'decode_ratio': 1.0}
+    assert bs.level_line(summary) == ('concurrency 2: 2/3 ok, TTFT p50 1.000 s, decode 7.5 tok/s per stream (spread 47.14 %), '
+                                      'aggregate 5.5 tok/s, llama-server decode 8.25 tok/s (ratio 1.0)')
     warnings = bs.sweep_warnings([summary])
     assert warnings == ['concurrency 2: 1 of 3 requests failed: boom']
 

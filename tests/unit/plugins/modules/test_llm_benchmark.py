@@ -47,6 +47,7 @@ def test_ttft_and_inter_token_arithmetic_within_tolerance(tmp_path):
     assert body['ignore_eos'] is True and 'temperature' not in body
     assert sent[1]['messages'][0]['content'].split()[1] != sent[2]['messages'][0]['content'].split()[1]
     assert progress.read_text().startswith('done: 1 levels')
+    assert result['summary'][0].startswith('concurrency 1: 2/2 ok, TTFT p50 0.1')
 
 
 def test_aggregate_throughput_rises_with_concurrency():
