@@ -76,7 +76,8 @@ options:
   warmup_requests:
     description:
       - Requests sent one at a time before the sweep and not counted (first-request costs such
-        as CUDA graph capture).
+        as CUDA graph capture). At least one is always sent - it checks the streaming path, the
+        usage block and the key before the sweep.
     type: int
     default: 1
   timeout_s:
