@@ -126,9 +126,15 @@ def validate_options(options):
     if opts["quantization"] == "fp8":
         # vLLM's FP8 MoE method needs each expert's FFN (unsharded at TP 1) to be a multiple of block n
         # (vllm/model_executor/layers/quantization/fp8.py Fp8MoEMethod.create_weights)
-        sizes = [("hidden_size", opts["hidden_size"])]
+        # and the merged Q/K/V and gate/up weights need every part but the last to be one too
+        # (vllm/model_executor/layers/quantization/utils/fp8_utils.py validate_fp8_block_shape)
+        sizes = [("hidden_size", opts["hidden_size"]),
+                 ("attention_heads x head_dim", opts["attention_heads"] * opts["head_dim"]),
+                 ("kv_heads x head_dim", opts["kv_heads"] * opts["head_dim"])]
         if opts["architecture"] == "minimax-m2":
             sizes.append(("expert_ffn_size", opts["expert_ffn_size"]))
+        else:
+            sizes.append(("ffn_size", opts["ffn_size"]))
         for key, size in sizes:
             if size % block[0]:
                 raise SyntheticHFError("%s %d is not a multiple of the FP8 block %d; vLLM cannot load it even on one GPU"

@@ -191,6 +191,8 @@ def test_changed_options_rewrite(tmp_path, capsys):
     ({"attention_heads": 3, "kv_heads": 2}, "attention_heads 3 is not a multiple of kv_heads 2"),
     ({"experts_used": 5}, "experts_used 5 exceeds experts 4"),
     ({"expert_ffn_size": 192}, "expert_ffn_size 192 is not a multiple of the FP8 block 128"),
+    ({"architecture": "llama", "ffn_size": 200}, "ffn_size 200 is not a multiple of the FP8 block 128"),
+    ({"head_dim": 64, "kv_heads": 1}, "kv_heads x head_dim 64 is not a multiple of the FP8 block 128"),
     ({"layers": 0}, "layers is 0, expected a positive integer"),
     ({"weight_block_size": [128]}, "weight_block_size is [128]"),
     ({"shard_max_mib": -1}, "shard_max_mib is -1"),
