@@ -410,7 +410,7 @@ def check_fabric_address(address, subnet):
     if network.version != 4:
         raise RoceError('roce_fabric_subnet %s is not IPv4; RoCE v2 GIDs here are IPv4-mapped' % subnet)
     try:
-        ip = ipaddress.IPv4Address(str(address).split('/')[0])
+        ip = ipaddress.IPv4Address(str(address).split('/', maxsplit=1)[0])
     except (ValueError, TypeError):
         raise RoceError('gpulab_fabric_address %r is not an IPv4 address' % (address,)) from None
     if ip not in network:
@@ -428,7 +428,7 @@ def duplicate_addresses(addresses):
     for host, address in sorted(addresses.items()):
         if address in (None, ''):
             continue
-        by_address.setdefault(str(address).split('/')[0], []).append(host)
+        by_address.setdefault(str(address).split('/', maxsplit=1)[0], []).append(host)
     return dict((address, hosts) for address, hosts in by_address.items() if len(hosts) > 1)
 
 

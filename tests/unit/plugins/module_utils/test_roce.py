@@ -476,8 +476,8 @@ def test_pfc_vector():
 # --- full-MTU ping ---------------------------------------------------------------------------
 
 def test_ping_command():
-    assert ping_command('192.0.2.11', 9000) == ['ping', '-n', '-M', 'do', '-s', '8972', '-c', '3', '-W', '2',
-                                               '192.0.2.11']
+    expected = ['ping', '-n', '-M', 'do', '-s', '8972', '-c', '3', '-W', '2', '192.0.2.11']
+    assert ping_command('192.0.2.11', 9000) == expected
     with pytest.raises(ValueError):
         ping_command('192.0.2.11; reboot', 9000)
 
