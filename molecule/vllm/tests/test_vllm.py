@@ -50,3 +50,11 @@ def test_chat_completion_with_reasoning(host):
 def test_api_refuses_requests_without_the_key(host):
     code = host.check_output(f"curl -s -o /dev/null -w '%{{http_code}}' http://{HEAD}:8000/v1/models")
     assert code == "401"
+
+
+def test_plan_is_published_for_the_report(host):
+    plan = json.loads(host.file("/etc/gpulab/vllm/plan.json").content_string)
+    assert plan["label"] == "TP=2+EP" and plan["node_role"] == "head"
+    assert plan["model"]["tensor_source"] == "safetensors"
+    # TP=2+EP: half the experts, half of every sharded weight, norms and router whole on each GPU
+    assert 0.5 < plan["estimate"]["weights_bytes"] / plan["model"]["weights_bytes"] < 0.55
