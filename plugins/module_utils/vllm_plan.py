@@ -425,7 +425,8 @@ def memory_estimate(summary, shape, layout, gpu_memory_mib, opts):
     return {
         "weights_bytes": weights,
         "weights_gib": round(weights / float(GIB), 2),
-        "weights_by_role_gib": dict((k, round(v / float(GIB), 3)) for k, v in by_role.items() if v),
+        "weights_mib": round(weights / float(MIB), 1),
+        "weights_by_role_mib": dict((k, round(v / float(MIB), 1)) for k, v in by_role.items() if v),
         "budget_gib": round(budget / float(GIB), 2),
         "reserve_gib": round(reserve / float(GIB), 2),
         "kv_cache_gib": round(kv_cache / float(GIB), 2),

@@ -199,7 +199,7 @@ warnings_found:
 estimate:
   description:
     - Per-GPU estimate, null when the layout needs more GPUs than exist. C(weights_gib) on the
-      fullest GPU, C(weights_by_role_gib), C(budget_gib), C(reserve_gib), C(kv_cache_gib),
+      fullest GPU, C(weights_bytes), C(weights_mib), C(weights_by_role_mib), C(budget_gib), C(reserve_gib), C(kv_cache_gib),
       C(kv_bytes_per_token), C(kv_tokens_per_gpu), C(kv_tokens_total) (over DP engines),
       C(concurrency_at_max_model_len), C(gpu_memory_gib).
   returned: success
