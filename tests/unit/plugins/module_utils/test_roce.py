@@ -42,7 +42,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.roce import (
 
 REPO_ROOT = Path(__file__).resolve().parents[4]
 FIXTURES = REPO_ROOT / 'tests' / 'unit' / 'fixtures' / 'roce'
-SHARED_RPC_LOG = Path('/work/shared/fixtures/llama.cpp-h200/rpc.log')
+SHARED_RPC_LOG = FIXTURES / 'llama-rpc' / 'rpc-server-h200-tcp.log'
 MAPPED_10_231_77_10 = '0000:0000:0000:0000:0000:ffff:0ae7:4d0a'
 
 

@@ -1,10 +1,16 @@
-"""roce_facts on the fixture sysfs trees, roce_fabric_plan on captured `ip -j` answers, roce_fabric_check
-and roce_ib_write_bw with ping and ib_write_bw answered from a table."""
+"""roce_facts on the fixture sysfs trees, roce_fabric_plan on captured `ip -j` answers, roce_fabric_check,
+roce_ib_write_bw with ping and ib_write_bw answered from a table, roce_rpc_transport on RPC logs."""
 
 import shutil
 from pathlib import Path
 
-from ansible_collections.gpulab.inference.plugins.modules import roce_fabric_check, roce_fabric_plan, roce_facts, roce_ib_write_bw
+from ansible_collections.gpulab.inference.plugins.modules import (
+    roce_fabric_check,
+    roce_fabric_plan,
+    roce_facts,
+    roce_ib_write_bw,
+    roce_rpc_transport,
+)
 import module_harness
 from module_harness import ExitJson, FailJson
 
@@ -224,3 +230,26 @@ def test_bandwidth_connection_failure():
     run = run_bw((1, '', "Couldn't connect to 10.231.77.10:18515\n"))
     assert run.kind is FailJson
     assert "failed (rc=1): Couldn't connect to 10.231.77.10:18515" in run.result['msg']
+
+
+# --- roce_rpc_transport ----------------------------------------------------------------------
+
+SHARED_RPC_LOG = FIXTURES / 'llama-rpc' / 'rpc-server-h200-tcp.log'
+
+
+def test_rpc_transport_on_the_h200_capture_warns_when_rdma_expected():
+    run = module_harness.run_module(roce_rpc_transport.main, {
+        'log': SHARED_RPC_LOG.read_text(), 'host': 'node-b', 'rdma_expected': True}, {}, None)
+    assert run.kind is ExitJson
+    assert run.result['rdma_capable'] is True and run.result['rdma'] == 0 and run.result['tcp'] > 1
+    assert run.warnings == [run.result['warning']]
+    assert run.warnings[0].startswith('node-b: %d of %d RPC connections stayed on TCP' % (
+        run.result['tcp'], run.result['tcp']))
+
+
+def test_rpc_transport_rdma_is_quiet():
+    log = ('  transport      : TCP (RDMA auto-negotiate enabled)\nAccepted client connection\n'
+           'RDMA probed: dev=mlx5_0 gid=3 RoCEv2 qpn=692 inline=220\nRDMA activated: qpn=692->144 mtu=4096 rx_depth=24\n')
+    run = module_harness.run_module(roce_rpc_transport.main, {'log': log, 'rdma_expected': True}, {}, None)
+    assert run.kind is ExitJson
+    assert (run.result['rdma'], run.result['tcp'], run.result['warning'], run.warnings) == (1, 0, '', [])
