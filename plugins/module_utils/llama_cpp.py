@@ -591,7 +591,7 @@ def select_prunable(installed, current, previous, referenced, keep):
     protected = set([current, previous]) | set(referenced or [])
     protected.discard(None)
     newest_first = sorted(installed or [], key=lambda item: (-item[1], item[0]))
-    kept = [bid for bid, _ in newest_first if bid in protected]
+    kept = [bid for bid, _mtime in newest_first if bid in protected]
     prunable = []
     for bid, _mtime in newest_first:
         if bid in protected:

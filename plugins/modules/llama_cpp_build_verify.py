@@ -33,9 +33,9 @@ options:
   reference:
     description:
       - The BUILD_INFO.json of the build the cluster runs (the build host's). When given,
-        RV(lockstep_problem) says whether this build may serve beside it: the same id, or a local
-        build that had to be (another CPU architecture, an older glibc, an older CUDA major) from
-        the same source.
+        RV(lockstep_problem) says whether this build may serve beside it. It may when it has the
+        same id, or when it is a local build that had to be (another CPU architecture, an older
+        glibc, an older CUDA major) from the same source.
     type: dict
 """
 
