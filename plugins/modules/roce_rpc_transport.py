@@ -12,7 +12,7 @@ short_description: Tell from llama.cpp RPC logs whether each connection runs ove
 version_added: 0.2.0
 description:
   - Reads the log of a C(ggml-rpc-server) (or of llama-server, the client side) and reports, per
-    connection, the transport it negotiated: V(RDMA) after C(RDMA activated), V(TCP) otherwise
+    connection, the transport it negotiated, V(RDMA) after C(RDMA activated), V(TCP) otherwise
     (llama.cpp falls back to TCP silently when no GID matches or the peer has no RDMA).
   - With O(rdma_expected), warns when the build has no RDMA transport or a connection stayed on TCP.
   - Reads only; never changes the host.
