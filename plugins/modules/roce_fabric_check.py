@@ -116,7 +116,10 @@ def build_module():
 def main():
     module = build_module()
     params = module.params
-    ping = module.get_bin_path('ping', required=True)
+    ping = module.get_bin_path('ping')
+    if ping is None:
+        module.fail_json(msg='%s: ping not found; install iputils-ping (the roce role installs it with '
+                             'roce_packages)' % params['host'])
     problems = []
     pings = []
     for peer, address in sorted(params['peers'].items()):

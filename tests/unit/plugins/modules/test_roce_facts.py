@@ -166,6 +166,7 @@ def test_fabric_check_all_good():
         'peers': {'node-b': '10.231.77.11'}, 'sysfs_root': str(FIXTURES / 'connectx-roce')}, answers, PING)
     assert run.kind is ExitJson
     assert run.commands == [list(ping_of('10.231.77.11'))]
+    run.get_bin_path.assert_called_once_with('ping')
     assert run.result['problems'] == []
     assert run.result['pings'] == [{'peer': 'node-b', 'address': '10.231.77.11', 'rc': 0, 'ok': True}]
     assert run.result['rdma']['selection']['gid_index'] == 3
@@ -194,6 +195,13 @@ def test_fabric_check_without_rdma_and_bad_peer():
         'peers': {'node-b': 'node-b.example'}}, {}, PING)
     assert run.kind is FailJson
     assert run.result['msg'] == "peer node-b has fabric address 'node-b.example', not an IPv4 address"
+
+
+def test_fabric_check_without_ping():
+    run = module_harness.run_module(roce_fabric_check.main, {
+        'host': 'node-a', 'interface': 'fabric0', 'mtu': 9000, 'peers': {'node-b': '192.0.2.11'}}, {}, None)
+    assert run.kind is FailJson
+    assert run.result['msg'] == 'node-a: ping not found; install iputils-ping (the roce role installs it with roce_packages)'
 
 
 # --- roce_ib_write_bw ------------------------------------------------------------------------
