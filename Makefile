@@ -146,6 +146,14 @@ integration-llama: deps llama-cpp-archive ## Load synthetic GGUF models with the
 	@GPULAB_LLAMA_BIN_DIR=$(CURDIR)/$(LLAMA_BIN)/bin GPULAB_LLAMA_VOCAB_GGUF=$(CURDIR)/$(LLAMA_BIN)/ggml-vocab-qwen2.gguf \
 	  python -m pytest -q -rs tests/integration_llama
 
+# On a GPU host, as root, with or without systemd: the whole deploy.yml against the host itself,
+# then the benchmark, residency, memory plan and llama-bench per layout (scripts/gpu-e2e.sh).
+GPU_E2E_OUT ?= gpu-e2e-out
+.PHONY: gpu-e2e
+gpu-e2e: ## On a GPU host: deploy, benchmark and measure end to end (results in GPU_E2E_OUT)
+	$(call step,GPU end-to-end run into $(GPU_E2E_OUT))
+	@bash scripts/gpu-e2e.sh $(GPU_E2E_OUT)
+
 build: deps ## ansible-galaxy collection build into .build/
 	$(call step,ansible-galaxy collection build)
 	@ansible-galaxy collection build --force --output-path .build/dist .
