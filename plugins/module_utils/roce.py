@@ -303,10 +303,30 @@ def suggested_env(selection, interface):
     return env
 
 
+# What a hardened systemd service needs to use verbs (gpulab_service_hardening closes devices and
+# address families): the uverbs character devices (/proc/devices: "infiniband_verbs"), netlink
+# (rdma-core finds devices over NETLINK_RDMA), and locked memory for the registered buffers
+# (llama.cpp: 6 MiB receive ring + 256 KiB send buffer per connection, transport.cpp
+# RDMA_RX_DEPTH x RDMA_CHUNK; more than the 8 MiB default once a second connection opens).
+RDMA_SERVICE_DIRECTIVES = (
+    ('DeviceAllow', 'char-infiniband_verbs rw'),
+    ('RestrictAddressFamilies', 'AF_NETLINK'),
+    ('LimitMEMLOCK', 'infinity'),
+)
+
+
+def rdma_service_directives(selection):
+    """[directive, value] pairs a systemd service adds to reach the selected RDMA device; [] without one."""
+    if not selection:
+        return []
+    return [list(pair) for pair in RDMA_SERVICE_DIRECTIVES]
+
+
 def fabric_facts(devices, interface, address=None):
     """The derived part of gpulab_roce_fabric: selection, environment and why it is missing."""
     if not interface:
-        return {'interface': None, 'found': False, 'selection': None, 'env': {}, 'message': ''}
+        return {'interface': None, 'found': False, 'selection': None, 'env': {}, 'service_directives': [],
+                'message': ''}
     selection = select_fabric_gid(devices, interface, address)
     if selection:
         message = ''
@@ -327,6 +347,7 @@ def fabric_facts(devices, interface, address=None):
         'found': selection is not None,
         'selection': selection,
         'env': suggested_env(selection, interface),
+        'service_directives': rdma_service_directives(selection),
         'message': message,
     }
 

@@ -133,6 +133,13 @@ ansible_facts:
             GLOO_SOCKET_IFNAME: ens1f0np0
             GGML_RDMA_DEV: mlx5_0
             GGML_RDMA_GID: "3"
+        service_directives:
+          description:
+            - C([directive, value]) pairs a hardened systemd service adds to use the device (the verbs
+              character devices, netlink, locked memory); empty when nothing was found.
+          type: list
+          elements: list
+          sample: [[DeviceAllow, char-infiniband_verbs rw], [RestrictAddressFamilies, AF_NETLINK], [LimitMEMLOCK, infinity]]
         message:
           description: Why nothing was found (or why llama.cpp gets no settings); empty otherwise.
           type: str

@@ -52,6 +52,7 @@ def test_fabric_description_is_published(host):
     assert fabric["network_manager"] == "networkd"
     assert fabric["rdma"]["found"] is False
     assert fabric["rdma"]["env"] == {}
+    assert fabric["rdma"]["service_directives"] == []
     assert "no RDMA devices" in fabric["rdma"]["message"]
 
 

@@ -208,16 +208,18 @@ def test_fabric_facts_found_and_messages():
     devices = read_devices(str(FIXTURES / 'connectx-roce'))
     facts = fabric_facts(devices, 'ens1f0np0', '10.231.77.10')
     assert facts['found'] is True and facts['message'] == '' and facts['env']['GGML_RDMA_GID'] == '3'
+    assert facts['service_directives'] == [['DeviceAllow', 'char-infiniband_verbs rw'],
+                                           ['RestrictAddressFamilies', 'AF_NETLINK'], ['LimitMEMLOCK', 'infinity']]
 
     facts = fabric_facts(devices, 'ens1f1np1')
-    assert facts['found'] is False and facts['env'] == {}
+    assert facts['found'] is False and facts['env'] == {} and facts['service_directives'] == []
     assert 'no RoCE v2 GID with an IPv4 address on ens1f1np1' in facts['message']
     assert 'mlx5_1 RoCE v2 index 1 fe80::a5c:2bff:fe4e:1a2c' in facts['message']
 
     facts = fabric_facts([], 'ens1f0np0')
     assert facts['found'] is False and 'no RDMA devices' in facts['message']
     assert fabric_facts(devices, None) == {'interface': None, 'found': False, 'selection': None, 'env': {},
-                                           'message': ''}
+                                           'service_directives': [], 'message': ''}
 
 
 def test_fabric_facts_on_infiniband_tree():
