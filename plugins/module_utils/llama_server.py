@@ -3,8 +3,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Pure functions behind the llama_rpc_server and llama_server roles.
 
-Nothing here runs a command or touches a file: the plan module stats the model
-files and hands sizes in, so every rule is unit-tested with plain values.
+Nothing here runs a command, and only read_deployed_build reads a file: the modules
+stat the model files and hand sizes and texts in, so every rule is unit-tested with
+plain values.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -12,7 +13,9 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import ipaddress
+import json
 import math
+import os
 import re
 
 # llama.cpp's llama_max_devices() is 16 and common/arg.cpp rejects a --tensor-split
@@ -32,11 +35,31 @@ class LlamaServerError(ValueError):
 
 # --- RPC worker side ---------------------------------------------------------
 
+def _gpu_index(gpu, position):
+    """A gpulab_gpus entry's nvidia-smi index, or an error naming the entry."""
+    if not isinstance(gpu, dict) or "index" not in gpu:
+        raise LlamaServerError(
+            "gpus entry %d (%r) has no index; pass the gpulab_gpus facts of gpu_preflight" % (position, gpu))
+    return _non_negative_int(gpu["index"], "gpus entry %d index" % position)
+
+
+def _non_negative_int(value, what):
+    if isinstance(value, bool):
+        raise LlamaServerError("%s %r is not a whole number" % (what, value))
+    try:
+        number = int(str(value).strip())
+    except (TypeError, ValueError):
+        raise LlamaServerError("%s %r is not a whole number" % (what, value))
+    if number < 0:
+        raise LlamaServerError("%s %r is negative" % (what, value))
+    return number
+
+
 def rpc_devices(cuda, gpus, gpu_indices=None):
     """Devices a worker exposes, one RPC server each.
 
     cuda: whether the build has CUDA. gpus: gpulab_gpus facts (dicts with index and
-    memory_mib). gpu_indices: optional subset of nvidia-smi indices to expose.
+    memory_total_mib). gpu_indices: optional subset of nvidia-smi indices to expose.
     A CUDA build exposes one server per GPU (CUDA_VISIBLE_DEVICES=<index>, the
     server then sees it as CUDA0); a CPU build exposes the CPU device once.
     Returns a list of dicts: instance (0..n-1, the port offset), device (the
@@ -45,19 +68,27 @@ def rpc_devices(cuda, gpus, gpu_indices=None):
     if not cuda:
         return [{"instance": 0, "device": "CPU", "gpu_index": None, "memory_mib": None}]
     by_index = {}
-    for gpu in gpus or []:
-        by_index[int(gpu["index"])] = gpu
+    for position, gpu in enumerate(gpus or []):
+        index = _gpu_index(gpu, position)
+        if index in by_index:
+            raise LlamaServerError("gpus entries list GPU index %d twice; pass the gpulab_gpus facts unchanged" % index)
+        by_index[index] = gpu
     if not by_index:
         raise LlamaServerError(
             "the llama.cpp build has CUDA but no GPU was found on this node (gpulab_gpus is empty); "
             "run gpu_preflight first or deploy a CPU build here")
     if gpu_indices:
-        missing = [i for i in gpu_indices if int(i) not in by_index]
+        selected = [_non_negative_int(i, "llama_rpc_server_gpu_indices entry") for i in gpu_indices]
+        twice = sorted(set(i for i in selected if selected.count(i) > 1))
+        if twice:
+            raise LlamaServerError(
+                "llama_rpc_server_gpu_indices names GPU %s more than once; list each GPU once"
+                % ", ".join(str(i) for i in twice))
+        missing = [i for i in selected if i not in by_index]
         if missing:
             raise LlamaServerError(
                 "GPU indices %s are not present on this node (found %s); fix llama_rpc_server_gpu_indices"
                 % (missing, sorted(by_index)))
-        selected = [int(i) for i in gpu_indices]
     else:
         selected = sorted(by_index)
     devices = []
@@ -92,48 +123,118 @@ def check_bind_address(address, allow_any=False):
 
 # --- Head side ---------------------------------------------------------------
 
+# What a worker's servers.json may hold. The head renders these values into its wrapper script
+# and its systemctl calls, so each one is checked against a strict shape, not merely quoted.
+DEVICE_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
+UNIT_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+BUILD_ID_PATTERN = re.compile(r"^[0-9a-f]{12}$")
+
+
+def port_number(value, what):
+    """A TCP port 1..65535 from an int or a decimal string; booleans and 'abc' are refused."""
+    if isinstance(value, bool) or not re.match(r"^[0-9]{1,5}$", str(value).strip()):
+        raise LlamaServerError("%s %r is not a port number (1-65535)" % (what, value))
+    port = int(str(value).strip())
+    if not 0 < port < 65536:
+        raise LlamaServerError("%s %r is out of range (1-65535)" % (what, port))
+    return port
+
+
+def worker_manifest(manifest, source="a worker"):
+    """Check a worker's servers.json (as llama_rpc_server writes it) before the head uses it.
+
+    Returns a normalised copy: host, address (ipaddress-checked), unit, build_id, endpoints
+    (instance, port, device, memory_mib). source names the worker in messages.
+    """
+    if not isinstance(manifest, dict):
+        raise LlamaServerError("%s: servers.json must hold a JSON object, not %s" % (source, type(manifest).__name__))
+    host = str(manifest.get("host") or source)
+    where = "worker %s" % host
+    try:
+        address = str(ipaddress.ip_address(str(manifest.get("address") or "").strip()))
+    except ValueError:
+        raise LlamaServerError(
+            "%s: address %r is not an IP address; set gpulab_fabric_address for it and run llama_rpc_server there"
+            % (where, manifest.get("address")))
+    unit = str(manifest.get("unit") or "gpulab-rpc-server")
+    if not UNIT_PATTERN.match(unit):
+        raise LlamaServerError("%s: unit %r is not a systemd unit name" % (where, unit))
+    build_id = manifest.get("build_id")
+    if build_id is not None and not BUILD_ID_PATTERN.match(str(build_id)):
+        raise LlamaServerError("%s: build_id %r is not a 12-digit hex build id" % (where, build_id))
+    items = manifest.get("endpoints")
+    if not isinstance(items, list) or not items:
+        raise LlamaServerError("%s exposes no RPC endpoint; run the llama_rpc_server role on it first" % where)
+    endpoints = []
+    for position, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise LlamaServerError("%s: endpoints entry %d is not an object" % (where, position))
+        port = port_number(item.get("port"), "%s: endpoints entry %d port" % (where, position))
+        instance = _non_negative_int(item.get("instance", position), "%s: endpoints entry %d instance" % (where, position))
+        device = str(item.get("device") or "")
+        if not DEVICE_PATTERN.match(device):
+            raise LlamaServerError("%s: endpoints entry %d device %r is not a ggml device name" % (where, position, device))
+        memory = item.get("memory_mib")
+        if memory is not None:
+            memory = _non_negative_int(memory, "%s: endpoints entry %d memory_mib" % (where, position))
+        endpoints.append({"instance": instance, "port": port, "device": device, "memory_mib": memory})
+    return {"host": host, "address": address, "unit": unit, "build_id": build_id, "endpoints": endpoints}
+
+
+def lockstep_problems(head_build_id, workers):
+    """Messages for every worker whose build id differs from the head's ([] = in lockstep).
+
+    ggml RPC needs the same build on both ends: ggml-rpc.cpp negotiates RPC_PROTO_*_VERSION
+    in its hello and serialises ggml tensors by the layout of that build.
+    """
+    problems = []
+    for worker in workers:
+        if worker.get("build_id") != head_build_id:
+            problems.append(
+                "Worker %s runs llama.cpp build %s but the head has build %s: ggml RPC needs the same "
+                "build on both ends; deploy one build to every node (llama_cpp_distribute) and run "
+                "llama_rpc_server again" % (worker.get("host"), worker.get("build_id"), head_build_id))
+    return problems
+
+
 def rpc_endpoints(workers):
     """Flatten workers into endpoints in inventory order and refuse duplicates.
 
-    workers: list of dicts host, address, endpoints (list of dicts port,
-    device, memory_mib, instance) and unit, as published by llama_rpc_server on
-    each worker. Returns a list of dicts host, address, port, endpoint
+    workers: list of servers.json manifests as published by llama_rpc_server on each worker
+    (host, address, unit, endpoints with port, device, memory_mib, instance); each is checked
+    by worker_manifest first. Returns a list of dicts host, address, port, endpoint
     ('addr:port', IPv6 in brackets), device, memory_mib, unit, instance.
     """
     flat = []
     seen = {}
-    for worker in workers:
-        address = str(worker.get("address") or "")
-        if not address:
-            raise LlamaServerError(
-                "worker %s has no fabric address; set gpulab_fabric_address for it" % worker.get("host"))
-        if not worker.get("endpoints"):
-            raise LlamaServerError(
-                "worker %s exposes no RPC endpoint; run the llama_rpc_server role on it first"
-                % worker.get("host"))
+    for position, raw in enumerate(workers):
+        worker = worker_manifest(raw, "workers entry %d" % position)
+        address = worker["address"]
         for item in worker["endpoints"]:
-            port = int(item["port"])
-            if not 0 < port < 65536:
-                raise LlamaServerError("worker %s: port %r is out of range" % (worker.get("host"), port))
+            port = item["port"]
             key = (address, port)
             if key in seen:
                 raise LlamaServerError(
                     "workers %s and %s both use %s:%d; give each worker its own fabric address "
                     "(gpulab_fabric_address) or port base (llama_rpc_server_port_base)"
-                    % (seen[key], worker.get("host"), address, port))
-            seen[key] = worker.get("host")
-            host_part = "[%s]" % address if ":" in address else address
+                    % (seen[key], worker["host"], address, port))
+            seen[key] = worker["host"]
             flat.append({
-                "host": worker.get("host"),
+                "host": worker["host"],
                 "address": address,
                 "port": port,
-                "endpoint": "%s:%d" % (host_part, port),
-                "device": item.get("device"),
-                "memory_mib": item.get("memory_mib"),
-                "unit": worker.get("unit"),
-                "instance": item.get("instance"),
+                "endpoint": format_endpoint(address, port),
+                "device": item["device"],
+                "memory_mib": item["memory_mib"],
+                "unit": worker["unit"],
+                "instance": item["instance"],
             })
     return flat
+
+
+def format_endpoint(address, port):
+    """'10.0.0.2:50052', '[fd00::2]:50052': how llama.cpp's --rpc and ss print an endpoint."""
+    return "%s:%d" % ("[%s]" % address if ":" in address else address, port)
 
 
 def device_order(endpoints, local_gpus):
@@ -262,3 +363,273 @@ def health_timeout_s(model_bytes, floor_s=120, load_rate_mib_s=100):
     if model_bytes < 0:
         raise LlamaServerError("model size %r bytes is negative" % (model_bytes,))
     return int(floor_s + math.ceil(model_bytes / float(MIB) / load_rate_mib_s))
+
+
+def check_health_settings(timeout_s, floor_s, load_rate_mib_s, poll_s=None):
+    """Refuse health gate settings that cannot work (negative waits, a zero load rate)."""
+    for name, value in (("llama_server_health_timeout_s", timeout_s),
+                        ("llama_server_health_timeout_floor_s", floor_s)):
+        if value is not None and value < 0:
+            raise LlamaServerError("%s is %r; give a number of seconds >= 0 (0: scaled to the model's size)" % (name, value))
+    if load_rate_mib_s is not None and load_rate_mib_s <= 0:
+        raise LlamaServerError("llama_server_health_load_rate_mib_s is %r; give a rate > 0" % (load_rate_mib_s,))
+    if poll_s is not None and poll_s <= 0:
+        raise LlamaServerError("llama_server_health_poll_s is %r; give a number of seconds > 0" % (poll_s,))
+
+
+GGUF_MAGIC = b"GGUF"
+
+
+def gguf_magic_problem(path, head_bytes):
+    """A message when a model file does not start with the GGUF magic (ggml/src/gguf.cpp GGUF_MAGIC)."""
+    if head_bytes[:4] != GGUF_MAGIC:
+        return ("model file %s is not a GGUF file (it starts with %r, not %r); give llama_server_model_path "
+                "a .gguf model" % (path, bytes(head_bytes[:4]), GGUF_MAGIC))
+    return None
+
+
+# --- Deployed build ------------------------------------------------------------
+
+def deployed_build(link, target, build_info_text):
+    """What the serving roles need of the deployed build, read once for both.
+
+    link: the `current` link (or a build directory); target: where it resolves; build_info_text:
+    the bytes or text of its BUILD_INFO.json. Returns build_id, build_dir, cuda and the
+    rpc_server_binary name (ggml-rpc-server in current llama.cpp, rpc-server in older ones).
+    """
+    if isinstance(build_info_text, bytes):
+        try:
+            build_info_text = build_info_text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise LlamaServerError("%s/BUILD_INFO.json is not UTF-8 text; rebuild or redeploy the build" % link)
+    try:
+        info = json.loads(build_info_text)
+    except ValueError as exc:
+        raise LlamaServerError("%s/BUILD_INFO.json is not valid JSON (%s); rebuild or redeploy the build" % (link, exc))
+    if not isinstance(info, dict):
+        raise LlamaServerError("%s/BUILD_INFO.json must hold a JSON object" % link)
+    build_id = info.get("build_id")
+    if not BUILD_ID_PATTERN.match(str(build_id)):
+        raise LlamaServerError("%s/BUILD_INFO.json build_id %r is not a 12-digit hex build id" % (link, build_id))
+    binary = str(info.get("rpc_server_binary") or "rpc-server")
+    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", binary):
+        raise LlamaServerError("%s/BUILD_INFO.json rpc_server_binary %r is not a file name" % (link, binary))
+    return {"build_id": build_id, "build_dir": str(target), "cuda": bool(info.get("cuda")),
+            "rpc_server_binary": binary}
+
+
+def read_deployed_build(link):
+    """deployed_build of the build behind link (the `current` link), read from disk.
+
+    The one place both serving modules read the deployed build from; raises LlamaServerError
+    naming the path when it is missing or unreadable.
+    """
+    info_path = os.path.join(link, "BUILD_INFO.json")
+    if not os.path.exists(link):
+        raise LlamaServerError("%s does not exist: deploy a llama.cpp build first (roles llama_cpp_build and "
+                               "llama_cpp_distribute)" % link)
+    try:
+        with open(info_path, "rb") as handle:
+            text = handle.read()
+    except (IOError, OSError) as exc:
+        raise LlamaServerError("cannot read %s (%s): redeploy the build" % (info_path, exc.strerror or exc))
+    return deployed_build(link, os.path.realpath(link), text)
+
+
+# --- Firewall ------------------------------------------------------------------
+
+def firewall_sources(sources):
+    """Split the allowed sources into IPv4 and IPv6 prefixes, each checked with ipaddress.
+
+    Returns {'ipv4': [...], 'ipv6': [...], 'all': [...]} in the given order, duplicates dropped.
+    """
+    if not sources:
+        raise LlamaServerError(
+            "llama_rpc_server_allowed_sources is empty: the firewall would let nobody in; give the head a "
+            "gpulab_fabric_address (group inference_head) or list the allowed addresses")
+    split = {"ipv4": [], "ipv6": [], "all": []}
+    for source in sources:
+        try:
+            network = ipaddress.ip_network(str(source).strip(), strict=False)
+        except ValueError:
+            raise LlamaServerError(
+                "llama_rpc_server_allowed_sources entry %r is not an IP address or prefix" % (source,))
+        text = str(network.network_address) if network.num_addresses == 1 else str(network)
+        family = "ipv4" if network.version == 4 else "ipv6"
+        if text not in split[family]:
+            split[family].append(text)
+            split["all"].append(text)
+    return split
+
+
+def foreign_firewall_problem(active_units, ports, sources):
+    """A message when firewalld or ufw is active: they drop what our table accepts, or flush it.
+
+    Both keep rules of their own that a packet must pass too (nftables evaluates every base
+    chain of a hook), so the RPC ports must be opened there for the head. Returns None when
+    neither runs.
+    """
+    active = [unit for unit in active_units or [] if unit]
+    if not active:
+        return None
+    commands = []
+    for source in sources:
+        family = "ipv6" if ":" in source else "ipv4"
+        for port in ports:
+            if any(unit.startswith("firewalld") for unit in active):
+                commands.append("firewall-cmd --permanent --add-rich-rule='rule family=\"%s\" source address=\"%s\" "
+                                "port port=\"%d\" protocol=\"tcp\" accept'" % (family, source, port))
+            if any(unit.startswith("ufw") for unit in active):
+                commands.append("ufw allow proto tcp from %s to any port %d" % (source, port))
+    if any(unit.startswith("firewalld") for unit in active):
+        commands.append("firewall-cmd --reload")
+    return ("%s is active on this node and keeps rules of its own that the RPC ports must pass too; open them "
+            "for the head only (%s), then set llama_rpc_server_other_firewall: opened"
+            % (" and ".join(active), "; ".join(commands)))
+
+
+# --- Services ------------------------------------------------------------------
+
+def parse_systemd_version(text):
+    """The major version from `systemctl --version` ('systemd 252 (252.30-1~deb12u2)' -> 252); 0 when unknown."""
+    match = re.search(r"^systemd ([0-9]+)", str(text or "").strip(), re.MULTILINE)
+    return int(match.group(1)) if match else 0
+
+
+# RestartSteps= and RestartMaxDelaySec= appeared in systemd 254 (NEWS of v254); Debian 12 has 252,
+# where they would be unknown keys (a warning at every load and in systemd-analyze verify).
+RESTART_BACKOFF_SYSTEMD = 254
+
+
+def restart_directives(systemd_version, restart_sec, max_delay_s, steps=5):
+    """systemd directives that restart a service forever, with backoff where systemd has it.
+
+    Returns (unit, service): lists of (key, value). StartLimitIntervalSec=0 turns the start
+    limit off, so a long outage never leaves the unit failed for good.
+    """
+    if restart_sec <= 0:
+        raise LlamaServerError("restart_sec is %r; give the first restart delay in seconds, > 0" % (restart_sec,))
+    if max_delay_s < restart_sec:
+        raise LlamaServerError("restart_max_delay_s (%r s) is below restart_sec (%r s): the largest restart delay "
+                               "cannot be shorter than the first" % (max_delay_s, restart_sec))
+    unit = [("StartLimitIntervalSec", "0")]
+    service = [("Restart", "always"), ("RestartSec", str(restart_sec))]
+    if systemd_version >= RESTART_BACKOFF_SYSTEMD and max_delay_s > restart_sec:
+        service += [("RestartSteps", str(steps)), ("RestartMaxDelaySec", str(max_delay_s))]
+    return unit, service
+
+
+def stale_units(unit_names, unit, planned_instances):
+    """Instances of the template unit <unit>@<i>.service that exist but are no longer planned, sorted."""
+    pattern = re.compile(r"^%s@([0-9]+)\.service$" % re.escape(unit))
+    planned = set(int(i) for i in planned_instances)
+    stale = []
+    for name in unit_names or []:
+        match = pattern.match(str(name))
+        if match and int(match.group(1)) not in planned:
+            stale.append(str(name))
+    return sorted(stale, key=lambda n: int(pattern.match(n).group(1)))
+
+
+def established_peers(ss_text):
+    """Peer endpoints of `ss -Htn state established` (columns Recv-Q Send-Q Local Peer), in order.
+
+    With a state filter ss prints no State column; IPv6 peers come as [addr]:port, the same
+    form as format_endpoint. IPv4-mapped IPv6 peers ([::ffff:10.0.0.2]:port) are given as IPv4.
+    """
+    peers = []
+    for number, line in enumerate(str(ss_text or "").splitlines(), 1):
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) < 4:
+            raise LlamaServerError("ss line %d has %d columns, expected Recv-Q Send-Q Local Peer: %r"
+                                   % (number, len(fields), line))
+        peer = fields[3]
+        mapped = re.match(r"^\[::ffff:([0-9.]+)\]:([0-9]+)$", peer)
+        if mapped:
+            peer = "%s:%s" % mapped.groups()
+        if peer not in peers:
+            peers.append(peer)
+    return peers
+
+
+# Directories a unit with these hardening settings does not see (systemd.exec(5)): ProtectHome=yes
+# makes /home, /root and /run/user inaccessible, PrivateTmp=yes gives the service its own /tmp, /var/tmp.
+SANDBOX_HIDDEN = (
+    ("ProtectHome", ("yes", "true", "1", "tmpfs"), ("/home", "/root", "/run/user")),
+    ("PrivateTmp", ("yes", "true", "1"), ("/tmp", "/var/tmp")),
+)
+
+
+def sandbox_problem(path, hardening):
+    """A message when the unit's sandbox hides the path from the service, else None."""
+    for directive, values, roots in SANDBOX_HIDDEN:
+        if str((hardening or {}).get(directive) or "").lower() not in values:
+            continue
+        for root in roots:
+            if path == root or path.startswith(root + "/"):
+                return ("model file %s is under %s, which %s=%s hides from the service; move the model (e.g. "
+                        "to /var/lib/gpulab/models or /srv) or drop %s in llama_server_hardening_overrides"
+                        % (path, root, directive, hardening[directive], directive))
+    return None
+
+
+def access_problem(chain, uid, gids, user):
+    """A message when the user cannot reach and read the last entry of chain, else None.
+
+    chain: [(path, mode, owner_uid, owner_gid)] from / down to the file (mode as st_mode);
+    directories need x, the file needs r. uid None: the account does not exist yet and will get
+    a group of its own, so only the 'other' bits count.
+    """
+    for position, (path, mode, owner, group) in enumerate(chain):
+        last = position == len(chain) - 1
+        need = 4 if last else 1
+        if uid == 0:
+            continue
+        if uid is not None and owner == uid:
+            bits = (mode >> 6) & 7
+        elif uid is not None and group in (gids or ()):
+            bits = (mode >> 3) & 7
+        else:
+            bits = mode & 7
+        if not bits & need:
+            return ("%s cannot %s %s (mode %04o, owner %s, group %s); make it %s for the service account "
+                    "(e.g. chmod o+%s %s, or a group the account is in)"
+                    % (user, "read" if last else "enter", path, mode & 0o7777, owner, group,
+                       "readable" if last else "searchable", "r" if last else "x", path))
+    return None
+
+
+def parse_unit_properties(text):
+    """`systemctl show -p A -p B unit` output -> {A: value, B: value}."""
+    props = {}
+    for line in str(text or "").splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            props[key.strip()] = value.strip()
+    return props
+
+
+def unit_failure(props, restarts_before=0):
+    """Why a unit that should be loading a model is not, or None while it may still come up.
+
+    props: parse_unit_properties of ActiveState, SubState, NRestarts, Result, ExecMainStatus.
+    A unit that failed, sits in auto-restart, or restarted since the wait began has failed.
+    """
+    state = props.get("ActiveState", "")
+    sub = props.get("SubState", "")
+    try:
+        restarts = int(props.get("NRestarts") or 0)
+    except ValueError:
+        restarts = 0
+    detail = "result %s, exit status %s" % (props.get("Result", "?"), props.get("ExecMainStatus", "?"))
+    if state == "failed":
+        return "the unit failed (%s)" % detail
+    if sub == "auto-restart":
+        return "the service exited and waits to be restarted (%s)" % detail
+    if restarts > restarts_before:
+        return "the service was restarted %d time(s) while loading (%s)" % (restarts - restarts_before, detail)
+    if state in ("inactive", "deactivating"):
+        return "the unit is %s (%s)" % (state, detail)
+    return None

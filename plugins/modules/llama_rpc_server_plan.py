@@ -17,6 +17,9 @@ description:
     gets one server for the CPU device.
   - Refuses a wildcard bind address (V(0.0.0.0), V(::)) unless O(allow_any_address=true), because the
     ggml RPC protocol has no authentication.
+  - Reads the deployed build (O(build_link)), checks the firewall's allowed sources, refuses to go on
+    while firewalld or ufw runs unless the ports were opened there, picks the restart directives the
+    node's systemd knows (C(systemctl --version)), and names the server instances that are no longer planned.
   - Reads only; never changes the host.
 version_added: "0.1.0"
 author:
@@ -24,10 +27,16 @@ author:
 extends_documentation_fragment:
   - gpulab.inference.read_only
 options:
+  build_link:
+    description:
+      - The deployed build (C(/opt/gpulab/llama.cpp/current)). Its C(BUILD_INFO.json) gives the build id,
+        whether it has CUDA and the RPC server binary, which must be executable.
+      - Without it, O(cuda) says whether the build has CUDA.
+    type: path
   cuda:
-    description: Whether the deployed llama.cpp build has CUDA (C(cuda) in its BUILD_INFO.json).
+    description: Whether the build has CUDA, when O(build_link) is not given.
     type: bool
-    required: true
+    default: false
   gpus:
     description: The node's C(gpulab_gpus) facts (C(index), C(memory_mib)).
     type: list
@@ -53,14 +62,57 @@ options:
   memory_mib:
     description: Host memory size in MiB, reported for the CPU device (used by a proportional split).
     type: int
+  firewall_enabled:
+    description: Whether the nftables table and the systemd IP filter guard the ports; then O(allowed_sources) must not be empty.
+    type: bool
+    default: true
+  allowed_sources:
+    description: Addresses or prefixes allowed to reach the RPC ports (the head's fabric address).
+    type: list
+    elements: str
+    default: []
+  head_is_local:
+    description: Whether the head runs on this node; only then is loopback admitted.
+    type: bool
+    default: false
+  other_firewall_services:
+    description: Firewall services whose rules the RPC ports must pass too; the module asks systemd which are active.
+    type: list
+    elements: str
+    default: [firewalld.service, ufw.service]
+  other_firewall:
+    description:
+      - V(fail) refuses to go on while a service of O(other_firewall_services) is active, naming the commands that open
+        the ports for the head there; V(opened) says they were opened.
+    type: str
+    choices: [fail, opened]
+    default: fail
+  unit:
+    description: Name of the template unit (instances C(<unit>@<i>.service)).
+    type: str
+    default: gpulab-rpc-server
+  unit_names:
+    description: Units known to the node (the keys of C(ansible_facts.services)); planned instances are kept, others reported.
+    type: list
+    elements: str
+    default: []
+  restart_sec:
+    description: First restart delay in seconds.
+    type: int
+    default: 5
+  restart_max_delay_s:
+    description: Largest restart delay in seconds, reached in steps where systemd supports it.
+    type: int
+    default: 60
 """
 
 EXAMPLES = r"""
 - name: Plan the RPC servers of a GPU worker
   gpulab.inference.llama_rpc_server_plan:
-    cuda: true
+    build_link: /opt/gpulab/llama.cpp/current
     gpus: "{{ ansible_facts.gpulab_gpus }}"
     address: "{{ gpulab_fabric_address }}"
+    allowed_sources: [10.231.77.10]
   register: rpc_plan
 
 - name: Plan the RPC server of a CPU worker (container lab)
@@ -93,26 +145,159 @@ servers:
   type: list
   elements: dict
   sample: [{instance: 0, device: CPU, gpu_index: null, port: 50052, memory_mib: 20000}]
+build:
+  description: The deployed build, C(build_id), C(build_dir) (resolved), C(cuda), C(rpc_server_binary) (its path); empty without O(build_link).
+  returned: success
+  type: dict
+firewall:
+  description:
+    - C(ipv4) and C(ipv6) (checked prefixes for the nftables table), C(admit_loopback) (the head runs here) and
+      C(ip_address_allow) (systemd C(IPAddressAllow=) entries).
+  returned: success
+  type: dict
+stale_units:
+  description: Instances of O(unit) in O(unit_names) that are no longer planned.
+  returned: success
+  type: list
+  elements: str
+unit_directives:
+  description: Restart-related directives of the C([Unit]) section, as C([key, value]) pairs.
+  returned: success
+  type: list
+  elements: list
+service_directives:
+  description: Restart directives of the C([Service]) section, as C([key, value]) pairs.
+  returned: success
+  type: list
+  elements: list
 """
+
+import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import (
     LlamaServerError,
     check_bind_address,
+    firewall_sources,
+    foreign_firewall_problem,
+    parse_systemd_version,
+    read_deployed_build,
+    restart_directives,
     rpc_devices,
+    stale_units,
 )
+
+
+def read_build(link):
+    """The deployed build behind link, its RPC server binary checked."""
+    build = read_deployed_build(link)
+    binary = os.path.join(build["build_dir"], "bin", build["rpc_server_binary"])
+    if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
+        raise LlamaServerError("build %s has no executable %s: rebuild it with GGML_RPC=ON"
+                               % (build["build_id"], binary))
+    build["rpc_server_binary"] = binary
+    return build
+
+
+class RpcServerPlan:
+    """Validates the inputs and computes the plan; `result` is the return value."""
+
+    def __init__(self, module):
+        self.module = module
+        self.params = module.params
+        self.plan = {}
+
+    def run(self):
+        params = self.params
+        build = read_build(params["build_link"]) if params["build_link"] else {}
+        cuda = build["cuda"] if build else params["cuda"]
+        address = check_bind_address(params["address"], params["allow_any_address"])
+        servers = rpc_devices(cuda, params["gpus"], params["gpu_indices"])
+        last_port = params["port_base"] + len(servers) - 1
+        if params["port_base"] < 1 or last_port > 65535:
+            raise LlamaServerError("ports %d..%d are out of range; fix llama_rpc_server_port_base"
+                                   % (params["port_base"], last_port))
+        for server in servers:
+            server["port"] = params["port_base"] + server["instance"]
+            if server["device"] == "CPU":
+                server["memory_mib"] = params["memory_mib"]
+        ports = [server["port"] for server in servers]
+        firewall = {"ipv4": [], "ipv6": [], "admit_loopback": False, "ip_address_allow": []}
+        if params["firewall_enabled"]:
+            sources = firewall_sources(params["allowed_sources"])
+            firewall.update(ipv4=sources["ipv4"], ipv6=sources["ipv6"], admit_loopback=params["head_is_local"],
+                            ip_address_allow=sources["all"] + (["localhost"] if params["head_is_local"] else []))
+            problem = foreign_firewall_problem(self.active_services(params["other_firewall_services"]), ports, sources["all"])
+            if problem and params["other_firewall"] == "fail":
+                raise LlamaServerError(problem)
+        unit_directives, service_directives = restart_directives(
+            self.systemd_version(), params["restart_sec"], params["restart_max_delay_s"])
+        self.plan = {
+            "address": address,
+            "servers": servers,
+            "build": build,
+            "firewall": firewall,
+            "stale_units": stale_units(params["unit_names"], params["unit"], [s["instance"] for s in servers]),
+            "unit_directives": [list(d) for d in unit_directives],
+            "service_directives": [list(d) for d in service_directives],
+        }
+
+    def systemctl(self, *args):
+        """(rc, stdout) of systemctl, or None on a host without it."""
+        systemctl = self.module.get_bin_path("systemctl")
+        if not systemctl:
+            return None
+        rc, out, unused = self.module.run_command([systemctl] + list(args))
+        return rc, out
+
+    def systemd_version(self):
+        answer = self.systemctl("--version")
+        return parse_systemd_version(answer[1]) if answer and answer[0] == 0 else 0
+
+    def active_services(self, services):
+        """The services of the list that systemd reports active (one `systemctl is-active` line each)."""
+        if not services:
+            return []
+        answer = self.systemctl("is-active", *services)
+        if not answer:
+            return []
+        states = answer[1].splitlines()
+        return [name for name, state in zip(services, states) if state.strip() in ("active", "activating", "reloading")]
+
+    @property
+    def warnings(self):
+        if self.plan.get("address") in ("0.0.0.0", "::"):
+            return ["RPC servers bind to %s: the ggml RPC protocol has no authentication; "
+                    "only the firewall keeps other hosts out" % self.plan["address"]]
+        return []
+
+    @property
+    def result(self):
+        result = dict(changed=False)
+        result.update(self.plan)
+        return result
 
 
 def build_module():
     return AnsibleModule(
         argument_spec=dict(
-            cuda=dict(type="bool", required=True),
+            build_link=dict(type="path"),
+            cuda=dict(type="bool", default=False),
             gpus=dict(type="list", elements="dict", default=[]),
             gpu_indices=dict(type="list", elements="int", default=[]),
             address=dict(type="str", required=True),
             allow_any_address=dict(type="bool", default=False),
             port_base=dict(type="int", default=50052),
             memory_mib=dict(type="int"),
+            firewall_enabled=dict(type="bool", default=True),
+            allowed_sources=dict(type="list", elements="str", default=[]),
+            head_is_local=dict(type="bool", default=False),
+            other_firewall_services=dict(type="list", elements="str", default=["firewalld.service", "ufw.service"]),
+            other_firewall=dict(type="str", choices=["fail", "opened"], default="fail"),
+            unit=dict(type="str", default="gpulab-rpc-server"),
+            unit_names=dict(type="list", elements="str", default=[]),
+            restart_sec=dict(type="int", default=5),
+            restart_max_delay_s=dict(type="int", default=60),
         ),
         supports_check_mode=True,
     )
@@ -120,24 +305,14 @@ def build_module():
 
 def main():
     module = build_module()
-    params = module.params
+    plan = RpcServerPlan(module)
     try:
-        address = check_bind_address(params["address"], params["allow_any_address"])
-        servers = rpc_devices(params["cuda"], params["gpus"], params["gpu_indices"])
+        plan.run()
     except LlamaServerError as exc:
         module.fail_json(msg=str(exc))
-    last_port = params["port_base"] + len(servers) - 1
-    if params["port_base"] < 1 or last_port > 65535:
-        module.fail_json(msg="ports %d..%d are out of range; fix llama_rpc_server_port_base"
-                         % (params["port_base"], last_port))
-    for server in servers:
-        server["port"] = params["port_base"] + server["instance"]
-        if server["device"] == "CPU":
-            server["memory_mib"] = params["memory_mib"]
-    if address in ("0.0.0.0", "::"):
-        module.warn("RPC servers bind to %s: the ggml RPC protocol has no authentication; "
-                    "only the nftables rules keep other hosts out" % address)
-    module.exit_json(changed=False, address=address, servers=servers)
+    for warning in plan.warnings:
+        module.warn(warning)
+    module.exit_json(**plan.result)
 
 
 if __name__ == "__main__":

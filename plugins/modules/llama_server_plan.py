@@ -15,6 +15,10 @@ description:
   - Runs on the inference head before anything is changed. Checks that every shard of the model
     exists on the head, that no two RPC endpoints share an address and port, and that the tensor
     split has one entry per device.
+  - Checks every worker manifest (addresses with C(ipaddress), ports 1-65535, device and unit names)
+    before any value reaches the head's wrapper script, and that every worker runs the head's build
+    (lockstep). Checks that the model is a GGUF file that the service account can read inside the
+    unit's sandbox (C(ProtectHome=), C(PrivateTmp=)).
   - Returns the C(--rpc) list, the devices in llama.cpp's order (RPC devices first in C(--rpc)
     order, then the head's local GPUs, as src/llama.cpp C(llama_prepare_model_devices) orders
     them), the C(--tensor-split) value and a C(/health) timeout scaled to the model's size.
@@ -25,6 +29,11 @@ author:
 extends_documentation_fragment:
   - gpulab.inference.read_only
 options:
+  build_link:
+    description:
+      - The head's deployed build (C(/opt/gpulab/llama.cpp/current)); its C(BUILD_INFO.json) gives the build id every
+        worker must run and whether it has CUDA. Without it, no lockstep check is made.
+    type: path
   model_path:
     description:
       - Model file on the head. For a split GGUF, the first shard (C(<stem>-00001-of-00006.gguf));
@@ -43,7 +52,7 @@ options:
     default: []
   local_gpus:
     description:
-      - The head's own GPUs (C(gpulab_gpus) facts) that llama-server uses. Empty for a CPU build.
+      - The head's own GPUs (C(gpulab_gpus) facts) that llama-server uses; ignored when the build of O(build_link) has no CUDA.
     type: list
     elements: dict
     default: []
@@ -82,6 +91,26 @@ options:
         When V(false) with O(api_key_set=true), the module warns that the key looks like plain text.
     type: bool
     default: true
+  service_user:
+    description:
+      - Account llama-server runs as; every shard must be readable by it. An account that does not exist yet
+        is judged by the files' C(other) bits. Empty skips the check.
+    type: str
+    default: ""
+  hardening:
+    description: The unit's hardening directives; C(ProtectHome=) and C(PrivateTmp=) hide paths from the service.
+    type: dict
+    default: {}
+  restart_sec:
+    description:
+      - First restart delay in seconds. From systemd 254 on (C(systemctl --version)), restarts back off in steps up to
+        O(restart_max_delay_s) (C(RestartSteps=), C(RestartMaxDelaySec=)).
+    type: int
+    default: 5
+  restart_max_delay_s:
+    description: Largest restart delay in seconds, reached in steps where systemd supports it.
+    type: int
+    default: 30
 """
 
 EXAMPLES = r"""
@@ -148,22 +177,82 @@ health_timeout_s:
   description: Seconds to wait for C(/health).
   returned: success
   type: int
+build:
+  description: The head's build, C(build_id), C(build_dir) (resolved), C(cuda); empty without O(build_link).
+  returned: success
+  type: dict
+unit_directives:
+  description: Restart-related directives of the C([Unit]) section, as C([key, value]) pairs.
+  returned: success
+  type: list
+  elements: list
+service_directives:
+  description: Restart directives of the C([Service]) section, as C([key, value]) pairs.
+  returned: success
+  type: list
+  elements: list
 """
 
+import grp
 import ipaddress
 import os
+import pwd
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import (
     LlamaServerError,
+    access_problem,
+    check_health_settings,
     device_order,
     format_tensor_split,
+    gguf_magic_problem,
     health_timeout_s,
+    lockstep_problems,
     missing_shards,
     model_shards,
+    parse_systemd_version,
+    read_deployed_build,
+    restart_directives,
     rpc_endpoints,
+    sandbox_problem,
     tensor_split,
+    worker_manifest,
 )
+
+
+def read_build(link):
+    """The head's deployed build (BUILD_INFO.json behind the link)."""
+    build = read_deployed_build(link)
+    build.pop("rpc_server_binary", None)
+    return build
+
+
+def account(user):
+    """(uid, gids) of an account, or (None, ()) when it does not exist yet."""
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        return None, ()
+    gids = set([entry.pw_gid])
+    gids.update(g.gr_gid for g in grp.getgrall() if user in g.gr_mem)
+    return entry.pw_uid, gids
+
+
+def path_chain(path):
+    """[(path, st_mode, uid, gid)] from / down to path."""
+    parts = []
+    current = os.path.abspath(path)
+    while True:
+        parts.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    chain = []
+    for entry in reversed(parts):
+        st = os.stat(entry)
+        chain.append((entry, st.st_mode, st.st_uid, st.st_gid))
+    return chain
 
 
 class LlamaServerPlan:
@@ -175,19 +264,32 @@ class LlamaServerPlan:
         self.plan = {}
 
     def run(self):
-        shards = model_shards(self.params["model_path"])
+        params = self.params
+        check_health_settings(params["health_timeout_s"], params["health_timeout_floor_s"], params["health_load_rate_mib_s"])
+        unit_directives, service_directives = restart_directives(
+            self.systemd_version(), params["restart_sec"], params["restart_max_delay_s"])
+        build = read_build(params["build_link"]) if params["build_link"] else {}
+        shards = model_shards(params["model_path"])
         existing = set(s for s in shards if os.path.isfile(s))
         missing = missing_shards(shards, existing)
         if missing:
             raise LlamaServerError(
                 "model file(s) missing on the head: %s; copy every shard beside the first one "
                 "or fix llama_server_model_path" % ", ".join(missing))
+        self.check_model_files(shards)
         model_bytes = sum(os.path.getsize(s) for s in shards)
-        endpoints = rpc_endpoints(self.params["workers"])
-        devices = device_order(endpoints, self.params["local_gpus"])
-        split = tensor_split(self.params["tensor_split"], devices)
-        timeout_s = self.params["health_timeout_s"] or health_timeout_s(
-            model_bytes, self.params["health_timeout_floor_s"], self.params["health_load_rate_mib_s"])
+        workers = [worker_manifest(w, "workers entry %d" % i) for i, w in enumerate(params["workers"])]
+        if build:
+            problems = lockstep_problems(build["build_id"], workers)
+            if problems:
+                raise LlamaServerError(" | ".join(problems))
+        endpoints = rpc_endpoints(workers)
+        # A CPU build uses no local GPU, whatever the node has.
+        local_gpus = params["local_gpus"] if not build or build["cuda"] else []
+        devices = device_order(endpoints, local_gpus)
+        split = tensor_split(params["tensor_split"], devices)
+        timeout_s = params["health_timeout_s"] or health_timeout_s(
+            model_bytes, params["health_timeout_floor_s"], params["health_load_rate_mib_s"])
         self.plan = {
             "rpc": ",".join(e["endpoint"] for e in endpoints),
             "endpoints": endpoints,
@@ -197,7 +299,39 @@ class LlamaServerPlan:
             "shards": shards,
             "model_bytes": model_bytes,
             "health_timeout_s": timeout_s,
+            "build": build,
+            "unit_directives": [list(d) for d in unit_directives],
+            "service_directives": [list(d) for d in service_directives],
         }
+
+    def systemd_version(self):
+        """systemd's major version, 0 on a host without systemctl."""
+        systemctl = self.module.get_bin_path("systemctl")
+        if not systemctl:
+            return 0
+        rc, out, unused = self.module.run_command([systemctl, "--version"])
+        return parse_systemd_version(out) if rc == 0 else 0
+
+    def check_model_files(self, shards):
+        """Each shard is a GGUF file the service account reaches inside the unit's sandbox."""
+        user = self.params["service_user"]
+        uid, gids = account(user) if user else (None, ())
+        for shard in shards:
+            problem = sandbox_problem(os.path.abspath(shard), self.params["hardening"])
+            if problem:
+                raise LlamaServerError(problem)
+            try:
+                with open(shard, "rb") as handle:
+                    head = handle.read(4)
+            except (IOError, OSError) as exc:
+                raise LlamaServerError("cannot read model file %s (%s)" % (shard, exc.strerror or exc))
+            problem = gguf_magic_problem(shard, head)
+            if problem:
+                raise LlamaServerError(problem)
+            if user:
+                problem = access_problem(path_chain(shard), uid, gids, user)
+                if problem:
+                    raise LlamaServerError(problem)
 
     @property
     def warnings(self):
@@ -237,6 +371,11 @@ def build_module():
             host=dict(type="str", default="127.0.0.1"),
             api_key_set=dict(type="bool", default=False),
             api_key_vaulted=dict(type="bool", default=True),
+            build_link=dict(type="path"),
+            service_user=dict(type="str", default=""),
+            hardening=dict(type="dict", default={}),
+            restart_sec=dict(type="int", default=5),
+            restart_max_delay_s=dict(type="int", default=30),
         ),
         supports_check_mode=True,
     )

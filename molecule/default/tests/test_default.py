@@ -26,9 +26,55 @@ def test_rpc_server_runs_unprivileged_on_workers(host, node):
     assert service.is_running
     assert service.is_enabled
     user = host.check_output("systemctl show --property=User --value gpulab-rpc-server@0.service")
-    assert user == "gpulab-llama"
+    assert user == "gpulab-rpc"
     main_pid = host.check_output("systemctl show --property=MainPID --value gpulab-rpc-server@0.service")
-    assert host.check_output(f"ps -o user= -p {main_pid}") == "gpulab-llama"
+    assert host.check_output(f"ps -o user= -p {main_pid}") == "gpulab-rpc"
+    # The RPC account is not in llama-server's group, which alone may read the API key file.
+    assert "gpulab-llama" not in host.check_output("id -nG gpulab-rpc").split()
+
+
+def test_head_runs_as_its_own_account(host, node):
+    if node != "node-a":
+        pytest.skip("llama-server runs on the head")
+    assert host.check_output("systemctl show --property=User --value gpulab-llama-server.service") == "gpulab-llama"
+    config = host.file("/etc/gpulab/llama-server")
+    assert (config.user, config.group, config.mode) == ("root", "gpulab-llama", 0o750)
+
+
+def test_rpc_servers_require_their_firewall(host, node):
+    if node not in WORKERS:
+        pytest.skip("RPC servers run on the workers")
+    props = dict(line.split("=", 1) for line in host.check_output(
+        "systemctl show --property=Requires --property=After --property=IPAddressDeny --property=IPAddressAllow"
+        " --property=Restart --property=StartLimitIntervalUSec gpulab-rpc-server@0.service").splitlines())
+    assert "gpulab-rpc-server-firewall.service" in props["Requires"].split()
+    assert "gpulab-rpc-server-firewall.service" in props["After"].split()
+    assert props["Restart"] == "always"
+    assert props["StartLimitIntervalUSec"] == "0"
+    # Second layer: only the head's fabric address; no loopback, as the head runs elsewhere.
+    assert props["IPAddressAllow"].split() == [f"{ADDRESS['node-a']}/32"]
+    assert props["IPAddressDeny"].split() == ["0.0.0.0/0", "::/0"]
+
+
+def test_head_restarts_forever(host, node):
+    if node != "node-a":
+        pytest.skip("llama-server runs on the head")
+    props = dict(line.split("=", 1) for line in host.check_output(
+        "systemctl show --property=Restart --property=StartLimitIntervalUSec gpulab-llama-server.service").splitlines())
+    assert props == {"Restart": "always", "StartLimitIntervalUSec": "0"}
+
+
+def installed_units(node):
+    if node == "node-a":
+        return ["gpulab-llama-server.service"]
+    return ["gpulab-rpc-server@0.service", "gpulab-rpc-server-firewall.service"]
+
+
+def test_systemd_analyze_verify_is_clean(host, node):
+    units = " ".join(installed_units(node))
+    result = host.run(f"systemd-analyze verify {units}")
+    assert result.rc == 0, result.stderr
+    assert result.stdout.strip() == "" and result.stderr.strip() == "", result.stdout + result.stderr
 
 
 def test_rpc_port_bound_to_fabric_address_only(host, node):
@@ -46,6 +92,10 @@ def test_firewall_admits_only_the_head(host, node):
     assert f"ip saddr {ADDRESS['node-a']}" in ruleset or f"ip saddr {{ {ADDRESS['node-a']} }}" in ruleset
     assert str(RPC_PORT) in ruleset
     assert "drop" in ruleset
+    # Loopback is admitted only where the head runs on the node.
+    assert 'iif "lo"' not in ruleset
+    # nftables.service loads the table again after its own flush.
+    assert 'include "/etc/nftables.d/gpulab-rpc.nft"' in host.file("/etc/nftables.conf").content_string
 
 
 def test_node_c_cannot_reach_node_b_rpc(host, node):

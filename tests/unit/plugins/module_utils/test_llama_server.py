@@ -3,11 +3,30 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Rules of the llama_rpc_server and llama_server roles: devices, endpoints, split, shards."""
 
+import re
+
 import pytest
 
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import (
     LlamaServerError,
+    access_problem,
     check_bind_address,
+    check_health_settings,
+    deployed_build,
+    established_peers,
+    firewall_sources,
+    foreign_firewall_problem,
+    gguf_magic_problem,
+    lockstep_problems,
+    parse_systemd_version,
+    parse_unit_properties,
+    port_number,
+    read_deployed_build,
+    restart_directives,
+    sandbox_problem,
+    stale_units,
+    unit_failure,
+    worker_manifest,
     device_order,
     format_tensor_split,
     health_timeout_s,
@@ -225,3 +244,321 @@ def test_health_timeout_scales_with_model_size():
 def test_health_timeout_rejects_zero_rate():
     with pytest.raises(LlamaServerError, match="must be > 0"):
         health_timeout_s(1, load_rate_mib_s=0)
+
+
+# --- bad GPU input -----------------------------------------------------------
+
+def test_gpu_entry_without_index_is_named():
+    with pytest.raises(LlamaServerError, match=r"gpus entry 1 .* has no index"):
+        rpc_devices(True, [RTX_A, {"name": "RTX PRO 6000"}])
+
+
+def test_gpu_listed_twice_in_facts_is_refused():
+    with pytest.raises(LlamaServerError, match="GPU index 0 twice"):
+        rpc_devices(True, [RTX_A, dict(RTX_A)])
+
+
+def test_gpu_indices_twice_are_refused():
+    with pytest.raises(LlamaServerError, match="names GPU 0 more than once"):
+        rpc_devices(True, [RTX_A, RTX_B], [0, 0])
+
+
+def test_gpu_index_that_is_not_a_number():
+    with pytest.raises(LlamaServerError, match="llama_rpc_server_gpu_indices entry 'x' is not a whole number"):
+        rpc_devices(True, [RTX_A], ["x"])
+
+
+# --- worker manifests ----------------------------------------------------------
+
+MANIFEST = {"managed_by": "gpulab.inference", "host": "node-b", "address": "10.231.77.11", "build_id": "0123456789ab",
+            "unit": "gpulab-rpc-server",
+            "endpoints": [{"instance": 0, "device": "CPU", "gpu_index": None, "port": 50052, "memory_mib": 15990}]}
+
+
+def test_manifest_as_llama_rpc_server_writes_it():
+    assert worker_manifest(MANIFEST) == {
+        "host": "node-b", "address": "10.231.77.11", "unit": "gpulab-rpc-server", "build_id": "0123456789ab",
+        "endpoints": [{"instance": 0, "port": 50052, "device": "CPU", "memory_mib": 15990}]}
+
+
+def test_manifest_port_given_as_text_is_read():
+    manifest = dict(MANIFEST, endpoints=[dict(MANIFEST["endpoints"][0], port="50053")])
+    assert worker_manifest(manifest)["endpoints"][0]["port"] == 50053
+
+
+def test_manifest_address_is_normalised():
+    assert worker_manifest(dict(MANIFEST, address="FD00:0::11"))["address"] == "fd00::11"
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("address", "999.1.1.1", "address '999.1.1.1' is not an IP address"),
+    ("address", "10.0.0.1 --rpc 6.6.6.6:1", "is not an IP address"),
+    ("address", None, "address None is not an IP address"),
+    ("unit", "x;reboot", "unit 'x;reboot' is not a systemd unit name"),
+    ("build_id", "../../x", "build_id '../../x' is not a 12-digit hex build id"),
+    ("endpoints", [], "exposes no RPC endpoint"),
+    ("endpoints", "50052", "exposes no RPC endpoint"),
+    ("endpoints", ["50052"], "endpoints entry 0 is not an object"),
+])
+def test_manifest_field_is_named(field, value, message):
+    with pytest.raises(LlamaServerError, match=re.escape(message)):
+        worker_manifest(dict(MANIFEST, **{field: value}))
+
+
+@pytest.mark.parametrize("endpoint, message", [
+    ({"device": "CPU"}, "endpoints entry 0 port None is not a port number"),
+    ({"device": "CPU", "port": "abc"}, "endpoints entry 0 port 'abc' is not a port number"),
+    ({"device": "CPU", "port": True}, "endpoints entry 0 port True is not a port number"),
+    ({"device": "CPU", "port": 0}, "endpoints entry 0 port 0 is out of range"),
+    ({"device": "CPU", "port": 65536}, "endpoints entry 0 port 65536 is out of range"),
+    ({"device": "CPU $(id)", "port": 50052}, "endpoints entry 0 device 'CPU $(id)' is not a ggml device name"),
+    ({"device": "CPU", "port": 50052, "memory_mib": "lots"}, "endpoints entry 0 memory_mib 'lots' is not a whole number"),
+])
+def test_manifest_endpoint_field_is_named(endpoint, message):
+    with pytest.raises(LlamaServerError, match=re.escape("worker node-b: " + message)):
+        worker_manifest(dict(MANIFEST, endpoints=[endpoint]))
+
+
+def test_manifest_that_is_not_an_object():
+    with pytest.raises(LlamaServerError, match="workers entry 2: servers.json must hold a JSON object, not list"):
+        worker_manifest([], "workers entry 2")
+
+
+def test_port_number_accepts_digits_only():
+    assert port_number(" 8080 ", "port") == 8080
+    with pytest.raises(LlamaServerError, match="'80 80' is not a port number"):
+        port_number("80 80", "port")
+
+
+def test_lockstep_names_each_worker_on_another_build():
+    workers = [dict(MANIFEST), dict(MANIFEST, host="node-c", build_id="ba9876543210")]
+    problems = lockstep_problems("0123456789ab", workers)
+    assert problems == [
+        "Worker node-c runs llama.cpp build ba9876543210 but the head has build 0123456789ab: ggml RPC needs the same "
+        "build on both ends; deploy one build to every node (llama_cpp_distribute) and run llama_rpc_server again"]
+    assert lockstep_problems("0123456789ab", [MANIFEST]) == []
+
+
+# --- deployed build --------------------------------------------------------------
+
+def test_deployed_build_reads_what_serving_needs():
+    text = b'{"build_id": "0123456789ab", "cuda": true, "rpc_server_binary": "ggml-rpc-server", "compiler": "gcc 12"}'
+    assert deployed_build("/opt/gpulab/llama.cpp/current", "/opt/gpulab/llama.cpp/0123456789ab", text) == {
+        "build_id": "0123456789ab", "build_dir": "/opt/gpulab/llama.cpp/0123456789ab", "cuda": True,
+        "rpc_server_binary": "ggml-rpc-server"}
+
+
+def test_deployed_build_of_older_llama_cpp_names_rpc_server():
+    assert deployed_build("/b", "/b", '{"build_id": "0123456789ab"}')["rpc_server_binary"] == "rpc-server"
+
+
+@pytest.mark.parametrize("text, message", [
+    (b'{"build_id": "0123456789ab", "compiler": "\xe9"}', "BUILD_INFO.json is not UTF-8 text"),
+    (b"{", "BUILD_INFO.json is not valid JSON"),
+    (b"[]", "BUILD_INFO.json must hold a JSON object"),
+    (b'{"build_id": "current"}', "build_id 'current' is not a 12-digit hex build id"),
+    (b'{"build_id": "0123456789ab", "rpc_server_binary": "../sh"}', "rpc_server_binary '../sh' is not a file name"),
+])
+def test_deployed_build_refuses_bad_build_info(text, message):
+    with pytest.raises(LlamaServerError, match=re.escape("/b/BUILD_INFO.json")):
+        deployed_build("/b", "/b", text)
+    with pytest.raises(LlamaServerError, match=re.escape(message)):
+        deployed_build("/b", "/b", text)
+
+
+def test_read_deployed_build_follows_the_link(tmp_path):
+    target = tmp_path / "0123456789ab"
+    target.mkdir()
+    (target / "BUILD_INFO.json").write_text('{"build_id": "0123456789ab", "cuda": false}')
+    (tmp_path / "current").symlink_to(target)
+    assert read_deployed_build(str(tmp_path / "current"))["build_dir"] == str(target)
+
+
+def test_read_deployed_build_names_what_is_missing(tmp_path):
+    with pytest.raises(LlamaServerError, match="current does not exist: deploy a llama.cpp build first"):
+        read_deployed_build(str(tmp_path / "current"))
+    with pytest.raises(LlamaServerError, match=re.escape("cannot read %s/BUILD_INFO.json" % tmp_path)):
+        read_deployed_build(str(tmp_path))
+
+
+# --- firewall ------------------------------------------------------------------
+
+def test_firewall_sources_split_by_family_and_normalised():
+    assert firewall_sources(["10.231.77.10", "fd00::10/128", "10.231.77.0/24", "10.231.77.10"]) == {
+        "ipv4": ["10.231.77.10", "10.231.77.0/24"], "ipv6": ["fd00::10"],
+        "all": ["10.231.77.10", "fd00::10", "10.231.77.0/24"]}
+
+
+@pytest.mark.parametrize("sources, message", [
+    ([], "llama_rpc_server_allowed_sources is empty"),
+    (["head.lab"], "entry 'head.lab' is not an IP address or prefix"),
+    (["10.0.0.1; accept"], "entry '10.0.0.1; accept' is not an IP address"),
+])
+def test_firewall_sources_refused(sources, message):
+    with pytest.raises(LlamaServerError, match=re.escape(message)):
+        firewall_sources(sources)
+
+
+def test_no_other_firewall_no_problem():
+    assert foreign_firewall_problem([], [50052], ["10.0.0.1"]) is None
+
+
+def test_firewalld_problem_gives_the_commands():
+    message = foreign_firewall_problem(["firewalld.service"], [50052, 50053], ["10.0.0.1"])
+    assert message.startswith("firewalld.service is active on this node")
+    assert ("firewall-cmd --permanent --add-rich-rule='rule family=\"ipv4\" source address=\"10.0.0.1\" "
+            "port port=\"50053\" protocol=\"tcp\" accept'") in message
+    assert message.count("firewall-cmd --reload") == 1
+    assert "llama_rpc_server_other_firewall: opened" in message
+
+
+def test_ufw_problem_gives_the_commands():
+    message = foreign_firewall_problem(["ufw.service"], [50052], ["fd00::10"])
+    assert "ufw allow proto tcp from fd00::10 to any port 50052" in message
+    assert "firewall-cmd" not in message
+
+
+# --- services ------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, version", [
+    ("systemd 252 (252.30-1~deb12u2)\n+PAM +AUDIT +SELINUX", 252),
+    ("systemd 255 (255.4-1ubuntu8)\n+PAM", 255),
+    ("", 0),
+    ("not systemd", 0),
+])
+def test_systemd_version(text, version):
+    assert parse_systemd_version(text) == version
+
+
+def test_restart_forever_without_backoff_on_debian_12():
+    assert restart_directives(252, 5, 30) == (
+        [("StartLimitIntervalSec", "0")], [("Restart", "always"), ("RestartSec", "5")])
+
+
+def test_restart_with_backoff_from_systemd_254():
+    unit, service = restart_directives(254, 5, 30)
+    assert unit == [("StartLimitIntervalSec", "0")]
+    assert service == [("Restart", "always"), ("RestartSec", "5"), ("RestartSteps", "5"), ("RestartMaxDelaySec", "30")]
+
+
+def test_restart_settings_refused():
+    with pytest.raises(LlamaServerError, match="restart_sec is 0"):
+        restart_directives(252, 0, 30)
+    with pytest.raises(LlamaServerError, match=re.escape("restart_max_delay_s (2 s) is below restart_sec (5 s)")):
+        restart_directives(252, 5, 2)
+
+
+def test_stale_units_are_instances_beyond_the_plan():
+    names = ["gpulab-rpc-server@2.service", "gpulab-rpc-server@0.service", "gpulab-rpc-server@10.service",
+             "gpulab-rpc-server-firewall.service", "gpulab-rpc-server@.service", "other@1.service", "ssh.service"]
+    assert stale_units(names, "gpulab-rpc-server", [0, 1]) == ["gpulab-rpc-server@2.service", "gpulab-rpc-server@10.service"]
+    assert stale_units(names, "gpulab-rpc-server", [0, 2, 10]) == []
+
+
+def test_stale_units_escape_the_unit_name():
+    assert stale_units(["gpulabXrpc@1.service"], "gpulab.rpc", [0]) == []
+
+
+# `ss -Htn state established` of iproute2 6.1 (Debian 12): the two first lines as a lab head prints
+# them while llama-server holds both workers; the last two in ss's form for IPv4-mapped and IPv6 peers.
+SS_ESTABLISHED = """\
+0      0          10.231.77.10:41862    10.231.77.11:50052
+0      0          10.231.77.10:57120    10.231.77.12:50052
+0      0     [::ffff:127.0.0.1]:8080  [::ffff:127.0.0.1]:40312
+0      0              [fd00::10]:40000        [fd00::11]:50052
+"""
+
+
+def test_established_peers():
+    assert established_peers(SS_ESTABLISHED) == [
+        "10.231.77.11:50052", "10.231.77.12:50052", "127.0.0.1:40312", "[fd00::11]:50052"]
+    assert established_peers("") == []
+
+
+def test_established_peers_short_line_is_named():
+    with pytest.raises(LlamaServerError, match="ss line 2 has 2 columns"):
+        established_peers("0 0 a:1 b:2\n0 0\n")
+
+
+# --- fail fast -------------------------------------------------------------------
+
+def test_health_settings_refused():
+    check_health_settings(0, 120, 100, 5)
+    with pytest.raises(LlamaServerError, match="llama_server_health_timeout_s is -5"):
+        check_health_settings(-5, 120, 100)
+    with pytest.raises(LlamaServerError, match="llama_server_health_load_rate_mib_s is 0"):
+        check_health_settings(0, 120, 0)
+    with pytest.raises(LlamaServerError, match="llama_server_health_poll_s is 0"):
+        check_health_settings(0, 120, 100, 0)
+
+
+def test_gguf_magic():
+    assert gguf_magic_problem("/m.gguf", b"GGUF\x03\x00") is None
+    assert "is not a GGUF file (it starts with b'<htm'" in gguf_magic_problem("/m.gguf", b"<html>")
+    assert "is not a GGUF file" in gguf_magic_problem("/m.gguf", b"")
+
+
+HARDENING = {"ProtectHome": "yes", "PrivateTmp": "yes", "ProtectSystem": "strict"}
+
+
+@pytest.mark.parametrize("path, directive", [
+    ("/home/ops/model.gguf", "ProtectHome=yes"), ("/root/m.gguf", "ProtectHome=yes"),
+    ("/tmp/m.gguf", "PrivateTmp=yes"), ("/var/tmp/x/m.gguf", "PrivateTmp=yes"),
+])
+def test_sandbox_hides_home_and_tmp(path, directive):
+    assert "which %s hides from the service" % directive in sandbox_problem(path, HARDENING)
+
+
+def test_sandbox_leaves_other_paths_and_overrides():
+    assert sandbox_problem("/var/lib/gpulab/models/m.gguf", HARDENING) is None
+    assert sandbox_problem("/homework/m.gguf", HARDENING) is None
+    assert sandbox_problem("/tmp/m.gguf", dict(HARDENING, PrivateTmp=None)) is None
+
+
+CHAIN = [("/", 0o40755, 0, 0), ("/srv", 0o40750, 0, 1000), ("/srv/m.gguf", 0o100640, 0, 1000)]
+
+
+def test_access_through_group():
+    assert access_problem(CHAIN, 999, {1000}, "gpulab-llama") is None
+
+
+def test_access_denied_names_the_directory():
+    message = access_problem(CHAIN, 999, {999}, "gpulab-llama")
+    assert message.startswith("gpulab-llama cannot enter /srv (mode 0750, owner 0, group 1000)")
+
+
+def test_access_of_an_account_to_be_created_uses_other_bits():
+    assert "cannot enter /srv" in access_problem(CHAIN, None, (), "gpulab-llama")
+    readable = [("/", 0o40755, 0, 0), ("/srv/m.gguf", 0o100644, 0, 0)]
+    assert access_problem(readable, None, (), "gpulab-llama") is None
+
+
+def test_access_of_the_owner_and_of_root():
+    private = [("/", 0o40755, 0, 0), ("/m.gguf", 0o100600, 5, 5)]
+    assert access_problem(private, 5, {5}, "owner") is None
+    assert access_problem(private, 0, {0}, "root") is None
+    assert "cannot read /m.gguf" in access_problem(private, 6, {6}, "other")
+
+
+SHOW_RUNNING = "ActiveState=active\nSubState=running\nNRestarts=2\nResult=success\nExecMainStatus=0\n"
+
+
+def test_unit_properties():
+    assert parse_unit_properties(SHOW_RUNNING)["NRestarts"] == "2"
+
+
+@pytest.mark.parametrize("text, restarts_before, reason", [
+    (SHOW_RUNNING, 2, None),
+    ("ActiveState=activating\nSubState=auto-restart\nNRestarts=2\nResult=exit-code\nExecMainStatus=69", 2,
+     "the service exited and waits to be restarted (result exit-code, exit status 69)"),
+    ("ActiveState=failed\nSubState=failed\nNRestarts=0\nResult=exit-code\nExecMainStatus=1", 0,
+     "the unit failed (result exit-code, exit status 1)"),
+    (SHOW_RUNNING, 1, "the service was restarted 1 time(s) while loading"),
+    ("ActiveState=inactive\nSubState=dead\nNRestarts=0", 0, "the unit is inactive"),
+])
+def test_unit_failure(text, restarts_before, reason):
+    found = unit_failure(parse_unit_properties(text), restarts_before)
+    if reason is None:
+        assert found is None
+    else:
+        assert found.startswith(reason)

@@ -1,0 +1,46 @@
+"""llama_rpc_reachability with ss answered from a table and connections patched."""
+
+from unittest import mock
+
+from ansible_collections.gpulab.inference.plugins.modules import llama_rpc_reachability
+import module_harness
+from module_harness import ExitJson, FailJson
+
+SS = "/usr/bin/ss"
+ESTABLISHED = "0      0          10.231.77.10:41862    10.231.77.11:50052\n"
+ENDPOINTS = [{"host": "node-b", "address": "10.231.77.11", "port": 50052, "endpoint": "10.231.77.11:50052"},
+             {"host": "node-c", "address": "10.231.77.12", "port": 50052, "endpoint": "10.231.77.12:50052"}]
+
+
+def run(args, accepts):
+    probed = []
+
+    def connects(address, port, timeout_s):
+        probed.append((address, port, timeout_s))
+        return accepts
+
+    answers = {(SS, "-Htn", "state", "established"): (0, ESTABLISHED, "")}
+    with mock.patch.object(llama_rpc_reachability, "connects", connects):
+        result = module_harness.run_module(llama_rpc_reachability.main, args, answers, {"ss": SS})
+    return result, probed
+
+
+def test_attached_endpoint_is_not_probed():
+    result, probed = run({"endpoints": ENDPOINTS, "timeout_s": 3}, accepts=True)
+    assert result.kind is ExitJson
+    assert result.result["attached"] == ["10.231.77.11:50052"]
+    assert result.result["probed"] == ["10.231.77.12:50052"]
+    assert probed == [("10.231.77.12", 50052, 3)]
+
+
+def test_unreachable_endpoint_is_named():
+    result, unused = run({"endpoints": ENDPOINTS, "timeout_s": 3}, accepts=False)
+    assert result.kind is FailJson
+    assert result.result["msg"].startswith("the head cannot connect to RPC endpoint(s) 10.231.77.12:50052 (node-c) within 3 s")
+
+
+def test_bad_port_is_named():
+    result, probed = run({"endpoints": [dict(ENDPOINTS[1], port="abc")]}, accepts=True)
+    assert result.kind is FailJson
+    assert result.result["msg"] == "endpoints entry 0 port 'abc' is not a port number (1-65535)"
+    assert probed == []

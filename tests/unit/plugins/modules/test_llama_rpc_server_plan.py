@@ -1,0 +1,103 @@
+"""llama_rpc_server_plan with run_command and get_bin_path patched and a deployed build under tmp_path."""
+
+import json
+
+import pytest
+
+from ansible_collections.gpulab.inference.plugins.modules import llama_rpc_server_plan
+import module_harness
+from module_harness import ExitJson, FailJson
+
+SYSTEMCTL = "/usr/bin/systemctl"
+VERSION_252 = "systemd 252 (252.30-1~deb12u2)\n+PAM +AUDIT +SELINUX +APPARMOR +IMA +SMACK +SECCOMP\n"
+VERSION_255 = "systemd 255 (255.4-1ubuntu8.4)\n+PAM +AUDIT +SELINUX +APPARMOR +IMA +SMACK +SECCOMP\n"
+IS_ACTIVE = (SYSTEMCTL, "is-active", "firewalld.service", "ufw.service")
+
+
+@pytest.fixture()
+def build(tmp_path):
+    """/opt/gpulab/llama.cpp/current -> <build id>/ with BUILD_INFO.json and an executable ggml-rpc-server."""
+    target = tmp_path / "0123456789ab"
+    (target / "bin").mkdir(parents=True)
+    (target / "BUILD_INFO.json").write_text(json.dumps(
+        {"build_id": "0123456789ab", "cuda": False, "rpc_server_binary": "ggml-rpc-server"}))
+    binary = target / "bin" / "ggml-rpc-server"
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    link = tmp_path / "current"
+    link.symlink_to(target)
+    return link
+
+
+def run(args, version=VERSION_252, firewalls="inactive\ninactive\n", systemctl=True):
+    answers = {(SYSTEMCTL, "--version"): (0, version, ""), IS_ACTIVE: (3 if "inactive" in firewalls else 0, firewalls, "")}
+    base = {"address": "10.231.77.11", "allowed_sources": ["10.231.77.10"], "memory_mib": 16000}
+    base.update(args)
+    return module_harness.run_module(llama_rpc_server_plan.main, base, answers,
+                                     {"systemctl": SYSTEMCTL} if systemctl else {})
+
+
+def test_cpu_worker_plan(build):
+    result = run({"build_link": str(build), "unit_names": ["gpulab-rpc-server@0.service", "gpulab-rpc-server@1.service"]})
+    assert result.kind is ExitJson
+    plan = result.result
+    assert plan["build"] == {"build_id": "0123456789ab", "build_dir": str(build.resolve()), "cuda": False,
+                             "rpc_server_binary": str(build.resolve() / "bin" / "ggml-rpc-server")}
+    assert plan["servers"] == [{"instance": 0, "device": "CPU", "gpu_index": None, "memory_mib": 16000, "port": 50052}]
+    assert plan["firewall"] == {"ipv4": ["10.231.77.10"], "ipv6": [], "admit_loopback": False,
+                                "ip_address_allow": ["10.231.77.10"]}
+    assert plan["stale_units"] == ["gpulab-rpc-server@1.service"]
+    assert plan["unit_directives"] == [["StartLimitIntervalSec", "0"]]
+    assert plan["service_directives"] == [["Restart", "always"], ["RestartSec", "5"]]
+    assert result.commands == [[SYSTEMCTL, "is-active", "firewalld.service", "ufw.service"], [SYSTEMCTL, "--version"]]
+
+
+def test_head_on_the_node_admits_loopback():
+    plan = run({"head_is_local": True}).result
+    assert plan["firewall"]["admit_loopback"] is True
+    assert plan["firewall"]["ip_address_allow"] == ["10.231.77.10", "localhost"]
+
+
+def test_backoff_from_systemd_254():
+    plan = run({"restart_sec": 5, "restart_max_delay_s": 60}, version=VERSION_255).result
+    assert plan["service_directives"] == [["Restart", "always"], ["RestartSec", "5"], ["RestartSteps", "5"],
+                                          ["RestartMaxDelaySec", "60"]]
+
+
+def test_without_systemctl_nothing_is_asked():
+    result = run({}, systemctl=False)
+    assert result.kind is ExitJson
+    assert result.commands == []
+    assert result.result["service_directives"] == [["Restart", "always"], ["RestartSec", "5"]]
+
+
+def test_active_firewalld_stops_with_the_commands():
+    result = run({}, firewalls="active\ninactive\n")
+    assert result.kind is FailJson
+    assert result.result["msg"].startswith("firewalld.service is active on this node")
+    assert "firewall-cmd --reload" in result.result["msg"]
+
+
+def test_active_firewalld_when_opened():
+    assert run({"other_firewall": "opened"}, firewalls="active\ninactive\n").kind is ExitJson
+
+
+def test_firewall_disabled_needs_no_sources():
+    result = run({"firewall_enabled": False, "allowed_sources": []}, firewalls="active\nactive\n")
+    assert result.kind is ExitJson
+    assert result.result["firewall"]["ip_address_allow"] == []
+
+
+def test_cuda_build_without_gpus(build):
+    info = build / "BUILD_INFO.json"
+    info.write_text(json.dumps({"build_id": "0123456789ab", "cuda": True, "rpc_server_binary": "ggml-rpc-server"}))
+    result = run({"build_link": str(build)})
+    assert result.kind is FailJson
+    assert "no GPU was found" in result.result["msg"]
+
+
+def test_missing_build_is_named(tmp_path):
+    result = run({"build_link": str(tmp_path / "current")})
+    assert result.kind is FailJson
+    assert result.result["msg"] == ("%s does not exist: deploy a llama.cpp build first (roles llama_cpp_build and "
+                                    "llama_cpp_distribute)" % (tmp_path / "current"))

@@ -1,0 +1,45 @@
+"""llama_server_health with systemctl and journalctl answered from a table, /health and sleep patched."""
+
+from unittest import mock
+
+from ansible_collections.gpulab.inference.plugins.modules import llama_server_health
+import module_harness
+from module_harness import ExitJson, FailJson
+
+SYSTEMCTL = "/usr/bin/systemctl"
+JOURNALCTL = "/usr/bin/journalctl"
+UNIT = "gpulab-llama-server.service"
+SHOW = (SYSTEMCTL, "show", "--property=ActiveState", "--property=SubState", "--property=NRestarts",
+        "--property=Result", "--property=ExecMainStatus", UNIT)
+JOURNAL = (JOURNALCTL, "--no-pager", "--output=cat", "-n", "30", "-u", UNIT)
+RUNNING = "ActiveState=active\nSubState=running\nNRestarts=0\nResult=success\nExecMainStatus=0\n"
+RESTARTING = "ActiveState=activating\nSubState=auto-restart\nNRestarts=0\nResult=exit-code\nExecMainStatus=69\n"
+ARGS = {"url": "http://127.0.0.1:8080", "unit": UNIT, "timeout_s": 600, "poll_s": 5}
+
+
+def run(show, statuses):
+    answers = {SHOW: (0, show, ""),
+               JOURNAL: (0, "waiting for RPC worker(s) 10.231.77.11:50052 (at most 300 s)\nRPC worker(s) 10.231.77.11:50052 "
+                            "did not accept a connection within 300 s; exiting\n", "")}
+    statuses = iter(statuses)
+    with mock.patch.object(llama_server_health.HealthWait, "health", lambda self: next(statuses)), \
+            mock.patch.object(llama_server_health.time, "sleep"):
+        return module_harness.run_module(llama_server_health.main, ARGS, answers,
+                                         {"systemctl": SYSTEMCTL, "journalctl": JOURNALCTL})
+
+
+def test_waits_through_503_until_200():
+    result = run(RUNNING, [None, 503, 503, 200])
+    assert result.kind is ExitJson
+    assert result.commands.count(list(SHOW)) == 4
+
+
+def test_stops_at_once_when_the_service_exited_and_shows_the_journal():
+    result = run(RESTARTING, [None, None])
+    assert result.kind is FailJson
+    assert result.result["msg"].startswith(
+        "gpulab-llama-server.service: the service exited and waits to be restarted (result exit-code, exit status 69)")
+    assert "did not accept a connection within 300 s" in result.result["msg"]
+    assert len(result.result["journal"]) == 2
+    # One show for the baseline, one after the first poll: no waiting out the timeout.
+    assert result.commands.count(list(SHOW)) == 2

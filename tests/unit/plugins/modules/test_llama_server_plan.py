@@ -1,0 +1,75 @@
+"""llama_server_plan with run_command and get_bin_path patched, a build and a model under tmp_path."""
+
+import json
+
+import pytest
+
+from ansible_collections.gpulab.inference.plugins.modules import llama_server_plan
+import module_harness
+from module_harness import ExitJson, FailJson
+
+SYSTEMCTL = "/usr/bin/systemctl"
+NO_SANDBOX = {"PrivateTmp": None, "ProtectHome": None}
+
+
+def manifest(host, address, build_id="0123456789ab"):
+    """servers.json as llama_rpc_server writes it."""
+    return {"managed_by": "gpulab.inference", "host": host, "address": address, "build_id": build_id,
+            "unit": "gpulab-rpc-server",
+            "endpoints": [{"instance": 0, "device": "CPU", "gpu_index": None, "port": 50052, "memory_mib": 15990}]}
+
+
+@pytest.fixture()
+def head(tmp_path):
+    build = tmp_path / "0123456789ab"
+    build.mkdir()
+    (build / "BUILD_INFO.json").write_text(json.dumps({"build_id": "0123456789ab", "cuda": False}))
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF" + bytes(1020))
+    return {"build_link": str(build), "model_path": str(model), "hardening": NO_SANDBOX}
+
+
+def run(args):
+    answers = {(SYSTEMCTL, "--version"): (0, "systemd 252 (252.30-1~deb12u2)\n", "")}
+    return module_harness.run_module(llama_server_plan.main, args, answers, {"systemctl": SYSTEMCTL})
+
+
+def test_plan_over_two_workers(head):
+    result = run(dict(head, workers=[manifest("node-b", "10.231.77.11"), manifest("node-c", "10.231.77.12")],
+                      local_gpus=[{"index": 0, "memory_total_mib": 97887}]))
+    assert result.kind is ExitJson
+    plan = result.result
+    assert plan["rpc"] == "10.231.77.11:50052,10.231.77.12:50052"
+    # A CPU build uses no local GPU.
+    assert [d["name"] for d in plan["devices"]] == ["RPC0", "RPC1"]
+    assert plan["build"] == {"build_id": "0123456789ab", "build_dir": head["build_link"], "cuda": False}
+    assert plan["model_bytes"] == 1024
+    assert plan["unit_directives"] == [["StartLimitIntervalSec", "0"]]
+    assert plan["service_directives"] == [["Restart", "always"], ["RestartSec", "5"]]
+
+
+def test_lockstep_names_the_worker(head):
+    result = run(dict(head, workers=[manifest("node-b", "10.231.77.11", build_id="ba9876543210")]))
+    assert result.kind is FailJson
+    assert result.result["msg"].startswith("Worker node-b runs llama.cpp build ba9876543210 but the head has build 0123456789ab")
+
+
+def test_manifest_checked_before_use(head):
+    bad = manifest("node-b", "10.231.77.11")
+    bad["endpoints"][0]["port"] = "50052 --api-key x"
+    result = run(dict(head, workers=[bad]))
+    assert result.kind is FailJson
+    assert result.result["msg"] == "worker node-b: endpoints entry 0 port '50052 --api-key x' is not a port number (1-65535)"
+
+
+def test_model_that_is_not_gguf(head, tmp_path):
+    (tmp_path / "m.gguf").write_bytes(b"PK\x03\x04")
+    result = run(dict(head, workers=[manifest("node-b", "10.231.77.11")]))
+    assert result.kind is FailJson
+    assert "m.gguf is not a GGUF file" in result.result["msg"]
+
+
+def test_model_under_private_tmp(head):
+    result = run(dict(head, workers=[manifest("node-b", "10.231.77.11")], hardening={"PrivateTmp": "yes"}))
+    assert result.kind is FailJson
+    assert "PrivateTmp=yes hides from the service" in result.result["msg"]
