@@ -401,3 +401,42 @@ def missing_gpus_message(required, gpu_count):
         return ('nvidia-smi answered but lists no GPU, and required=true: check that the GPUs are '
                 'seen by the driver (nvidia-smi -L, dmesg), or set required=false for a CPU node')
     return None
+
+
+SNAPSHOT_GPU_KEYS = ('index', 'uuid', 'name', 'pci_bus_id', 'compute_cap', 'cuda_arch', 'memory_total_mib')
+
+
+def inventory_snapshot(gpus, driver):
+    """What identifies a node's GPUs and driver, for /var/lib/gpulab/gpu-inventory.json.
+
+    Live values (memory used, utilisation) are left out, so the file changes only when the
+    hardware or the driver does (a driver upgrade, a swapped card).
+    """
+    return {
+        'managed_by': 'gpulab.inference',
+        'driver_version': driver.get('driver_version'),
+        'kernel_module_version': driver.get('kernel_module_version'),
+        'cuda_version': driver.get('cuda_version'),
+        'gpu_count': len(gpus),
+        'gpus': [dict((key, gpu.get(key)) for key in SNAPSHOT_GPU_KEYS) for gpu in gpus],
+    }
+
+
+def _or_dash(value):
+    return '-' if value is None or value == '' else value
+
+
+def gpu_table(gpus, driver):
+    """A node's GPUs as printable lines: a summary, a header, one row per GPU (N/A shown as -)."""
+    lines = [
+        '%d GPU(s), driver %s (kernel module %s), CUDA %s' % (
+            len(gpus), _or_dash(driver.get('driver_version')), _or_dash(driver.get('kernel_module_version')),
+            _or_dash(driver.get('cuda_version'))),
+        '%-4s %-58s %-6s %-5s %21s %5s' % ('GPU', 'name', 'cc', 'arch', 'memory used/total', 'util'),
+    ]
+    for gpu in gpus:
+        arch = 'sm_%s' % gpu['cuda_arch'] if gpu.get('cuda_arch') else '-'
+        lines.append('%-4s %-58s %-6s %-5s %10s/%6s MiB %4s%%' % (
+            gpu['index'], gpu['name'], _or_dash(gpu.get('compute_cap')), arch, _or_dash(gpu.get('memory_used_mib')),
+            _or_dash(gpu.get('memory_total_mib')), _or_dash(gpu.get('utilization_gpu_pct'))))
+    return lines

@@ -78,6 +78,36 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+snapshot:
+  description:
+    - What identifies the node's GPUs and driver, without live values (memory used, utilisation),
+      so that it changes only with the hardware or the driver. M(gpulab.inference.gpu_facts) does
+      not write it; the C(gpulab.inference.gpu_preflight) role keeps it in C(gpu-inventory.json).
+  returned: always
+  type: dict
+  sample:
+    managed_by: gpulab.inference
+    driver_version: 580.159.04
+    kernel_module_version: 580.159.04
+    cuda_version: "13.0"
+    gpu_count: 1
+    gpus:
+      - index: 0
+        uuid: GPU-fdf55793-3a7a-d742-fbd7-efd736274ebd
+        name: NVIDIA H200
+        pci_bus_id: "00000000:00:06.0"
+        compute_cap: "9.0"
+        cuda_arch: "90"
+        memory_total_mib: 143771
+table:
+  description: The GPUs as printable lines, a summary, a header and one row per GPU (N/A shown as C(-)).
+  returned: always
+  type: list
+  elements: str
+  sample:
+    - 1 GPU(s), driver 580.159.04 (kernel module 580.159.04), CUDA 13.0
+    - "GPU  name                                                       cc     arch      memory used/total  util"
+    - "0    NVIDIA H200                                                9.0    sm_90          0/143771 MiB    0%"
 ansible_facts:
   description: Facts added to the host.
   returned: always
@@ -181,6 +211,8 @@ from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi import
     VERSION_ARGS,
     NvidiaSmiParseError,
     driver_facts,
+    gpu_table,
+    inventory_snapshot,
     merge_mig_modes,
     missing_gpus_message,
     parse_gpu_query,
@@ -214,6 +246,8 @@ class GpuFacts:
     def result(self):
         return {
             'changed': False,
+            'snapshot': inventory_snapshot(self.gpus, self.driver),
+            'table': gpu_table(self.gpus, self.driver),
             'ansible_facts': {
                 'gpulab_gpus': self.gpus,
                 'gpulab_gpu_count': len(self.gpus),

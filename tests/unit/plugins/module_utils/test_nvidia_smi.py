@@ -434,3 +434,46 @@ def test_fake_unanswered_query_fails():
     completed = run_fake(PROFILES / 'h200', ['--query-gpu=index', '--format=csv'])
     assert completed.returncode == 2
     assert 'test double' in completed.stdout and '--query-gpu=index --format=csv' in completed.stdout
+
+
+# --- snapshot and table ------------------------------------------------------------------------
+
+def _h200_gpus():
+    return merge_mig_modes(parse_gpu_query(fixture('h200/smi-query-gpu.csv').splitlines()[-1]), {0: 'Disabled'})
+
+
+H200_DRIVER = {'driver_version': '580.159.04', 'kernel_module_version': '580.159.04', 'cuda_version': '13.0',
+               'mismatch': False, 'message': ''}
+
+
+def test_snapshot_keeps_identity_only():
+    assert nvidia_smi.inventory_snapshot(_h200_gpus(), H200_DRIVER) == {
+        'managed_by': 'gpulab.inference', 'driver_version': '580.159.04', 'kernel_module_version': '580.159.04',
+        'cuda_version': '13.0', 'gpu_count': 1,
+        'gpus': [{'index': 0, 'uuid': H200_UUID, 'name': 'NVIDIA H200', 'pci_bus_id': '00000000:00:06.0',
+                  'compute_cap': '9.0', 'cuda_arch': '90', 'memory_total_mib': 143771}],
+    }
+
+
+def test_snapshot_of_a_cpu_node():
+    driver = {'driver_version': None, 'kernel_module_version': None, 'cuda_version': None}
+    assert nvidia_smi.inventory_snapshot([], driver) == {
+        'managed_by': 'gpulab.inference', 'driver_version': None, 'kernel_module_version': None,
+        'cuda_version': None, 'gpu_count': 0, 'gpus': []}
+
+
+def test_table_lines():
+    assert nvidia_smi.gpu_table(_h200_gpus(), H200_DRIVER) == [
+        '1 GPU(s), driver 580.159.04 (kernel module 580.159.04), CUDA 13.0',
+        'GPU  name                                                       cc     arch      memory used/total  util',
+        '0    NVIDIA H200                                                9.0    sm_90          0/143771 MiB    0%',
+    ]
+
+
+def test_table_shows_not_available_as_dash():
+    gpus = parse_gpu_query(fixture('synthetic/query-gpu-mig-enabled.csv'))
+    lines = nvidia_smi.gpu_table(gpus, {'driver_version': None, 'kernel_module_version': None, 'cuda_version': None})
+    assert lines[0] == '%d GPU(s), driver - (kernel module -), CUDA -' % len(gpus)
+    assert lines[2] == '0    NVIDIA H200                                                9.0    sm_90          -/     - MiB    -%'
+    assert lines[3] == '1    NVIDIA H200                                                9.0    sm_90       9812/143771 MiB   37%'
+    assert 'None' not in ''.join(lines)

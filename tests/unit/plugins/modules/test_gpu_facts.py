@@ -69,6 +69,11 @@ def test_h200():
         'driver_version': '580.159.04', 'cuda_version': '13.0', 'kernel_module_version': '580.159.04',
         'mismatch': False, 'message': '',
     }
+    assert result['snapshot']['gpus'] == [{
+        'index': 0, 'uuid': 'GPU-fdf55793-3a7a-d742-fbd7-efd736274ebd', 'name': 'NVIDIA H200',
+        'pci_bus_id': '00000000:00:06.0', 'compute_cap': '9.0', 'cuda_arch': '90', 'memory_total_mib': 143771}]
+    assert result['snapshot']['gpu_count'] == 1
+    assert result['table'][0] == '1 GPU(s), driver 580.159.04 (kernel module 580.159.04), CUDA 13.0'
 
 
 def test_path_option_and_two_gpus():
