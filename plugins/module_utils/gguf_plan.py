@@ -318,19 +318,23 @@ def kv_bytes_per_layer(facts, cells, streams, type_k, type_v):
     return sizes
 
 
-def compute_bytes_estimate(facts, cells, holds_layers, holds_output, flash_attn, ubatch=DEFAULT_UBATCH):
-    """Rough peak of a device's compute buffer (an estimate, not llama.cpp's allocator).
+def compute_bytes_estimate(facts, cells, holds_layers, holds_output, flash_attn, ubatch=DEFAULT_UBATCH, n_outputs=1):
+    """Rough peak of a device's compute buffer: an estimate, not llama.cpp's graph allocator.
 
-    A layer device needs the larger of attention scores (without flash attention
-    cells x ubatch x heads floats) and the expert FFN activations (ubatch x experts_used x
-    expert FFN x 3 floats), plus a few hidden-state copies; the output device also holds the
-    logits (vocab x ubatch floats).
+    cells: KV cells per stream. A layer device holds a few hidden-state copies (6 x ubatch x
+    embedding floats), the larger of the attention scores (with flash attention ubatch x heads
+    x head_dim x 2 floats; without it cells x ubatch x heads floats) and the expert FFN
+    activations (ubatch x experts_used x expert FFN x 3 floats), and the attention mask (cells x
+    ubatch floats). The output device adds the logits of the reserved outputs (one per sequence:
+    vocab x n_outputs floats). Against what llama.cpp's sched_reserve logged for CPU RPC devices
+    (tests/integration_llama/test_gguf_plan_llama.py) it is within a factor of two; the
+    per-device margin is what covers a backend's larger buffers.
     """
     if not holds_layers and not holds_output:
         return 0
     n_embd = facts["embedding_length"]
     heads = facts["attention_heads"]
-    hidden = 4 * ubatch * n_embd * 4
+    hidden = 6 * ubatch * n_embd * 4
     if flash_attn:
         attention = ubatch * heads * facts["head_dim_v"] * 4 * 2
     else:
@@ -338,9 +342,10 @@ def compute_bytes_estimate(facts, cells, holds_layers, holds_output, flash_attn,
     ffn_size = facts.get("expert_ffn_size") or 4 * n_embd
     used = facts["experts_used"] or 1
     ffn = ubatch * used * ffn_size * 4 * 3
-    total = hidden + (max(attention, ffn) if holds_layers else 0)
+    mask = cells * ubatch * 4
+    total = hidden + (max(attention, ffn) + mask if holds_layers else 0)
     if holds_output:
-        total += facts["vocab_size"] * ubatch * 4
+        total += facts["vocab_size"] * n_outputs * 4
     return total
 
 
@@ -403,7 +408,8 @@ def plan_layout(model, devices, split="equal", n_gpu_layers="all", ctx_size=0, p
         weight = sum(weights[il] for il in layers) + (weights[OUTPUT] if holds_output else 0)
         kv_k = sum(kv[il][0] for il in layers) if offload_kqv else 0
         kv_v = sum(kv[il][1] for il in layers) if offload_kqv else 0
-        compute = compute_bytes_estimate(facts, cells * streams, bool(layers), holds_output, flash_attn != "off", ubatch)
+        compute = compute_bytes_estimate(facts, cells, bool(layers), holds_output, flash_attn != "off", ubatch,
+                                         max(parallel, 1))
         total = weight + kv_k + kv_v + compute
         row = {
             "name": device["name"],
