@@ -1,8 +1,10 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to gpulab.inference
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import annotations
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
 
 
 class ModuleDocFragment:
