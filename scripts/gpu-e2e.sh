@@ -31,8 +31,8 @@ wheels=${GPULAB_E2E_WHEELS:-$repo/.whl}
 commit=${GPULAB_E2E_COMMIT:-0c1e570}
 manager=${GPULAB_E2E_SERVICE_MANAGER:-supervisor}
 read -r -a ctx_sizes <<<"${GPULAB_E2E_CTX_SIZES:-8192 65536}"
-idempotence_layouts=${GPULAB_E2E_IDEMPOTENCE:-local rpc split}
-bench_playbook_layouts=${GPULAB_E2E_BENCH_PLAYBOOK:-local split rpc}
+idempotence_layouts=${GPULAB_E2E_IDEMPOTENCE:-split}
+bench_playbook_layouts=${GPULAB_E2E_BENCH_PLAYBOOK:-split rpc}
 model_dir=/var/lib/gpulab/models
 model_stem=${GPULAB_E2E_MODEL_STEM:-e2e-minimax-m2}
 # 16 layers, hidden 3072, 64 experts / 8 used, expert FFN 1536, Q8_0, 2 shards: 15.06 GiB.
@@ -195,27 +195,59 @@ served() { # INVENTORY OUTFILE GREEDY CONCURRENCY
   module "$1" gpulab.inference.llm_benchmark \
     "{\"base_url\": \"http://127.0.0.1:8080\", \"gguf_path\": \"$model_path\", \"concurrency\": $4, \"requests_per_level\": 4, \"warmup_requests\": 1, \"greedy\": $3}" \
     "$2"
-  "$python" -c 'import json,sys; print("\n".join(json.load(open(sys.argv[1])).get("summary", ["no summary"])))' "$2" | while read -r line; do log "  $(basename "$2"): $line"; done || true
+  "$python" -c 'import json,sys; print("\n".join(json.load(open(sys.argv[1])).get("benchmark", {}).get("summary") or ["no summary"]))' "$2" | while read -r line; do log "  $(basename "$2"): $line"; done || true
 }
 
+# llama-bench on the deployed build and model, in a layout's device order (RPC devices, then the
+# local GPU), with its own RPC servers on other ports (an RPC server serves one client at a time).
 bench_cpp() { # LAYOUT OUTFILE
-  local layout=$1 bin=/opt/gpulab/llama.cpp/current/bin args=() ports
+  local layout=$1 bin=/opt/gpulab/llama.cpp/current/bin args=() eps=() pids=() i=0 g
   args=(-m "$model_path" -ngl 99 -fa 1 -p "128,512" -n 128 -r 3 -o json)
-  if [ "$layout" != local ]; then
-    ports=$("$python" -c 'import json; print(",".join("%s:%s" % (e["address"], e["port"]) for e in json.load(open("/etc/gpulab/rpc-server/servers.json"))["endpoints"]))')
-    args+=(--rpc "$ports" -ts "$("$python" -c 'import sys; print("/".join(["1"] * (len(sys.argv[1].split(",")) + 1)))' "$ports")")
+  for g in $(rpc_gpus "$layout"); do
+    CUDA_VISIBLE_DEVICES=$g "$bin/ggml-rpc-server" -H 127.0.0.1 -p $((50152 + i)) >"$2.rpc$i.log" 2>&1 &
+    pids+=($!)
+    eps+=("127.0.0.1:$((50152 + i))")
+    i=$((i + 1))
+  done
+  if [ "${#eps[@]}" -gt 0 ]; then
+    sleep 3
+    args+=(--rpc "$(IFS=,; echo "${eps[*]}")" -ts "$("$python" -c 'import sys; print("/".join(["1"] * int(sys.argv[1])))' $((${#eps[@]} + 1)))")
   fi
-  # An RPC server serves one client at a time: the head lets go of it first.
-  sup stop gpulab-llama-server >/dev/null 2>&1 || true
-  CUDA_VISIBLE_DEVICES=0 "$bin/llama-bench" "${args[@]}" >"$2" 2>"$2.err" || log "llama-bench failed: $(tail -n 3 "$2.err")"
+  CUDA_VISIBLE_DEVICES=$(gpu_index 0) "$bin/llama-bench" "${args[@]}" >"$2" 2>"$2.err" || log "llama-bench failed: $(tail -n 3 "$2.err")"
+  [ "${#pids[@]}" -eq 0 ] || kill "${pids[@]}" 2>/dev/null || true
+  wait 2>/dev/null || true
   "$python" -c '
 import json, sys
 for r in json.load(open(sys.argv[1])):
     print("pp%d tg%d %.1f tok/s (+- %.1f)" % (r["n_prompt"], r["n_gen"], r["avg_ts"], r["stddev_ts"]))' "$2" 2>/dev/null | while read -r line; do log "  llama-bench $layout: $line"; done || true
-  sup start gpulab-llama-server >/dev/null 2>&1 || true
 }
 
-first=1
+# nvidia-smi indices: the n-th GPU, and the GPUs a layout gives to RPC servers.
+gpu_index() { "$python" -c 'import json,sys; print(sorted(g["index"] for g in json.load(open(sys.argv[1]))["ansible_facts"]["gpulab_gpus"])[int(sys.argv[2])])' "$out/gpu_facts.json" "$1"; }
+rpc_gpus() {
+  case $1 in
+    local) ;;
+    split) gpu_index 0 ;;
+    rpc) for ((n = 1; n < gpus; n++)); do gpu_index "$n"; done ;;
+  esac
+}
+
+# ---- build and model, then llama-bench per layout (no services needed) ------------------------
+prepare_inv=$out/$(echo "$layouts" | awk '{print $1}')/hosts.json
+if [ "${GPULAB_E2E_PREPARE:-1}" = 1 ]; then
+  start=$SECONDS
+  playbook -i "$prepare_inv" "$repo/playbooks/build.yml" >"$out/build.log" 2>&1 || { log "build.yml failed"; tail -n 30 "$out/build.log" >&2; exit 1; }
+  log "build.yml: $((SECONDS - start)) s, $(recap "$out/build.log")"
+  cp /opt/gpulab/llama.cpp/current/BUILD_INFO.json "$out/"
+  start=$SECONDS
+  playbook -i "$prepare_inv" "$repo/playbooks/model.yml" >"$out/model.log" 2>&1 || { log "model.yml failed"; tail -n 30 "$out/model.log" >&2; exit 1; }
+  log "model.yml: $((SECONDS - start)) s, $(recap "$out/model.log"), $(du -cb "$model_dir/$model_stem"-*.gguf | tail -n 1 | cut -f1) bytes"
+  for layout in $layouts; do
+    bench_cpp "$layout" "$out/$layout/llama-bench.json"
+  done
+fi
+[ "${GPULAB_E2E_PHASE:-all}" = prepare ] && { log "done"; exit 0; }
+
 for layout in $layouts; do
   dir=$out/$layout
   inv=$dir/hosts.json
@@ -223,11 +255,6 @@ for layout in $layouts; do
   if ! deploy "$inv" "$dir/deploy-1.log"; then
     tail -n 40 "$dir/deploy-1.log" >&2
     continue
-  fi
-  if [ "$first" = 1 ]; then
-    cp /opt/gpulab/llama.cpp/current/BUILD_INFO.json "$out/" 2>/dev/null || true
-    grep -E 'ninja|Build llama.cpp|build' "$dir/deploy-1.log" | grep -E '\[[0-9]+/[0-9]+\]|elapsed|changed' | tail -n 5 >"$out/build-lines.txt" || true
-    first=0
   fi
   if [[ " $idempotence_layouts " == *" $layout "* ]]; then
     sup status >"$dir/supervisor-before-2.txt" 2>&1 || true
@@ -251,7 +278,6 @@ PY
     playbook -i "$inv" "$repo/playbooks/bench.yml" >"$dir/bench-playbook.log" 2>&1 || log "bench.yml failed: $(tail -n 5 "$dir/bench-playbook.log")"
     log "bench.yml: $((SECONDS - start)) s, $(recap "$dir/bench-playbook.log")"
   fi
-  bench_cpp "$layout" "$dir/llama-bench.json"
   for ctx in "${ctx_sizes[@]:1}"; do
     write_inventory "$layout" "$ctx" "$dir/hosts-ctx$ctx.json"
     log "== layout $layout (ctx $ctx)"
@@ -260,13 +286,13 @@ PY
   for f in /var/log/gpulab/*.log; do tail -c 2000000 "$f" >"$dir/$(basename "$f")"; done 2>/dev/null || true
 done
 
-# Extra server options on the reference layout (GPULAB_E2E_EXTRA='name=json-args ...'):
-# e.g. backend sampling: GPULAB_E2E_EXTRA='backend-sampling=["--backend-sampling"]'
+# Variants of the reference layout, each NAME={more host variables as compact JSON}, separated by
+# spaces, e.g. GPULAB_E2E_EXTRA='bs={"llama_server_extra_args":["--backend-sampling"]} v3={"llama_server_log_verbosity":3}'
 for spec in ${GPULAB_E2E_EXTRA:-}; do
   name=${spec%%=*}
   dir=$out/extra-$name
   mkdir -p "$dir"
-  write_inventory local "${ctx_sizes[0]}" "$dir/hosts.json" "{\"llama_server_extra_args\": ${spec#*=}}"
+  write_inventory local "${ctx_sizes[0]}" "$dir/hosts.json" "${spec#*=}"
   log "== extra $name: ${spec#*=}"
   deploy "$dir/hosts.json" "$dir/deploy.log" || continue
   served "$dir/hosts.json" "$dir/served-c1-default.json" false "[1]"
