@@ -320,7 +320,9 @@ def test_shards_group_tensors_up_to_the_limit():
 
 
 def test_sharded_model_has_an_index_that_matches_the_files(tmp_path):
-    plan = plan_of(architecture="llama", quantization="none", shard_max_mib=1, **dict(SMALL, hidden_size=512))
+    options = dict(SMALL)
+    options.update(architecture="llama", quantization="none", shard_max_mib=1, hidden_size=512)
+    plan = plan_of(**options)
     assert len(plan.shards) > 1
     sh.write_model(str(tmp_path), plan)
     with open(str(tmp_path / sh.INDEX_NAME)) as handle:
