@@ -18,6 +18,11 @@ import math
 import os
 import re
 
+from ansible_collections.gpulab.inference.plugins.module_utils.llama_cpp import (
+    lockstep_problem,
+    lockstep_summary,
+)
+
 # llama.cpp's llama_max_devices() is 16 and common/arg.cpp rejects a --tensor-split
 # with `split_arg.size() >= llama_max_devices()`, so at most 15 entries are accepted.
 LLAMA_MAX_DEVICES = 16
@@ -162,6 +167,9 @@ def worker_manifest(manifest, source="a worker"):
     build_id = manifest.get("build_id")
     if build_id is not None and not BUILD_ID_PATTERN.match(str(build_id)):
         raise LlamaServerError("%s: build_id %r is not a 12-digit hex build id" % (where, build_id))
+    build_info = manifest.get("build_info")
+    if build_info is not None and not isinstance(build_info, dict):
+        raise LlamaServerError("%s: build_info must be an object (lockstep_summary of its BUILD_INFO.json)" % where)
     items = manifest.get("endpoints")
     if not isinstance(items, list) or not items:
         raise LlamaServerError("%s exposes no RPC endpoint; run the llama_rpc_server role on it first" % where)
@@ -178,22 +186,34 @@ def worker_manifest(manifest, source="a worker"):
         if memory is not None:
             memory = _non_negative_int(memory, "%s: endpoints entry %d memory_mib" % (where, position))
         endpoints.append({"instance": instance, "port": port, "device": device, "memory_mib": memory})
-    return {"host": host, "address": address, "unit": unit, "build_id": build_id, "endpoints": endpoints}
+    return {"host": host, "address": address, "unit": unit, "build_id": build_id, "build_info": build_info,
+            "endpoints": endpoints}
 
 
-def lockstep_problems(head_build_id, workers):
-    """Messages for every worker whose build id differs from the head's ([] = in lockstep).
+def lockstep_problems(head_build, workers):
+    """Messages for every worker that may not serve beside the head's build ([] = in lockstep).
 
-    ggml RPC needs the same build on both ends: ggml-rpc.cpp negotiates RPC_PROTO_*_VERSION
-    in its hello and serialises ggml tensors by the layout of that build.
+    head_build: deployed_build of the head (its `lockstep` summary); workers: checked manifests.
+    The rule is the collection's one lockstep rule, llama_cpp.lockstep_problem, which distribution
+    applies too: the same build id, or a local build from the same source that had to be local.
+    A manifest without build_info (written by an older llama_rpc_server) passes only with the
+    head's build id.
     """
+    reference = head_build.get("lockstep") or {"build_id": head_build.get("build_id")}
     problems = []
     for worker in workers:
-        if worker.get("build_id") != head_build_id:
-            problems.append(
-                "Worker %s runs llama.cpp build %s but the head has build %s: ggml RPC needs the same "
-                "build on both ends; deploy one build to every node (llama_cpp_distribute) and run "
-                "llama_rpc_server again" % (worker.get("host"), worker.get("build_id"), head_build_id))
+        host = "worker %s" % worker.get("host")
+        if worker.get("build_info"):
+            problem = lockstep_problem(reference, worker["build_info"], host)
+        elif worker.get("build_id") != reference.get("build_id"):
+            problem = ("%s runs llama.cpp build %s but the head has build %s, and its servers.json has no build_info "
+                       "to judge whether that build may serve beside it: deploy one build to every node "
+                       "(playbooks/build.yml) and run llama_rpc_server again"
+                       % (host, worker.get("build_id"), reference.get("build_id")))
+        else:
+            problem = None
+        if problem:
+            problems.append(problem)
     return problems
 
 
@@ -415,7 +435,7 @@ def deployed_build(link, target, build_info_text):
     if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", binary):
         raise LlamaServerError("%s/BUILD_INFO.json rpc_server_binary %r is not a file name" % (link, binary))
     return {"build_id": build_id, "build_dir": str(target), "cuda": bool(info.get("cuda")),
-            "rpc_server_binary": binary}
+            "rpc_server_binary": binary, "lockstep": lockstep_summary(info)}
 
 
 def read_deployed_build(link):

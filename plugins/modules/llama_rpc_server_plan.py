@@ -146,7 +146,9 @@ servers:
   elements: dict
   sample: [{instance: 0, device: CPU, gpu_index: null, port: 50052, memory_mib: 20000}]
 build:
-  description: The deployed build, C(build_id), C(build_dir) (resolved), C(cuda), C(rpc_server_binary) (its path); empty without O(build_link).
+  description:
+    - The deployed build, C(build_id), C(build_dir) (resolved), C(cuda), C(rpc_server_binary) (its path) and C(lockstep)
+      (the BUILD_INFO.json fields the head's lockstep check reads, published in servers.json); empty without O(build_link).
   returned: success
   type: dict
 firewall:

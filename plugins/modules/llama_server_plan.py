@@ -178,7 +178,9 @@ health_timeout_s:
   returned: success
   type: int
 build:
-  description: The head's build, C(build_id), C(build_dir) (resolved), C(cuda); empty without O(build_link).
+  description:
+    - The head's build, C(build_id), C(build_dir) (resolved), C(cuda) and C(lockstep) (the BUILD_INFO.json fields the
+      lockstep rule reads); empty without O(build_link).
   returned: success
   type: dict
 unit_directives:
@@ -280,7 +282,7 @@ class LlamaServerPlan:
         model_bytes = sum(os.path.getsize(s) for s in shards)
         workers = [worker_manifest(w, "workers entry %d" % i) for i, w in enumerate(params["workers"])]
         if build:
-            problems = lockstep_problems(build["build_id"], workers)
+            problems = lockstep_problems(build, workers)
             if problems:
                 raise LlamaServerError(" | ".join(problems))
         endpoints = rpc_endpoints(workers)

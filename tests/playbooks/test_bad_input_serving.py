@@ -132,7 +132,7 @@ def module_cases(models, builds, shared):
         "head BUILD_INFO not UTF-8": plan(build_link=str(builds / "latin1")) + (["BUILD_INFO.json is not UTF-8 text"],),
         "head BUILD_INFO not JSON": plan(build_link=str(builds / "garbage")) + (["BUILD_INFO.json is not valid JSON"],),
         "worker on another build": plan(build_link=str(builds / "aaaaaaaaaaaa"), workers=[worker("node-b", "10.0.0.2", build_id="bbbbbbbbbbbb")])
-        + (["Worker node-b runs llama.cpp build bbbbbbbbbbbb but the head has build aaaaaaaaaaaa"],),
+        + (["worker node-b runs llama.cpp build bbbbbbbbbbbb but the head has build aaaaaaaaaaaa"],),
         "worker on the head's build": plan(build_link=str(builds / "aaaaaaaaaaaa"), workers=[worker("node-b", "10.0.0.2")]) + (None,),
         "api key in plain text": plan(local_gpus=LOCAL_GPUS, api_key_set=True, api_key_vaulted=False) + (None,),
         "api key vaulted": plan(local_gpus=LOCAL_GPUS, api_key_set=True, api_key_vaulted=True) + (None,),
@@ -348,7 +348,7 @@ ROLE_TASKS = {
 
 def test_role_lockstep_mismatch_names_both_build_ids(serving):
     msg = role_failure(serving, "head-lockstep")
-    assert "Worker node-b runs llama.cpp build bbbbbbbbbbbb but the head has build aaaaaaaaaaaa" in msg
+    assert "worker node-b runs llama.cpp build bbbbbbbbbbbb but the head has build aaaaaaaaaaaa" in msg
 
 
 def test_role_missing_shard_stops_the_head(serving):

@@ -278,7 +278,7 @@ MANIFEST = {"managed_by": "gpulab.inference", "host": "node-b", "address": "10.2
 def test_manifest_as_llama_rpc_server_writes_it():
     assert worker_manifest(MANIFEST) == {
         "host": "node-b", "address": "10.231.77.11", "unit": "gpulab-rpc-server", "build_id": "0123456789ab",
-        "endpoints": [{"instance": 0, "port": 50052, "device": "CPU", "memory_mib": 15990}]}
+        "build_info": None, "endpoints": [{"instance": 0, "port": 50052, "device": "CPU", "memory_mib": 15990}]}
 
 
 def test_manifest_port_given_as_text_is_read():
@@ -330,13 +330,47 @@ def test_port_number_accepts_digits_only():
         port_number("80 80", "port")
 
 
-def test_lockstep_names_each_worker_on_another_build():
-    workers = [dict(MANIFEST), dict(MANIFEST, host="node-c", build_id="ba9876543210")]
-    problems = lockstep_problems("0123456789ab", workers)
+# What lockstep_summary keeps of a BUILD_INFO.json (the fields of the lab's CPU build).
+HEAD_SUMMARY = {"build_id": "0123456789ab", "source": {"kind": "archive", "id": "cbd906bf6d4f"}, "cpu_arch": "x86_64",
+                "glibc_version": "2.36", "cuda": False, "nvcc_version": None}
+HEAD_BUILD = {"build_id": "0123456789ab", "lockstep": HEAD_SUMMARY}
+
+
+def test_lockstep_same_build_passes():
+    assert lockstep_problems(HEAD_BUILD, [dict(MANIFEST, build_info=HEAD_SUMMARY)]) == []
+    assert lockstep_problems(HEAD_BUILD, [MANIFEST]) == []
+
+
+def test_lockstep_other_source_is_named_by_the_shared_rule():
+    other = dict(HEAD_SUMMARY, build_id="ba9876543210", source={"kind": "archive", "id": "000000000000"})
+    problems = lockstep_problems(HEAD_BUILD, [dict(MANIFEST, build_info=other)])
+    assert len(problems) == 1
+    assert problems[0].startswith("worker node-b runs llama.cpp build ba9876543210 from source 000000000000")
+
+
+def test_lockstep_local_build_that_could_share_is_named():
+    local = dict(HEAD_SUMMARY, build_id="ba9876543210")
+    problems = lockstep_problems(HEAD_BUILD, [dict(MANIFEST, build_info=local)])
+    assert len(problems) == 1
+    assert "could run the cluster's build 0123456789ab" in problems[0]
+
+
+def test_lockstep_local_build_that_had_to_be_passes():
+    arm = dict(HEAD_SUMMARY, build_id="ba9876543210", cpu_arch="aarch64")
+    assert lockstep_problems(HEAD_BUILD, [dict(MANIFEST, build_info=arm)]) == []
+
+
+def test_lockstep_without_build_info_needs_the_same_id():
+    problems = lockstep_problems(HEAD_BUILD, [dict(MANIFEST, host="node-c", build_id="ba9876543210")])
     assert problems == [
-        "Worker node-c runs llama.cpp build ba9876543210 but the head has build 0123456789ab: ggml RPC needs the same "
-        "build on both ends; deploy one build to every node (llama_cpp_distribute) and run llama_rpc_server again"]
-    assert lockstep_problems("0123456789ab", [MANIFEST]) == []
+        "worker node-c runs llama.cpp build ba9876543210 but the head has build 0123456789ab, and its servers.json has "
+        "no build_info to judge whether that build may serve beside it: deploy one build to every node "
+        "(playbooks/build.yml) and run llama_rpc_server again"]
+
+
+def test_manifest_build_info_must_be_an_object():
+    with pytest.raises(LlamaServerError, match="build_info must be an object"):
+        worker_manifest(dict(MANIFEST, build_info="0123456789ab"))
 
 
 # --- deployed build --------------------------------------------------------------
@@ -345,7 +379,9 @@ def test_deployed_build_reads_what_serving_needs():
     text = b'{"build_id": "0123456789ab", "cuda": true, "rpc_server_binary": "ggml-rpc-server", "compiler": "gcc 12"}'
     assert deployed_build("/opt/gpulab/llama.cpp/current", "/opt/gpulab/llama.cpp/0123456789ab", text) == {
         "build_id": "0123456789ab", "build_dir": "/opt/gpulab/llama.cpp/0123456789ab", "cuda": True,
-        "rpc_server_binary": "ggml-rpc-server"}
+        "rpc_server_binary": "ggml-rpc-server",
+        "lockstep": {"build_id": "0123456789ab", "source": None, "cpu_arch": None, "glibc_version": None, "cuda": True,
+                     "nvcc_version": None}}
 
 
 def test_deployed_build_of_older_llama_cpp_names_rpc_server():

@@ -42,7 +42,9 @@ def test_cpu_worker_plan(build):
     assert result.kind is ExitJson
     plan = result.result
     assert plan["build"] == {"build_id": "0123456789ab", "build_dir": str(build.resolve()), "cuda": False,
-                             "rpc_server_binary": str(build.resolve() / "bin" / "ggml-rpc-server")}
+                             "rpc_server_binary": str(build.resolve() / "bin" / "ggml-rpc-server"),
+                             "lockstep": {"build_id": "0123456789ab", "source": None, "cpu_arch": None,
+                                          "glibc_version": None, "cuda": False, "nvcc_version": None}}
     assert plan["servers"] == [{"instance": 0, "device": "CPU", "gpu_index": None, "memory_mib": 16000, "port": 50052}]
     assert plan["firewall"] == {"ipv4": ["10.231.77.10"], "ipv6": [], "admit_loopback": False,
                                 "ip_address_allow": ["10.231.77.10"]}

@@ -42,7 +42,9 @@ def test_plan_over_two_workers(head):
     assert plan["rpc"] == "10.231.77.11:50052,10.231.77.12:50052"
     # A CPU build uses no local GPU.
     assert [d["name"] for d in plan["devices"]] == ["RPC0", "RPC1"]
-    assert plan["build"] == {"build_id": "0123456789ab", "build_dir": head["build_link"], "cuda": False}
+    assert plan["build"]["build_id"] == "0123456789ab"
+    assert plan["build"]["build_dir"] == head["build_link"]
+    assert plan["build"]["cuda"] is False
     assert plan["model_bytes"] == 1024
     assert plan["unit_directives"] == [["StartLimitIntervalSec", "0"]]
     assert plan["service_directives"] == [["Restart", "always"], ["RestartSec", "5"]]
@@ -51,7 +53,15 @@ def test_plan_over_two_workers(head):
 def test_lockstep_names_the_worker(head):
     result = run(dict(head, workers=[manifest("node-b", "10.231.77.11", build_id="ba9876543210")]))
     assert result.kind is FailJson
-    assert result.result["msg"].startswith("Worker node-b runs llama.cpp build ba9876543210 but the head has build 0123456789ab")
+    assert result.result["msg"].startswith("worker node-b runs llama.cpp build ba9876543210 but the head has build 0123456789ab")
+
+
+def test_lockstep_from_build_info_uses_the_shared_rule(head):
+    worker = manifest("node-b", "10.231.77.11", build_id="ba9876543210")
+    worker["build_info"] = {"build_id": "ba9876543210", "source": {"kind": "archive", "id": "000000000000"}}
+    result = run(dict(head, workers=[worker]))
+    assert result.kind is FailJson
+    assert "worker node-b runs llama.cpp build ba9876543210 from source 000000000000" in result.result["msg"]
 
 
 def test_manifest_checked_before_use(head):
