@@ -243,7 +243,7 @@ def draw_throughput(doc, path):
         axis.set_ylim(0, highest * 1.15)
         axis.grid(True, alpha=0.3)
         axis.legend(fontsize=9, loc='lower left')
-    axis.set_title('Decode throughput versus concurrency (%s, %s)' % (doc.get('engine') or 'n/a', doc.get('model') or 'n/a'),
+    axis.set_title('Decode throughput versus concurrency\n%s, %s' % (doc.get('engine') or 'n/a', os.path.basename(doc.get('model') or 'n/a')),
                    fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
