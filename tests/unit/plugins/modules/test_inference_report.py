@@ -7,7 +7,7 @@ from unittest import mock
 from ansible_collections.gpulab.inference.plugins.modules import inference_report
 
 from module_harness import ExitJson, FailJson, run_module
-from test_report_inputs import BENCH, RESIDENCY, SAMPLER, trace
+from report_inputs import BENCH, RESIDENCY, SAMPLER, trace
 
 
 def png_size(path):
