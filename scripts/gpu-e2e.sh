@@ -136,7 +136,7 @@ hostvars = {
     "llama_server_ctx_size": ctx,
     "llama_server_supervisor_environment": {"CUDA_VISIBLE_DEVICES": str(indices[0])},
     "gpulab_bench_profile": "short",
-    "bench_report_dir": "$work/reports",
+    "bench_report_dir": "$out/reports",
 }
 if layout == "split":
     hostvars["llama_rpc_server_gpu_indices"] = [indices[0]]
@@ -304,5 +304,5 @@ if [ "${GPULAB_E2E_STOP:-1}" = 1 ]; then
   playbook -i "$out/$last/hosts.json" "$repo/playbooks/stop.yml" >"$out/stop.log" 2>&1 || true
   log "stop.yml: $(recap "$out/stop.log"); $(sup status 2>&1 | tr '\n' ';')"
 fi
-cp -r "$work/reports" "$out/" 2>/dev/null || true
+
 log "done"
