@@ -66,7 +66,9 @@ export PATH=/usr/local/cuda/bin:$PATH
 # Hosts without iproute2: a minimal ss (the RPC role's listen check and the head's watch use it).
 if ! command -v ss >/dev/null; then
   install -d -m 0755 /opt/gpulab-e2e/bin
-  install -m 0755 "$repo/scripts/ss-proc.py" /opt/gpulab-e2e/bin/ss
+  install -m 0644 "$repo/scripts/ss-proc.py" /opt/gpulab-e2e/bin/ss-proc.py
+  printf '#!/bin/sh\nexec %s /opt/gpulab-e2e/bin/ss-proc.py "$@"\n' "$python" >/opt/gpulab-e2e/bin/ss
+  chmod 0755 /opt/gpulab-e2e/bin/ss
   export PATH=/opt/gpulab-e2e/bin:$PATH
   log "no ss on this host: using scripts/ss-proc.py"
 fi

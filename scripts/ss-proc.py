@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # managed by gpulab.inference
 # A minimal `ss` for hosts without iproute2 (some GPU container images): scripts/gpu-e2e.sh puts it on
 # PATH as `ss` only when the real one is missing. It reads /proc/net/tcp and /proc/net/tcp6 and
