@@ -1,0 +1,69 @@
+"""llama_cpp_build_verify: what it decides and writes, and a table of bad inputs, each refused with a message naming the
+option or field, no traceback, nothing written."""
+
+import json
+
+import pytest
+
+from ansible_collections.gpulab.inference.plugins.modules import (
+    llama_cpp_build_verify,
+)
+
+from module_harness import ExitJson, FailJson, run_module
+
+
+# --- llama_cpp_build_verify -------------------------------------------------------------------------
+
+REFERENCE = {"build_id": "0123456789ab", "source": {"id": "archive:sha256:00"}, "cpu_arch": "x86_64",
+             "glibc_version": "2.36", "cuda": False, "nvcc_version": None}
+
+
+def installed_build(tmp_path, info_bytes=None, binary=b"llama\n"):
+    build = tmp_path / "0123456789ab"
+    (build / "bin").mkdir(parents=True)
+    (build / "bin" / "llama-server").write_bytes(binary)
+    if info_bytes is None:
+        import hashlib
+        info = dict(REFERENCE, cmake_options={}, cuda_architectures=[], compiler="gnu 12.2.0",
+                    rpc_server_binary="ggml-rpc-server",
+                    binaries={"llama-server": hashlib.sha256(b"llama\n").hexdigest()})
+        info_bytes = json.dumps(info).encode()
+    (build / "BUILD_INFO.json").write_bytes(info_bytes)
+    return build
+
+
+def verify(path, **args):
+    return run_module(llama_cpp_build_verify.main, dict({"path": str(path)}, **args), {}, None)
+
+
+def test_verify_valid_build_in_lockstep(tmp_path):
+    run = verify(installed_build(tmp_path), reference=REFERENCE)
+    assert run.kind is ExitJson, run.result
+    assert (run.result["valid"], run.result["lockstep_problem"]) == (True, None)
+
+
+def test_verify_names_a_node_out_of_lockstep(tmp_path):
+    run = verify(installed_build(tmp_path), reference=dict(REFERENCE, build_id="bbbbbbbbbbbb"))
+    assert "could run the cluster's build bbbbbbbbbbbb" in run.result["lockstep_problem"]
+
+
+VERIFY_BAD = [
+    (b"\xff\xfe{", None, "is not UTF-8"),
+    (b"{", None, "is not valid JSON"),
+    (b"[]", None, "must hold a JSON object"),
+    (b'{"build_id": "0123456789ab"}', None, "lacks source"),
+    (None, b"tampered\n", "checksum differs or file missing"),
+]
+
+
+@pytest.mark.parametrize("info_bytes, binary, fragment", VERIFY_BAD)
+def test_verify_bad_build_info(tmp_path, info_bytes, binary, fragment):
+    build = installed_build(tmp_path, info_bytes, binary or b"llama\n")
+    run = verify(build)
+    assert run.kind is FailJson, run.result
+    assert fragment in run.result["msg"]
+    assert "Traceback" not in run.result["msg"]
+    lenient = verify(build, fail_on_mismatch=False, reference=REFERENCE)
+    assert lenient.kind is ExitJson
+    assert lenient.result["valid"] is False
+    assert "has no valid llama.cpp build" in lenient.result["lockstep_problem"]
