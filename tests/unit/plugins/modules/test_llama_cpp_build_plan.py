@@ -41,9 +41,6 @@ def plan(args):
     return run_module(llama_cpp_build_plan.main, base, {}, None)
 
 
-
-
-
 # --- llama_cpp_build_plan ---------------------------------------------------------------------------
 
 def test_plan_builds_once_for_every_generation(tmp_path):

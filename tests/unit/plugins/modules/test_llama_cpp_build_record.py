@@ -24,9 +24,6 @@ def plan(args):
     return run_module(llama_cpp_build_plan.main, base, {}, None)
 
 
-
-
-
 # --- llama_cpp_build_record -------------------------------------------------------------------------
 
 RECORD_PLAN = {"build_id": "0123456789ab", "cuda": True, "cuda_architectures": ["90-real", "120a-real"],
