@@ -15,7 +15,7 @@ SANITY_ROOT := /tmp/gpulab-sanity/ansible_collections/gpulab/inference
 LLAMA_CPP_PYTHON_VERSION := 0.3.36
 LLAMA_CPP_COMMIT := 0c1e570
 LLAMA_CPP_ARCHIVE := .cache/llama.cpp-$(LLAMA_CPP_COMMIT).tar.gz
-MOLECULE_SCENARIOS ?= facts build default
+MOLECULE_SCENARIOS ?= facts build default drain roce vllm supervisor
 APT_PACKAGES := podman runc debootstrap rsync shellcheck
 
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
@@ -81,6 +81,10 @@ demo: lab llama-cpp-archive ## Deploy on the container lab and print what it ser
 	$(call step,deploy.yml on the container lab: build on node-a, ship, RPC workers, head, smoke request)
 	@ansible-playbook -i inventory/demo deploy.yml
 	$(call step,the lab serves an OpenAI-compatible API on node-a: podman exec gpulab-node-a curl -s 127.0.0.1:8080/v1/models)
+	@report=$$(ls -td reports/$${GPULAB_LAB_NAME:-gpulab}-*/ 2>/dev/null | head -n 1); \
+	  test -n "$$report" || { echo "no report under reports/ (gpulab_bench_enabled false?)"; exit 1; }; \
+	  echo "==> report: $${report}report.md"; \
+	  sed -n '/^## Summary/,/^## GPU memory residency/{/^|/p}' "$${report}report.md"
 
 facts: deps ## GPU facts table of an inventory: make facts INVENTORY=inventory/lab
 	@ansible-playbook -i $(or $(INVENTORY),inventory/lab) playbooks/facts.yml
