@@ -535,12 +535,14 @@ def ping_verdict(host, peer, address, mtu, rc, output):
     if rc == 0:
         return ''
     text = output.lower()
-    if 'message too long' in text or 'local error' in text:
-        return ('%s -> %s (%s): the local MTU is below %d (ping -M do: "message too long"); give the '
-                'fabric interface MTU %d (roce_mtu) and run the roce role' % (host, peer, address, mtu, mtu))
+    # A hop's "Frag needed" first: after one, Linux lowers the path MTU and reports the packets that
+    # follow as a local "message too long", which would blame the wrong end.
     if 'frag needed' in text:
         return ('%s -> %s (%s): a hop on the path has an MTU below %d ("frag needed"); set MTU %d (or '
                 'more, 9216 on most switches) on every switch port of the fabric' % (host, peer, address, mtu, mtu))
+    if 'message too long' in text or 'local error' in text:
+        return ('%s -> %s (%s): the local MTU is below %d (ping -M do: "message too long"); give the '
+                'fabric interface MTU %d (roce_mtu) and run the roce role' % (host, peer, address, mtu, mtu))
     return ('%s -> %s (%s): no answer to %d-byte packets with Don\'t Fragment set; if a plain ping '
             'works, a switch port or the peer drops jumbo frames (set MTU %d or more on every hop); '
             'otherwise check the link, the address and the firewall' % (host, peer, address, mtu, mtu))

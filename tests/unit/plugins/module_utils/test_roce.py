@@ -494,6 +494,11 @@ def test_ping_verdicts():
     frag = ping_verdict('node-a', 'node-b', '192.0.2.11', 9000, 1,
                         'From 192.0.2.1 icmp_seq=1 Frag needed and DF set (mtu = 1500)\n')
     assert 'every switch port' in frag
+    # After a hop's "Frag needed", iputils reports the following packets as a local error: the hop is to blame.
+    both = ping_verdict('node-a', 'node-b', '192.0.2.11', 9000, 1,
+                        'From 192.0.2.1 icmp_seq=1 Frag needed and DF set (mtu = 1500)\n'
+                        'ping: local error: message too long, mtu=1500\n')
+    assert 'every switch port' in both
     silent = ping_verdict('node-a', 'node-b', '192.0.2.11', 9000, 1,
                           '3 packets transmitted, 0 received, 100% packet loss\n')
     assert 'drops jumbo frames' in silent
