@@ -321,8 +321,6 @@ def test_cpu_build_ignores_gpus_and_driver():
                                                      gpus=[{"cuda_arch": "90"}])) == []
 
 
-
-
 # --- auto never falls back to a CPU build where a GPU build was meant ------------------------
 
 @pytest.mark.parametrize("mode, gpus, driver_error, message", [

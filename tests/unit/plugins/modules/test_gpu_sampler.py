@@ -64,7 +64,8 @@ def test_loop_reads_nvidia_smi_lms(tmp_path):
     """A loop that replays the real H200 trace (TEST DOUBLE written here) answers -lms."""
     smi = tmp_path / 'nvidia-smi'
     smi.write_text('#!/bin/sh\n'
-                   'case "$1" in --query-gpu=index,uuid*) echo "0, GPU-x, NVIDIA H200, 00000000:00:06.0, 580.159.04, 9.0, 143771, 0, 143156, 0"; exit 0;; esac\n'
+                   'case "$1" in --query-gpu=index,uuid*) '
+                   'echo "0, GPU-x, NVIDIA H200, 00000000:00:06.0, 580.159.04, 9.0, 143771, 0, 143156, 0"; exit 0;; esac\n'
                    'cat %s\nexec sleep 30\n' % CAPTURE)
     smi.chmod(0o755)
     kind, result = run({'trace_path': str(tmp_path / 'trace.json'), 'duration_s': 2, 'nvidia_smi_path': str(smi)})
