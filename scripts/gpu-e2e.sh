@@ -134,7 +134,7 @@ hostvars = {
     "model_synthetic": model,
     "model_vocab_archive": "$archive",
     "model_vocab_archive_member": "llama.cpp/models/ggml-vocab-qwen2.gguf",
-    "gpulab_model_path": "$model_path",
+    "llama_server_model_path": "$model_path",
     "llama_server_ctx_size": ctx,
     "llama_server_supervisor_environment": {"CUDA_VISIBLE_DEVICES": str(indices[0])},
     "gpulab_bench_profile": "short",
