@@ -14,14 +14,31 @@ RPC_PORT = 50052
 BUILD_INFO = "/opt/gpulab/llama.cpp/current/BUILD_INFO.json"
 
 
+def lab_host(name):
+    import testinfra
+
+    return testinfra.get_host(f"podman://{LAB}-{name}")
+
+
+# Tests that concern one kind of node address it by name (not through testinfra's `host`, which
+# runs a test on every node): nothing is skipped.
+@pytest.fixture(scope="module")
+def head():
+    return lab_host("node-a")
+
+
+@pytest.fixture(scope="module", params=WORKERS)
+def worker(request):
+    return request.param, lab_host(request.param)
+
+
 @pytest.fixture()
 def node(host):
     return host.check_output("hostname")
 
 
-def test_rpc_server_runs_unprivileged_on_workers(host, node):
-    if node not in WORKERS:
-        pytest.skip("RPC servers run on the workers")
+def test_rpc_server_runs_unprivileged_on_workers(worker):
+    host = worker[1]
     service = host.service("gpulab-rpc-server@0")
     assert service.is_running
     assert service.is_enabled
@@ -33,17 +50,15 @@ def test_rpc_server_runs_unprivileged_on_workers(host, node):
     assert "gpulab-llama" not in host.check_output("id -nG gpulab-rpc").split()
 
 
-def test_head_runs_as_its_own_account(host, node):
-    if node != "node-a":
-        pytest.skip("llama-server runs on the head")
+def test_head_runs_as_its_own_account(head):
+    host = head
     assert host.check_output("systemctl show --property=User --value gpulab-llama-server.service") == "gpulab-llama"
     config = host.file("/etc/gpulab/llama-server")
     assert (config.user, config.group, config.mode) == ("root", "gpulab-llama", 0o750)
 
 
-def test_rpc_servers_require_their_firewall(host, node):
-    if node not in WORKERS:
-        pytest.skip("RPC servers run on the workers")
+def test_rpc_servers_require_their_firewall(worker):
+    host = worker[1]
     props = dict(line.split("=", 1) for line in host.check_output(
         "systemctl show --property=Requires --property=After --property=IPAddressDeny --property=IPAddressAllow"
         " --property=Restart --property=StartLimitIntervalUSec gpulab-rpc-server@0.service").splitlines())
@@ -56,9 +71,8 @@ def test_rpc_servers_require_their_firewall(host, node):
     assert sorted(props["IPAddressDeny"].split()) == ["0.0.0.0/0", "::/0"]
 
 
-def test_head_restarts_forever(host, node):
-    if node != "node-a":
-        pytest.skip("llama-server runs on the head")
+def test_head_restarts_forever(head):
+    host = head
     props = dict(line.split("=", 1) for line in host.check_output(
         "systemctl show --property=Restart --property=StartLimitIntervalUSec gpulab-llama-server.service").splitlines())
     assert props == {"Restart": "always", "StartLimitIntervalUSec": "0"}
@@ -77,17 +91,15 @@ def test_systemd_analyze_verify_is_clean(host, node):
     assert result.stdout.strip() == "" and result.stderr.strip() == "", result.stdout + result.stderr
 
 
-def test_rpc_port_bound_to_fabric_address_only(host, node):
-    if node not in WORKERS:
-        pytest.skip("RPC servers run on the workers")
+def test_rpc_port_bound_to_fabric_address_only(worker):
+    node, host = worker
     listening = host.check_output(f"ss -Hltn 'sport = :{RPC_PORT}'").splitlines()
     local_addresses = [line.split()[3] for line in listening]
     assert local_addresses == [f"{ADDRESS[node]}:{RPC_PORT}"]
 
 
-def test_firewall_admits_only_the_head(host, node):
-    if node not in WORKERS:
-        pytest.skip("the firewall guards the workers")
+def test_firewall_admits_only_the_head(worker):
+    node, host = worker
     ruleset = host.check_output("nft list table inet gpulab_rpc")
     assert f"ip saddr {ADDRESS['node-a']}" in ruleset or f"ip saddr {{ {ADDRESS['node-a']} }}" in ruleset
     assert str(RPC_PORT) in ruleset
@@ -98,17 +110,15 @@ def test_firewall_admits_only_the_head(host, node):
     assert 'include "/etc/nftables.d/gpulab-rpc.nft"' in host.file("/etc/nftables.conf").content_string
 
 
-def test_node_c_cannot_reach_node_b_rpc(host, node):
+def test_node_c_cannot_reach_node_b_rpc():
     """One probe only: an RPC server serves one client at a time with a backlog of one."""
-    if node != "node-c":
-        pytest.skip("probed from node-c, a node that is not the head")
+    host = lab_host("node-c")
     probe = host.run(f"timeout 5 bash -c '</dev/tcp/{ADDRESS['node-b']}/{RPC_PORT}'")
     assert probe.rc != 0
 
 
-def test_head_serves_a_chat_completion(host, node):
-    if node != "node-a":
-        pytest.skip("llama-server runs on the head")
+def test_head_serves_a_chat_completion(head):
+    host = head
     assert host.service("gpulab-llama-server").is_running
     body = json.dumps({"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8})
     answer = json.loads(host.check_output(
@@ -118,9 +128,8 @@ def test_head_serves_a_chat_completion(host, node):
     assert answer["choices"][0]["message"]["role"] == "assistant"
 
 
-def test_head_log_shows_layers_on_rpc_devices(host, node):
-    if node != "node-a":
-        pytest.skip("llama-server runs on the head")
+def test_head_log_shows_layers_on_rpc_devices(head):
+    host = head
     invocation = host.check_output("systemctl show --property=InvocationID --value gpulab-llama-server.service")
     log = host.check_output(f"journalctl --no-pager --output=cat _SYSTEMD_INVOCATION_ID={invocation}")
     # llama.cpp names each RPC buffer after its endpoint: "RPC0[10.231.77.11:50052] model buffer size".
@@ -130,10 +139,7 @@ def test_head_log_shows_layers_on_rpc_devices(host, node):
 
 
 @pytest.fixture(scope="module")
-def head_build_id():
-    import testinfra
-
-    head = testinfra.get_host(f"podman://{LAB}-node-a")
+def head_build_id(head):
     return json.loads(head.file(BUILD_INFO).content_string)["build_id"]
 
 
