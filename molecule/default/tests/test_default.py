@@ -99,7 +99,7 @@ def test_rpc_port_bound_to_fabric_address_only(worker):
 
 
 def test_firewall_admits_only_the_head(worker):
-    node, host = worker
+    host = worker[1]
     ruleset = host.check_output("nft list table inet gpulab_rpc")
     assert f"ip saddr {ADDRESS['node-a']}" in ruleset or f"ip saddr {{ {ADDRESS['node-a']} }}" in ruleset
     assert str(RPC_PORT) in ruleset
