@@ -124,6 +124,7 @@ hostvars = {
     "ansible_python_interpreter": "$python",
     "gpulab_fabric_address": "127.0.0.1",
     "gpulab_service_manager": "$manager",
+    "gpulab_engine": "llama_cpp",
     "supervisor_wheel_src": "$supervisor_wheel",
     "supervisor_python": "$python",
     "llama_cpp_source": "archive",
