@@ -104,7 +104,7 @@ INV
 module "$work/facts.yml" gpulab.inference.gpu_facts '{}' "$out/gpu_facts.json"
 gpus=$("$python" -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["ansible_facts"]["gpulab_gpus"]))' "$out/gpu_facts.json")
 log "$gpus GPU(s): $("$python" -c 'import json,sys; print(", ".join("%s %s MiB cc %s" % (g["name"], g["memory_total_mib"], g["compute_cap"]) for g in json.load(open(sys.argv[1]))["ansible_facts"]["gpulab_gpus"]))' "$out/gpu_facts.json")"
-layouts=${GPULAB_E2E_LAYOUTS:-local split$([ "$gpus" -ge 2 ] && echo ' rpc')}
+layouts=${GPULAB_E2E_LAYOUTS:-local split$(if [ "$gpus" -ge 2 ]; then echo ' rpc'; fi)}
 
 # ---- inventories -------------------------------------------------------------------------------
 # The head takes GPU 0; `split` adds one RPC server on GPU 0, `rpc` one per other GPU, each on its
