@@ -51,7 +51,7 @@ if ! "$python" -c 'import ansible' 2>/dev/null; then
   "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$work/site" "$wheels"/*.whl
   export PYTHONPATH=$work/site${PYTHONPATH:+:$PYTHONPATH}
 fi
-supervisor_wheel=$(ls "$wheels"/supervisor-*-none-any.whl 2>/dev/null | tail -n 1 || true)
+supervisor_wheel=$(find "$wheels" -maxdepth 1 -name 'supervisor-*-none-any.whl' 2>/dev/null | sort | tail -n 1 || true)
 mkdir -p "$work/collections/ansible_collections/gpulab"
 ln -sfn "$repo" "$work/collections/ansible_collections/gpulab/inference"
 collections=$work/collections
@@ -176,6 +176,8 @@ measure() { # LAYOUT CTX INVENTORY DIR
   local layout=$1 ctx=$2 inv=$3 dir=$4 devices
   module "$inv" gpulab.inference.gpu_residency '{}' "$dir/residency-ctx$ctx.json"
   sup status >"$dir/supervisor-ctx$ctx.txt" 2>&1 || true
+  # pgrep alone would not show the resident set size next to each command line.
+  # shellcheck disable=SC2009
   ps -eo pid,rss,args | grep -E 'llama-server|rpc-server' | grep -v grep >"$dir/processes-ctx$ctx.txt" || true
   devices=$("$python" - "$layout" <<PY
 import json, sys

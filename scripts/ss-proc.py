@@ -35,7 +35,7 @@ def sockets():
         for line in lines:
             fields = line.split()
             lip, lport, v6 = decode(fields[1])
-            rip, rport, _ = decode(fields[2])
+            rip, rport = decode(fields[2])[:2]
             yield fields[3], lip, lport, rip, rport, v6
 
 
