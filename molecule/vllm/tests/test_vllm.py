@@ -58,3 +58,20 @@ def test_plan_is_published_for_the_report(host):
     assert plan["model"]["tensor_source"] == "safetensors"
     # TP=2+EP: half the experts, half of every sharded weight, norms and router whole on each GPU
     assert 0.5 < plan["estimate"]["weights_bytes"] / plan["model"]["weights_bytes"] < 0.55
+
+
+def test_benchmark_and_report_ran_against_vllm():
+    """The bench step of the converge measured the vLLM server and wrote the report on the controller."""
+    from pathlib import Path
+
+    repo = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[3]))
+    reports = sorted((repo / "reports").glob("%s-*/report.json" % LAB), key=lambda path: path.stat().st_mtime)
+    assert reports, "no report under %s/reports/%s-*" % (repo, LAB)
+    report = json.loads(reports[-1].read_text())
+    levels = report["benchmark"]["levels"]
+    assert [level["concurrency"] for level in levels] == [1, 2, 4]
+    for level in levels:
+        assert level["requests_failed"] == 0, level["errors"]
+        assert level["output_tokens"] > 0
+    for png in ("residency.png", "utilisation.png", "throughput.png"):
+        assert (reports[-1].parent / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
