@@ -17,7 +17,6 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
-import socket
 import subprocess
 import time
 from http.client import HTTPConnection
@@ -30,6 +29,8 @@ from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpulab.inference.plugins.module_utils import synthetic_model as sm
 from ansible_collections.gpulab.inference.plugins.modules import llm_benchmark
+
+from llama_processes import free_port, stop
 
 BIN_DIR = os.environ.get("GPULAB_LLAMA_BIN_DIR", "")
 VOCAB_GGUF = os.environ.get("GPULAB_LLAMA_VOCAB_GGUF") or None
@@ -45,14 +46,6 @@ class Done(Exception):
 
 def _raise(_self, **kwargs):
     raise Done(kwargs)
-
-
-def free_port():
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    return port
 
 
 @pytest.fixture(scope="module")
@@ -86,12 +79,7 @@ def server(tmp_path_factory):
             time.sleep(0.5)
         yield {"url": "http://127.0.0.1:%d" % port, "gguf": plan.paths[0], "log": log_path}
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
 def benchmark(args):

@@ -34,6 +34,8 @@ from ansible_collections.gpulab.inference.plugins.module_utils import gguf
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf_plan
 from ansible_collections.gpulab.inference.plugins.module_utils import synthetic_model as sm
 
+from llama_processes import free_port, stop
+
 BIN_DIR = os.environ.get("GPULAB_LLAMA_BIN_DIR", "")
 VOCAB_GGUF = os.environ.get("GPULAB_LLAMA_VOCAB_GGUF", "")
 THREADS = os.environ.get("GPULAB_LLAMA_THREADS", "2")
@@ -66,14 +68,6 @@ def write_model(directory, name, **options):
     return plan.paths[0]
 
 
-def free_port():
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    return port
-
-
 def wait_for_port(port, proc, log_path, timeout_s=20):
     deadline = time.time() + timeout_s
     while time.time() < deadline:
@@ -84,16 +78,6 @@ def wait_for_port(port, proc, log_path, timeout_s=20):
         except (OSError, socket.timeout):
             time.sleep(0.1)
     raise AssertionError("rpc-server did not listen on 127.0.0.1:%d:\n%s" % (port, open(log_path).read()[-3000:]))
-
-
-def stop(proc):
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +99,7 @@ def rpc_endpoints(tmp_path_factory):
         yield endpoints
     finally:
         for proc in procs:
-            stop(proc)
+            stop(proc, timeout_s=10)
 
 
 def load_and_read_buffers(model_path, endpoints, split, extra, log_path):
@@ -138,7 +122,7 @@ def load_and_read_buffers(model_path, endpoints, split, extra, log_path):
             time.sleep(0.2)
         assert LOADED.search(text), "llama-server did not load the model (%s):\n%s" % (" ".join(cmd), text[-4000:])
     finally:
-        stop(server)
+        stop(server, timeout_s=10)
     found = {"model": {}, "kv": {}, "compute": {}}
     for kind, pattern in (("model", MODEL_BUFFER), ("kv", KV_BUFFER), ("compute", COMPUTE_BUFFER)):
         for match in pattern.finditer(text):

@@ -27,6 +27,8 @@ import pytest
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf
 from ansible_collections.gpulab.inference.plugins.module_utils import synthetic_model as sm
 
+from llama_processes import free_port, stop
+
 BIN_DIR = os.environ.get("GPULAB_LLAMA_BIN_DIR")
 VOCAB_GGUF = os.environ.get("GPULAB_LLAMA_VOCAB_GGUF") or None
 THREADS = os.environ.get("GPULAB_LLAMA_THREADS", "2")
@@ -108,14 +110,6 @@ def test_llama_cli_generates_tokens(single):
     assert done_marker in out, out[-4000:]
 
 
-def _free_port():
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    return port
-
-
 def _http(port, method, path, body=None, timeout_s=120):
     from http.client import HTTPConnection
     conn = HTTPConnection("127.0.0.1", port, timeout=timeout_s)
@@ -129,7 +123,7 @@ def _http(port, method, path, body=None, timeout_s=120):
 
 
 def test_llama_server_chat_completion_with_jinja(single, tmp_path):
-    port = _free_port()
+    port = free_port()
     log_path = str(tmp_path / "llama-server.log")
     with open(log_path, "w") as log:
         server = subprocess.Popen([binary("llama-server"), "-m", single.paths[0], "--host", "127.0.0.1",
@@ -157,12 +151,7 @@ def test_llama_server_chat_completion_with_jinja(single, tmp_path):
         assert reply["usage"]["completion_tokens"] <= 8
         assert reply["usage"]["prompt_tokens"] > 0
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop(server)
 
 
 def test_gguf_reader_agrees_with_llama_cpp_on_the_file(single):
