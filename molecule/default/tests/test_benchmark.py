@@ -63,13 +63,20 @@ def test_decode_agrees_with_llama_server_timings(report):
             % (level["concurrency"], level["decode_tok_s"], level["server"]["decode_tok_s_intervals"], ratio))
 
 
-def test_aggregate_throughput_rises_with_concurrency(report):
+def test_the_widest_level_ran_its_requests_side_by_side(report):
+    # Throughput is a speed figure (docs/benchmarks.md), and on two shared CPU cores it need not
+    # rise with concurrency. What the lab can show is that the level really overlapped its
+    # requests in llama-server's parallel slots: the requests' summed durations are several
+    # times the level's wall time (one slot would make them equal).
     levels = report["benchmark"]["levels"]
     assert len(levels) >= 2
-    aggregates = [level["aggregate_output_tok_s"] for level in levels]
-    # Two CPU cores shared by three nodes: neighbouring levels can swap by a few percent, so the
-    # check is that the widest level serves clearly more than one stream does.
-    assert aggregates[-1] > 1.5 * aggregates[0], aggregates
+    widest = levels[-1]
+    tokens_per_request = widest["output_tokens"] / widest["requests"]
+    request_s = widest["ttft_s"]["mean"] + widest["tpot_s"]["mean"] * (tokens_per_request - 1)
+    overlap = widest["requests"] * request_s / widest["wall_s"]
+    expected = min(widest["concurrency"], widest["requests"])
+    assert overlap >= 0.5 * expected, "concurrency %d: requests overlapped %.2fx (wall %.2f s, request %.2f s)" % (
+        widest["concurrency"], overlap, widest["wall_s"], request_s)
 
 
 def test_report_covers_every_gpu_and_the_build(report, report_dir):
