@@ -364,7 +364,9 @@ def normalise_devices(devices):
         if name in seen:
             raise PlanError("device name %s appears twice in devices" % name)
         seen.add(name)
-        entry = {"name": name, "host": device.get("host"), "kind": device.get("kind")}
+        # A device is a GPU unless it says cuda: false (an RPC server of a CPU build).
+        entry = {"name": name, "host": device.get("host"), "kind": device.get("kind"),
+                 "cuda": device.get("cuda", True) is not False}
         for field in ("free_mib", "total_mib"):
             value = device.get(field)
             if value is not None:
@@ -378,8 +380,14 @@ def normalise_devices(devices):
 
 def plan_layout(model, devices, split="equal", n_gpu_layers="all", ctx_size=0, parallel=1, kv_unified=False,
                 cache_type_k="f16", cache_type_v="f16", flash_attn="auto", margin_mib=1024, offload_kqv=True,
-                ubatch=DEFAULT_UBATCH, alignment=32, facts=None):
-    """Per-device weights, KV cache, compute buffer and whether each fits; plus the CPU's part."""
+                ubatch=DEFAULT_UBATCH, alignment=32, facts=None, cuda_context_mib=0):
+    """Per-device weights, KV cache, compute buffer and whether each fits; plus the CPU's part.
+
+    cuda_context_mib: what a process holds on each GPU it uses beyond llama.cpp's buffers (the
+    CUDA context, cuBLAS and other library workspaces). llama.cpp's own log leaves it out; each
+    RPC server is a process of its own, and the head has one context per local GPU, so every
+    GPU device carries it once.
+    """
     facts = facts or model_facts(model)
     devices = normalise_devices(devices)
     values = tensor_split(split, devices)
@@ -396,6 +404,9 @@ def plan_layout(model, devices, split="equal", n_gpu_layers="all", ctx_size=0, p
     margin_mib = _number(margin_mib, "margin_mib")
     if margin_mib < 0:
         raise PlanError("margin_mib %r must be >= 0" % (margin_mib,))
+    if _number(cuda_context_mib, "cuda_context_mib") < 0:
+        raise PlanError("cuda_context_mib %r must be >= 0 (0 leaves the CUDA context out)" % (cuda_context_mib,))
+    cuda_context_mib = _number(cuda_context_mib, "cuda_context_mib")
     cells, streams = kv_cells(ctx_size, parallel, facts["context_length_train"], kv_unified)
     facts = dict(facts, expert_ffn_size=_expert_ffn(model, facts))
     weights = weight_bytes_by_layer(model, n_layer, alignment)
@@ -410,7 +421,8 @@ def plan_layout(model, devices, split="equal", n_gpu_layers="all", ctx_size=0, p
         kv_v = sum(kv[il][1] for il in layers) if offload_kqv else 0
         compute = compute_bytes_estimate(facts, cells, bool(layers), holds_output, flash_attn != "off", ubatch,
                                          max(parallel, 1))
-        total = weight + kv_k + kv_v + compute
+        context = int(cuda_context_mib * MIB) if device["cuda"] and (layers or holds_output) else 0
+        total = weight + kv_k + kv_v + compute + context
         row = {
             "name": device["name"],
             "host": device["host"],
@@ -422,6 +434,7 @@ def plan_layout(model, devices, split="equal", n_gpu_layers="all", ctx_size=0, p
             "weights_mib": _mib(weight),
             "kv_cache_mib": _mib(kv_k + kv_v),
             "compute_mib_estimate": _mib(compute),
+            "context_mib": _mib(context),
             "total_mib": _mib(total),
             "free_mib": device["free_mib"],
             "margin_mib": margin_mib,
@@ -535,14 +548,14 @@ def single_node_fits(model, devices, **options):
 
 def format_table(plan):
     """Lines of a per-device table: what each device would hold against what it has free."""
-    header = "%-10s %-12s %-9s %10s %10s %12s %10s %10s %10s  %s" % (
-        "device", "host", "layers", "weights", "kv cache", "compute(est)", "total", "free", "headroom", "fits")
+    header = "%-10s %-12s %-9s %10s %10s %12s %8s %10s %10s %10s  %s" % (
+        "device", "host", "layers", "weights", "kv cache", "compute(est)", "context", "total", "free", "headroom", "fits")
     lines = [header + "   (MiB; margin %s MiB per device)" % _fmt(plan["devices"][0]["margin_mib"] if plan["devices"] else 0)]
     for row in plan["devices"]:
         layers = row["layer_range"] + ("+out" if row["output_layer"] else "")
-        lines.append("%-10s %-12s %-9s %10.2f %10.2f %12.2f %10.2f %10s %10s  %s" % (
+        lines.append("%-10s %-12s %-9s %10.2f %10.2f %12.2f %8.0f %10.2f %10s %10s  %s" % (
             row["name"], row["host"] or "-", layers or "-", row["weights_mib"], row["kv_cache_mib"],
-            row["compute_mib_estimate"], row["total_mib"], _fmt(row["free_mib"]), _fmt(row["headroom_mib"]),
+            row["compute_mib_estimate"], row["context_mib"], row["total_mib"], _fmt(row["free_mib"]), _fmt(row["headroom_mib"]),
             {True: "yes", False: "NO", None: "unknown"}[row["fits"]]))
     cpu = plan["cpu"]
     lines.append("%-10s %-12s %-9s %10.2f %10.2f" % (
@@ -626,6 +639,7 @@ def devices_from_nodes(head, workers, cuda, residency=None, servers=None,
                 "gpu_index": gpu_index,
                 "free_mib": available_mib(gpu, processes, own_units) if gpu else None,
                 "total_mib": gpu.get("memory_total_mib") if gpu else memory_mib,
+                "cuda": bool(cuda),
             })
     if cuda:
         gpus, processes = gpus_of(head)
@@ -638,6 +652,7 @@ def devices_from_nodes(head, workers, cuda, residency=None, servers=None,
                 "gpu_index": index,
                 "free_mib": available_mib(gpus[index], processes, own_units),
                 "total_mib": gpus[index].get("memory_total_mib"),
+                "cuda": True,
             })
     if not devices:
         raise PlanError("no device: no RPC worker and no local GPU on %s; nothing to plan" % head)
@@ -647,7 +662,7 @@ def devices_from_nodes(head, workers, cuda, residency=None, servers=None,
 # ---------------------------------------------------------------- the record for the report
 
 RECORD_DEVICE_FIELDS = ("name", "host", "kind", "layer_range", "output_layer", "split", "weights_mib", "kv_cache_mib",
-                        "compute_mib_estimate", "total_mib")
+                        "compute_mib_estimate", "context_mib", "total_mib")
 
 
 def plan_record(path, facts, plan, options, smallest_set=None, single_node=None):

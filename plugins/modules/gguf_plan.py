@@ -41,7 +41,8 @@ options:
     description:
       - The devices llama.cpp splits over, in its order (RPC devices in C(--rpc) order, then local
         GPUs). Each a dict with C(name), C(free_mib) (V(null) when unknown, and then that device is not
-        checked), optional C(total_mib), C(host) and C(kind).
+        checked), optional C(total_mib), C(host), C(kind) and C(cuda) (V(false) for a device that is
+        not a GPU, such as an RPC server of a CPU build; default V(true)).
       - Exactly one of O(devices) and O(nodes).
     type: list
     elements: dict
@@ -105,6 +106,14 @@ options:
     description: Free memory every device must keep beyond the plan.
     type: int
     default: 1024
+  cuda_context_mib:
+    description:
+      - What a process holds on each GPU it uses beyond llama.cpp's buffers (CUDA context, cuBLAS
+        and other library workspaces), added to every GPU device that holds layers; devices given
+        with C(cuda=false), and RPC servers of a CPU build, carry none.
+      - 683 to 757 MiB per process were measured with CUDA 13.0 on an H200 (docs/benchmarks.md).
+    type: int
+    default: 720
   require_fit:
     description: Fail, with the per-device table, when a checked device would overflow.
     type: bool
@@ -160,7 +169,8 @@ model:
 devices:
   description: >-
     Per device in llama.cpp's order: name, host, kind, layers (indices), layer_range,
-    output_layer, split, weights_mib, kv_cache_mib, compute_mib_estimate, total_mib, free_mib,
+    output_layer, split, weights_mib, kv_cache_mib, compute_mib_estimate, context_mib (see
+    O(cuda_context_mib)), total_mib, free_mib,
     margin_mib, headroom_mib and fits (V(null) when the free memory is unknown).
   returned: success
   type: list
@@ -250,6 +260,7 @@ def build_module():
             offload_kqv=dict(type="bool", default=True),
             ubatch_size=dict(type="int", default=512),
             margin_mib=dict(type="int", default=1024),
+            cuda_context_mib=dict(type="int", default=720),
             require_fit=dict(type="bool", default=False),
         ),
         required_one_of=[("devices", "nodes")],
@@ -265,7 +276,7 @@ def main():
         n_gpu_layers=params["n_gpu_layers"], ctx_size=params["ctx_size"], parallel=params["parallel"],
         kv_unified=params["kv_unified"], cache_type_k=params["cache_type_k"], cache_type_v=params["cache_type_v"],
         flash_attn=params["flash_attn"], offload_kqv=params["offload_kqv"], ubatch=params["ubatch_size"],
-        margin_mib=params["margin_mib"],
+        margin_mib=params["margin_mib"], cuda_context_mib=params["cuda_context_mib"],
     )
     try:
         model = gguf.read_gguf_model(params["path"])

@@ -356,3 +356,56 @@ def test_no_device_at_all_is_named():
         gp.devices_from_nodes("node-a", ["node-b"], False, {}, {"node-b": {"endpoints": []}})
     with pytest.raises(gp.PlanError, match=r"node-b has no GPU in its residency facts, but the build has CUDA"):
         gp.devices_from_nodes("node-a", ["node-b"], True, {})
+
+
+# ---------------------------------------------------------------- the CUDA context of each process
+
+def test_every_gpu_device_that_holds_layers_carries_one_cuda_context(lab_model):
+    base = gp.plan_layout(lab_model, devices(24105, 24105), ctx_size=2048, margin_mib=0)
+    plan = gp.plan_layout(lab_model, devices(24105, 24105), ctx_size=2048, margin_mib=0, cuda_context_mib=720)
+    for before, after in zip(base["devices"], plan["devices"]):
+        assert (before["context_mib"], after["context_mib"]) == (0.0, 720.0)
+        assert after["total_mib"] == pytest.approx(before["total_mib"] + 720, abs=0.01)
+        assert after["headroom_mib"] == pytest.approx(before["headroom_mib"] - 720, abs=0.01)
+    assert "context" in gp.format_table(plan)[0]
+
+
+def test_no_cuda_context_on_a_cpu_device_or_a_device_without_layers(lab_model):
+    devs = [{"name": "RPC0", "free_mib": None, "cuda": False}, {"name": "CUDA0", "free_mib": 24105},
+            {"name": "CUDA1", "free_mib": 24105}]
+    plan = gp.plan_layout(lab_model, devs, split=[1, 1, 0], ctx_size=2048, cuda_context_mib=720)
+    assert [r["context_mib"] for r in plan["devices"]] == [0.0, 720.0, 0.0]
+    assert [d["cuda"] for d in gp.devices_from_nodes("node-a", ["node-b"], False, {})] == [False]
+    residency = {"node-a": {"gpus": GPUS_A, "processes": []}, "node-b": {"gpus": [GPU_B], "processes": []}}
+    assert [d["cuda"] for d in gp.devices_from_nodes("node-a", ["node-b"], True, residency)] == [True, True, True]
+
+
+def test_negative_cuda_context_is_named(lab_model):
+    with pytest.raises(gp.PlanError, match=r"cuda_context_mib -1 must be >= 0"):
+        gp.plan_layout(lab_model, devices(100), cuda_context_mib=-1)
+
+
+# The GPU harness on two H200s (docs/benchmarks.md, 2026-11-30): its synthetic model, llama-server's
+# defaults (4 slots, flash attention auto, f16 cache) and what nvidia-smi showed per process, MiB.
+E2E_MODEL = dict(layers=16, hidden_size=3072, attention_heads=48, kv_heads=8, experts=64, experts_used=8,
+                 expert_ffn_size=1536, shards=2)
+H200_MEASURED = {
+    ("local", 8192): [17212], ("local", 65536): [20810],
+    ("split", 8192): [9778, 8284], ("split", 65536): [11860, 9908],
+}
+
+
+@pytest.mark.parametrize("layout, ctx", sorted(H200_MEASURED))
+def test_plan_with_the_cuda_context_meets_nvidia_smi_on_an_h200(layout, ctx):
+    model = ShapedModel(E2E_MODEL, 151936)
+    names = ["CUDA0"] if layout == "local" else ["RPC0", "CUDA0"]
+    devs = [{"name": name, "free_mib": 143000} for name in names]
+    plan = gp.plan_layout(model, devs, ctx_size=ctx, parallel=4, cuda_context_mib=720)
+    planned = [row["total_mib"] for row in plan["devices"]]
+    measured = H200_MEASURED[(layout, ctx)]
+    for want, got in zip(measured, planned):
+        assert got == pytest.approx(want, rel=0.01), (layout, ctx, planned, measured)
+    assert sum(planned) == pytest.approx(sum(measured), rel=0.01)
+    # without it, the two-process layouts were 6-9% under
+    bare = gp.plan_layout(model, devs, ctx_size=ctx, parallel=4)
+    assert sum(r["total_mib"] for r in bare["devices"]) < 0.97 * sum(measured)

@@ -118,6 +118,8 @@ def test_record_leaves_out_live_free_memory(split_model):
     assert first["devices"][0] == {
         "name": "RPC0", "host": "node-b", "kind": None, "layer_range": "0-2", "output_layer": False, "split": 1.0,
         "weights_mib": 13.62, "kv_cache_mib": 6.0, "compute_mib_estimate": first["devices"][0]["compute_mib_estimate"],
-        "total_mib": first["devices"][0]["total_mib"]}
+        "context_mib": 720.0, "total_mib": first["devices"][0]["total_mib"]}
+    row = first["devices"][0]
+    assert row["total_mib"] == pytest.approx(13.62 + 6.0 + row["compute_mib_estimate"] + 720.0, abs=0.02)
     assert first["options"]["ctx_size"] == 2048 and first["options"]["tensor_split"] == "equal"
     assert first["model"]["files"] == 2
