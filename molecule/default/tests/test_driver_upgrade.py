@@ -1,0 +1,109 @@
+"""A driver upgrade on the deployed lab, with deploy.yml and build.yml run through ansible-runner.
+
+Without a reboot (userspace driver new, kernel module old: nvidia-smi fails with NVML's
+"Driver/library version mismatch") both playbooks refuse before any change and every serving
+unit keeps running; build.yml is asked for `llama_cpp_cuda: auto` with the lab's fake nvcc, the
+case where a CPU build would otherwise be shipped to GPU nodes. After the reboot (every node
+reports the new driver) deploy.yml changes nothing. The bench step is left out of that run: it
+only measures, and the idempotence step has already run it.
+
+The GPUs, the driver and nvcc are the lab's test doubles (molecule/lab/files), rewritten in the
+containers here and put back afterwards. The file runs after the checks of the deployed state.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[3]))
+sys.path.insert(0, str(REPO / "tests" / "playbooks"))
+from playbook_runner import run_in  # noqa: E402 pylint: disable=wrong-import-position
+
+LAB = os.environ.get("GPULAB_LAB_NAME", "gpulab")
+NODES = ("node-a", "node-b", "node-c")
+SMI_DIR = "/etc/gpulab-fake-nvidia-smi"
+DRIVER_FILES = ("query-gpu.csv", "version.txt", "plain.txt", "proc-driver-nvidia-version")
+NEW_DRIVER = "590.44.01"
+FAKE_NVCC = "/usr/local/bin/nvcc"
+SAVED = "/var/tmp/gpulab-driver-upgrade-test"
+
+
+def podman_exec(node, *argv):
+    result = subprocess.run(["podman", "exec", "%s-%s" % (LAB, node), *argv],
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, (node, argv, result.stdout, result.stderr)
+    return result.stdout
+
+
+def serving_units(node):
+    """{unit: InvocationID} of the node's active gpulab units: a restart changes the id."""
+    listed = podman_exec(node, "systemctl", "list-units", "gpulab-*", "--state=active", "--plain", "--no-legend")
+    units = sorted(line.split()[0] for line in listed.splitlines() if line.strip())
+    return {unit: podman_exec(node, "systemctl", "show", "-p", "InvocationID", "--value", unit).strip()
+            for unit in units}
+
+
+def lab_run(tmp_path, name, playbook, **extravars):
+    return run_in(tmp_path / name, playbook, str(REPO / "inventory" / "demo"), extravars=extravars,
+                  envvars={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "MOLECULE_PROJECT_DIRECTORY": str(REPO)})
+
+
+def changed_hosts(run):
+    return sorted(host for host, count in run.stats.get("changed", {}).items() if count)
+
+
+@pytest.fixture(scope="module")
+def lab():
+    """Save every node's fake driver files, give node-a the fake nvcc; put both back afterwards."""
+    for node in NODES:
+        podman_exec(node, "sh", "-c", 'rm -rf "$1" && mkdir -p "$1" && cp -a "$2"/. "$1"/', "-", SAVED, SMI_DIR)
+    podman_exec("node-a", "sh", "-c", 'mkdir -p /etc/gpulab-fake-nvcc && echo 12.8.93 > /etc/gpulab-fake-nvcc/version')
+    subprocess.run(["podman", "cp", str(REPO / "molecule" / "lab" / "files" / "fake-nvcc"), "%s-node-a:%s" % (LAB, FAKE_NVCC)],
+                   check=True, timeout=60)
+    units_before = {node: serving_units(node) for node in NODES}
+    assert any(units_before.values()), "no active gpulab unit on the lab: did the converge run?"
+    yield units_before
+    for node in NODES:
+        podman_exec(node, "sh", "-c", 'rm -rf "$2" && mkdir -p "$2" && cp -a "$1"/. "$2"/ && rm -rf "$1"', "-", SAVED, SMI_DIR)
+    podman_exec("node-a", "rm", "-rf", FAKE_NVCC, "/etc/gpulab-fake-nvcc")
+
+
+def test_without_a_reboot_both_playbooks_refuse_before_any_change(lab, tmp_path):
+    # The userspace driver is new, the loaded kernel module is still the old one.
+    podman_exec("node-b", "sh", "-c", 'echo "$1" > "$2/mismatch"', "-", NEW_DRIVER, SMI_DIR)
+
+    deploy = lab_run(tmp_path, "deploy", "playbooks/deploy.yml")
+    build = lab_run(tmp_path, "build", "playbooks/build.yml", llama_cpp_cuda="auto", llama_cpp_nvcc_path=FAKE_NVCC)
+
+    assert deploy.status == "failed", deploy.stats
+    assert [host for host, _task, _msg in deploy.failures] == ["node-b"], deploy.failures
+    message = deploy.failures[0][2]
+    assert "node-b: the NVIDIA userspace driver" in message and "Reboot the node" in message, message
+    assert changed_hosts(deploy) == [], deploy.changed_tasks()
+
+    assert build.status == "failed", build.stats
+    messages = " ".join(msg for _host, _task, msg in build.failures)
+    assert "node-b" in messages and "Driver/library version mismatch" in messages, build.failures
+    assert "reboot" in messages, build.failures
+    assert changed_hosts(build) == [], build.changed_tasks()
+
+    assert {node: serving_units(node) for node in NODES} == lab
+
+
+def test_after_the_reboot_deploy_changes_nothing(lab, tmp_path):
+    for node in NODES:
+        podman_exec(node, "sh", "-c",
+                    'dir=$1 driver=$2; shift 2; rm -f "$dir/mismatch" && cd "$dir" && '
+                    'sed -Ei "s/\\b580\\.[0-9]+(\\.[0-9]+)?\\b/$driver/g" "$@"',
+                    "-", SMI_DIR, NEW_DRIVER, *DRIVER_FILES)
+        for name in DRIVER_FILES:
+            assert NEW_DRIVER in podman_exec(node, "cat", "%s/%s" % (SMI_DIR, name)), (node, name)
+
+    deploy = lab_run(tmp_path, "deploy", "playbooks/deploy.yml", gpulab_bench_enabled=False)
+
+    assert deploy.status == "successful", deploy.failures
+    assert changed_hosts(deploy) == [], deploy.changed_tasks()
+    assert {node: serving_units(node) for node in NODES} == lab
