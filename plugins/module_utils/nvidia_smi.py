@@ -376,21 +376,22 @@ def build_residency(gpus, processes, indices=None, cgroups=None):
     }
 
 
-def timeout_message(command, timeout_s, probes):
+def timeout_message(command, timeout_s, probes, option='timeout_s'):
     """Why a call to nvidia-smi did not answer, naming the GPUs that hang it.
 
     command: the nvidia-smi command line (a list); probes: [(PCI bus id, answered in time)] from
-    asking every GPU the kernel module knows on its own (empty when it lists none).
+    asking every GPU the kernel module knows on its own (empty when it lists none); option: the
+    module option that sets the timeout.
     """
-    text = '%s did not answer within %d s (timeout_s)' % (' '.join(command), timeout_s)
+    text = '%s did not answer within %d s (%s)' % (' '.join(command), timeout_s, option)
     hanging = [bus_id for bus_id, answered in probes if not answered]
     if hanging:
         return ('%s: GPU %s does not answer on its own either (nvidia-smi -i <bus id>); the driver waits '
-                'on it. Reset it (nvidia-smi -r -i <bus id>) or reboot the node, or raise timeout_s if it is '
-                'only slow.' % (text, ', '.join(hanging)))
+                'on it. Reset it (nvidia-smi -r -i <bus id>) or reboot the node, or raise %s if it is '
+                'only slow.' % (text, ', '.join(hanging), option))
     if probes:
         return ('%s, yet each of its GPUs (%s) answers on its own: the driver is busy or slow; retry, '
-                'or raise timeout_s.' % (text, ', '.join(bus_id for bus_id, _answered in probes)))
+                'or raise %s.' % (text, ', '.join(bus_id for bus_id, _answered in probes), option))
     return ('%s, and the kernel module lists no GPU under /proc/driver/nvidia/gpus to ask one by one: '
             'check the driver (dmesg, nvidia-bug-report.sh) or reboot the node.' % text)
 

@@ -36,8 +36,14 @@ DRIVER_GPUS_DIR = "/proc/driver/nvidia/gpus"
 class NvidiaSmiRunner:
     """Runs nvidia-smi for a module; failures end in module.fail_json with the command's output."""
 
-    def __init__(self, module, nvidia_smi_path="nvidia-smi", timeout_s=DEFAULT_TIMEOUT_S, gpus_dir=None):
+    def __init__(self, module, nvidia_smi_path="nvidia-smi", timeout_s=DEFAULT_TIMEOUT_S, gpus_dir=None,
+                 partial_result=None, timeout_option="timeout_s"):
+        """partial_result: a callable giving the module's result so far, kept in a failure (a
+        module that has already changed something reports what it changed); timeout_option: the
+        module option named in a timeout's message."""
         self.module = module
+        self.timeout_option = timeout_option
+        self.partial_result = partial_result
         self.nvidia_smi_path = nvidia_smi_path
         self.timeout_s = timeout_s
         self.gpus_dir = gpus_dir or DRIVER_GPUS_DIR
@@ -61,13 +67,15 @@ class NvidiaSmiRunner:
         driver/library mismatch) and on a timeout, naming the GPUs that do not answer."""
         command = self.bounded(args, self.timeout_s)
         rc, stdout, stderr = self.module.run_command(command)
+        extra = self.partial_result() if self.partial_result else {}
         if rc in TIMEOUT_RCS:
-            self.module.fail_json(msg=timeout_message([self.smi] + list(args), self.timeout_s, self.probe_gpus()),
-                                  rc=rc, stdout=stdout, stderr=stderr, cmd=command)
+            self.module.fail_json(msg=timeout_message([self.smi] + list(args), self.timeout_s, self.probe_gpus(),
+                                                      self.timeout_option),
+                                  rc=rc, stdout=stdout, stderr=stderr, cmd=command, **extra)
         if rc != 0 and not (allow_mismatch and is_nvml_mismatch(stdout, stderr)):
             self.module.fail_json(
                 msg="%s failed (rc=%d): %s" % (" ".join([self.smi] + list(args)), rc, (stdout + stderr).strip()),
-                rc=rc, stdout=stdout, stderr=stderr, cmd=command)
+                rc=rc, stdout=stdout, stderr=stderr, cmd=command, **extra)
         return rc, stdout, stderr
 
     def driver_gpus(self):

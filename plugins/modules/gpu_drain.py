@@ -94,6 +94,12 @@ options:
       - The C(nvidia-smi) to run, as a command name looked up in E(PATH) or as an absolute path.
     type: str
     default: nvidia-smi
+  nvidia_smi_timeout_s:
+    description:
+      - Seconds one C(nvidia-smi) call may take. A GPU that hangs NVML fails the drain with a message
+        naming it, instead of hanging the play; services already stopped are in the state file.
+    type: int
+    default: 30
   proc_root:
     description:
       - Where the process file system is mounted (tests point it elsewhere).
@@ -273,6 +279,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi import
     parse_compute_apps_query,
     parse_gpu_query,
 )
+from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi_runner import NvidiaSmiRunner
 
 POLL_INTERVAL_S = 1
 # supervisorctl status exits 3 when some program is not running; the answer is still complete.
@@ -304,6 +311,7 @@ class GpuDrain:
         self.systemctl = None
         self.runtimes = {}
         self.supervisorctl = None
+        self.smi = None
 
     @property
     def result(self):
@@ -392,15 +400,15 @@ class GpuDrain:
 
     # --- nvidia-smi and /proc ---------------------------------------------------------------------
 
-    def query_gpus(self, smi):
-        stdout = self.run([smi] + GPU_QUERY_ARGS)
+    def query_gpus(self):
+        stdout = self.smi.run(GPU_QUERY_ARGS)[1]
         try:
             return parse_gpu_query(stdout)
         except NvidiaSmiParseError as exc:
             self.module.fail_json(msg=str(exc), stdout=stdout)
 
-    def query_processes(self, smi):
-        stdout = self.run([smi] + COMPUTE_APPS_QUERY_ARGS)
+    def query_processes(self):
+        stdout = self.smi.run(COMPUTE_APPS_QUERY_ARGS)[1]
         try:
             return parse_compute_apps_query(stdout)
         except NvidiaSmiParseError as exc:
@@ -539,12 +547,15 @@ class GpuDrain:
         existing = self.load_state()
         self.state = existing
         self.find_tools()
-        smi = self.module.get_bin_path(self.params['nvidia_smi_path'])
-        if smi is None:
+        # Every call is bounded: a wedged GPU fails the drain (naming the GPU) instead of hanging it,
+        # also after services were stopped, when the play's rescue then restores them.
+        self.smi = NvidiaSmiRunner(self.module, self.params['nvidia_smi_path'], self.params['nvidia_smi_timeout_s'],
+                                   partial_result=lambda: self.result, timeout_option='nvidia_smi_timeout_s')
+        if self.smi.find() is None:
             self.module.fail_json(msg='nvidia-smi (%s) not found: draining GPUs needs the NVIDIA driver; '
                                       'install it or set nvidia_smi_path' % self.params['nvidia_smi_path'])
-        before = self.query_gpus(smi)
-        self.consumers = self.find_consumers(self.query_processes(smi))
+        before = self.query_gpus()
+        self.consumers = self.find_consumers(self.query_processes())
         self.unmatched_keep = unmatched_patterns(self.params['keep'], self.consumers)
         for pattern in self.unmatched_keep:
             self.module.warn('keep pattern %r matches no GPU consumer on this host' % pattern)
@@ -588,7 +599,7 @@ class GpuDrain:
         self.kill(to_kill, signal.SIGTERM)
         stopped_consumers = [consumer for consumer in self.consumers
                              if consumer['key'] in set(self.stopped) or consumer['action'] == ACTION_KILL]
-        after = self.wait_for_memory(smi, before, stopped_consumers, to_kill)
+        after = self.wait_for_memory(before, stopped_consumers, to_kill)
         state['phase'] = PHASE_DRAINED
         state['updated'] = utc_now()
         self.write_state(state)
@@ -601,11 +612,11 @@ class GpuDrain:
             except OSError:
                 pass  # already gone
 
-    def wait_for_memory(self, smi, before, stopped_consumers, killed):
+    def wait_for_memory(self, before, stopped_consumers, killed):
         targets = memory_targets(before, stopped_consumers, self.params['wait_margin_mib'])
         deadline = time.monotonic() + self.params['wait_timeout_s']
         while True:
-            after = self.query_gpus(smi)
+            after = self.query_gpus()
             unsettled = unsettled_gpus(after, targets)
             if not unsettled:
                 return after
@@ -687,6 +698,7 @@ def build_module():
                                   default=['nvidia-persistenced', 'nvidia-fabricmanager', 'nv-hostengine',
                                            'nvidia-smi', 'nvidia-cuda-mps-control']),
             nvidia_smi_path=dict(type='str', default='nvidia-smi'),
+            nvidia_smi_timeout_s=dict(type='int', default=30),
             proc_root=dict(type='path', default='/proc'),
         ),
         supports_check_mode=True,

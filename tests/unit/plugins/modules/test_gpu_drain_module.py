@@ -17,6 +17,7 @@ FIXTURES = Path(__file__).resolve().parents[2] / 'fixtures' / 'nvidia-smi'
 SMI = '/usr/bin/nvidia-smi'
 SYSTEMCTL = '/usr/bin/systemctl'
 PODMAN = '/usr/bin/podman'
+TIMEOUT = '/usr/bin/timeout'
 GPU_QUERY = (SMI, '--query-gpu=index,uuid,name,pci.bus_id,driver_version,compute_cap,'
              'memory.total,memory.used,memory.free,utilization.gpu', '--format=csv,noheader,nounits')
 APPS_QUERY = (SMI, '--query-compute-apps=pid,process_name,gpu_uuid,used_memory', '--format=csv,noheader,nounits')
@@ -69,13 +70,20 @@ class Answers(dict):
         return value
 
 
-def run(args, answers, tools=None):
-    tools = {'nvidia-smi': SMI, 'systemctl': SYSTEMCTL} if tools is None else tools
+def run(args, answers, tools=None, bounded=None):
+    """bounded collects the coreutils timeout prefix of every nvidia-smi call; the commands and
+    answers are written without it."""
+    tools = dict({'nvidia-smi': SMI, 'systemctl': SYSTEMCTL} if tools is None else tools, timeout=TIMEOUT)
     commands, warnings = [], []
 
     def run_command(self, command, *unused_args, **unused_kwargs):
-        commands.append(tuple(command))
-        return answers.answer(tuple(command))
+        command = tuple(command)
+        if command[0] == TIMEOUT:
+            if bounded is not None:
+                bounded.append(command[:3])
+            command = command[3:]
+        commands.append(command)
+        return answers.answer(command)
 
     def exit_json(self, **kwargs):
         raise ExitJson(kwargs)
@@ -260,6 +268,27 @@ def test_memory_that_does_not_fall_fails_and_keeps_the_state(tmp_path):
     assert kind is FailJson
     assert result['msg'].startswith('GPU memory did not fall within 0 s: GPU 0 uses 24096 MiB, expected at most 20512.')
     assert json.loads((tmp_path / 'drain-state.json').read_text())['phase'] == 'stopping'
+
+
+def test_every_nvidia_smi_call_is_bounded(tmp_path):
+    args = drain_args(tmp_path, nvidia_smi_timeout_s=12)
+    bounded = []
+    kind, result, commands, unused_warnings = run(args, drain_answers(args['state_file']), bounded=bounded)
+    assert kind is ExitJson, result
+    smi_calls = [c for c in commands if c[0] == SMI]
+    assert len(smi_calls) == len(bounded) >= 3
+    assert set(bounded) == {(TIMEOUT, '--kill-after=5s', '12s')}
+
+
+def test_a_gpu_that_hangs_after_the_stop_fails_the_drain_with_what_was_stopped(tmp_path):
+    args = drain_args(tmp_path)
+    answers = drain_answers(args['state_file'])
+    answers[GPU_QUERY] = [(0, gpu_csv(24096, 7168), ''), (124, '', '')]
+    kind, result, unused_commands, unused_warnings = run(args, answers)
+    assert kind is FailJson
+    assert 'did not answer within 30 s (nvidia_smi_timeout_s)' in result['msg'], result['msg']
+    assert result['stopped'] == ['systemd:gpu-embed.service']
+    assert json.loads((tmp_path / 'drain-state.json').read_text())['entries'][0]['name'] == 'gpu-embed.service'
 
 
 def test_hidden_consumer_and_podman_container(tmp_path):
