@@ -115,7 +115,9 @@ summary:
   type: list
   elements: str
 headline:
-  description: Prefill and decode at the lowest concurrency, the best aggregate, whether aggregate rises with concurrency.
+  description:
+    - Prefill and decode at the lowest concurrency, the best aggregate, whether aggregate rises with
+      concurrency at every step, and aggregate_gain (best aggregate over the lowest concurrency's).
   returned: always
   type: dict
 bandwidth:

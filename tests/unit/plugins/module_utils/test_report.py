@@ -71,6 +71,12 @@ def test_headline_and_rising_aggregate():
     head = report.headline(bench([LEVEL, second]))
     assert head['decode_tok_s'] == 82.5 and head['best_aggregate_concurrency'] == 8 and head['aggregate_rises']
     assert not report.headline(bench([second, LEVEL]))['aggregate_rises']
+    assert head['aggregate_gain'] == 4.43  # 354.6 / 80.0
+    # a dip at concurrency 2 (a sparse MoE model), a gain at the widest level
+    dip = dict(LEVEL, concurrency=2, aggregate_output_tok_s=64.0)
+    widest = dict(LEVEL, concurrency=4, aggregate_output_tok_s=97.6)
+    mixed = report.headline(bench([LEVEL, dip, widest]))
+    assert (mixed['aggregate_rises'], mixed['aggregate_gain'], mixed['best_aggregate_concurrency']) == (False, 1.22, 4)
     assert report.headline(None) is None
 
 

@@ -37,7 +37,7 @@ def test_full_report(tmp_path):
     doc = json.loads((out / 'report.json').read_text())
     assert doc['headline']['aggregate_rises'] is True
     assert doc['residency']['totals']['devices'] == 1
-    assert '| best aggregate tok/s | 150.0 at concurrency 4 |' in run.result['summary']
+    assert '| best aggregate tok/s | 150.0 at concurrency 4 (1.88x concurrency 1) |' in run.result['summary']
     assert 'vLLM is not part of this run.' in (out / 'report.md').read_text()
     # the same directory twice is refused, nothing overwritten
     again = report({'output_dir': str(tmp_path / 'reports'), 'inventory_name': 'lab', 'timestamp': '20261130T120000Z'})
