@@ -579,19 +579,32 @@ def own_service(unit, own_units):
     return any(unit == name + ".service" or unit.startswith(name + "@") for name in own_units)
 
 
-def available_mib(gpu, processes, own_units):
-    """A GPU's free memory plus what the collection's own services hold on it: a redeploy
-    replaces them, so their memory is available to the new layout."""
+# gpu_drain's actions for the consumers it takes off the GPUs (module_utils.gpu_drain.decide).
+DRAIN_FREES = ("stop", "kill")
+
+
+def drain_frees_mib(gpu, consumers):
+    """What the drain will free on a GPU: the MiB its stopped (or killed) consumers hold there.
+
+    consumers: gpu_drain's consumers in check mode (action, gpus = {gpu uuid: MiB})."""
+    uuid = gpu.get("uuid")
+    return sum((c.get("gpus") or {}).get(uuid) or 0 for c in consumers or [] if c.get("action") in DRAIN_FREES)
+
+
+def available_mib(gpu, processes, own_units, drained=None):
+    """A GPU's free memory plus what the collection's own services hold on it (a redeploy
+    replaces them) plus what the drain will free on it (it runs after the plan, before the
+    servers start), so their memory is available to the new layout."""
     free = gpu.get("memory_free_mib")
     if free is None:
         return None
     held = sum(p.get("used_memory_mib") or 0 for p in processes or []
                if p.get("gpu_index") == gpu.get("index") and own_service(p.get("systemd_unit"), own_units))
-    return free + held
+    return free + held + drain_frees_mib(gpu, drained)
 
 
 def devices_from_nodes(head, workers, cuda, residency=None, servers=None,
-                       own_units=("gpulab-rpc-server", "gpulab-llama-server")):
+                       own_units=("gpulab-rpc-server", "gpulab-llama-server"), drained=None):
     """The devices llama.cpp will split over, in its order, with the memory available to them.
 
     head: the head's host name; workers: the RPC workers' host names in --rpc order; cuda:
@@ -599,12 +612,14 @@ def devices_from_nodes(head, workers, cuda, residency=None, servers=None,
     memory_free_mib, processes with systemd_unit)}; servers: {host: the worker's
     /etc/gpulab/rpc-server/servers.json}, absent before its first deployment, when a CUDA build
     gets one RPC device per GPU (as llama_rpc_server plans it) and a CPU build one CPU device.
+    drained: {host: gpu_drain's consumers in check mode}, on the nodes the deployment drains.
     src/llama.cpp llama_prepare_model_devices puts the RPC devices first (in --rpc order), then
     the local GPUs; every RPC server exposes one device. CPU devices have no free figure here
     (free_mib null: not checked).
     """
     residency = residency or {}
     servers = servers or {}
+    drained = drained or {}
 
     def gpus_of(host):
         found = residency.get(host) or {}
@@ -637,7 +652,7 @@ def devices_from_nodes(head, workers, cuda, residency=None, servers=None,
                 "host": host,
                 "port": port,
                 "gpu_index": gpu_index,
-                "free_mib": available_mib(gpu, processes, own_units) if gpu else None,
+                "free_mib": available_mib(gpu, processes, own_units, drained.get(host)) if gpu else None,
                 "total_mib": gpu.get("memory_total_mib") if gpu else memory_mib,
                 "cuda": bool(cuda),
             })
@@ -650,7 +665,7 @@ def devices_from_nodes(head, workers, cuda, residency=None, servers=None,
                 "host": head,
                 "port": None,
                 "gpu_index": index,
-                "free_mib": available_mib(gpus[index], processes, own_units),
+                "free_mib": available_mib(gpus[index], processes, own_units, drained.get(head)),
                 "total_mib": gpus[index].get("memory_total_mib"),
                 "cuda": True,
             })

@@ -55,7 +55,9 @@ options:
         M(gpulab.inference.gpu_residency), with free memory per GPU and processes per unit), C(servers)
         (host to its C(/etc/gpulab/rpc-server/servers.json), absent before its first deployment,
         when a CUDA build gets one device per GPU), C(own_units) (the collection's serving units,
-        whose GPU memory counts as available since a redeploy replaces them).
+        whose GPU memory counts as available since a redeploy replaces them), C(drained) (host to
+        the C(consumers) of M(gpulab.inference.gpu_drain) in check mode: what the drain will stop
+        before the servers start counts as available too).
       - Exactly one of O(devices) and O(nodes).
     type: dict
   tensor_split:
@@ -285,7 +287,8 @@ def main():
             nodes = params["nodes"]
             devices = gguf_plan.devices_from_nodes(
                 nodes.get("head"), nodes.get("workers") or [], bool(nodes.get("cuda")), nodes.get("residency"),
-                nodes.get("servers"), nodes.get("own_units") or ("gpulab-rpc-server", "gpulab-llama-server"))
+                nodes.get("servers"), nodes.get("own_units") or ("gpulab-rpc-server", "gpulab-llama-server"),
+                nodes.get("drained"))
         else:
             devices = params["devices"]
         plan = gguf_plan.plan_layout(model, devices, split=params["tensor_split"], facts=facts, **options)

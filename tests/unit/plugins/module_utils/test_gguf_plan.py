@@ -335,6 +335,23 @@ def test_memory_of_the_collections_own_services_counts_as_available():
     assert not gp.own_service("gpulab-llama-server-old.service", ["gpulab-llama-server"])
 
 
+def test_memory_the_drain_will_free_counts_as_available():
+    """The seed's case: other GPU services hold memory; the drain stops them after the plan."""
+    gpu = {"index": 0, "uuid": "GPU-b", "memory_total_mib": 97887, "memory_free_mib": 60000}
+    consumers = [
+        {"key": "systemd:gpu-embed.service", "action": "stop", "gpus": {"GPU-b": 20000}},
+        {"key": "systemd:whisper-asr.service", "action": "keep", "gpus": {"GPU-b": 9000}},
+        {"key": "process:400", "action": "report", "gpus": {"GPU-b": 2000}},
+        {"key": "process:401", "action": "kill", "gpus": {"GPU-b": 1000, "GPU-other": 500}},
+        {"key": "systemd:gpulab-rpc-server@0.service", "action": "own", "gpus": {"GPU-b": 7000}},
+    ]
+    residency = {"node-b": {"gpus": [gpu], "processes": []}}
+    devs = gp.devices_from_nodes("node-a", ["node-b"], True, residency, drained={"node-b": consumers})
+    assert devs[0]["free_mib"] == 60000 + 20000 + 1000
+    assert gp.devices_from_nodes("node-a", ["node-b"], True, residency)[0]["free_mib"] == 60000
+    assert gp.drain_frees_mib(gpu, None) == 0
+
+
 def test_devices_from_a_published_manifest():
     servers = {"node-b": {"endpoints": [{"instance": 0, "device": "CPU", "gpu_index": None, "port": 50052,
                                          "memory_mib": 20000}]}}
