@@ -315,6 +315,36 @@ RDMA_SERVICE_DIRECTIVES = (
 )
 
 
+_GGML_RDMA_NAME_RE = re.compile(r'^GGML_RDMA_[A-Z_]+$')
+_GGML_RDMA_VALUE_RE = re.compile(r'^[A-Za-z0-9_.:-]{1,64}$')
+
+
+def rpc_rdma_settings(fabric):
+    """What a llama.cpp RPC process (server or head) takes from the node's fabric.json (role roce).
+
+    fabric: the document, or None where the role did not run. Returns {'expected': whether the
+    fabric has a RoCE v2 GID for llama.cpp, 'environment': its GGML_RDMA_* variables,
+    'service_directives': what a hardened systemd service needs to reach the verbs device}.
+    The values reach a wrapper script, so each is checked against what roce_facts writes.
+    """
+    rdma = (fabric or {}).get('rdma') or {}
+    if not isinstance(rdma, dict) or not rdma.get('found'):
+        return {'expected': False, 'environment': {}, 'service_directives': []}
+    environment = {}
+    for name, value in sorted((rdma.get('env') or {}).items()):
+        if not name.startswith('GGML_RDMA_'):
+            continue
+        if not _GGML_RDMA_NAME_RE.match(name) or not _GGML_RDMA_VALUE_RE.match(str(value)):
+            raise RoceError('fabric.json names %s=%r for llama.cpp RPC, which is not a device name or GID '
+                            'index: run the roce role again, or remove %s' % (name, value, name))
+        environment[name] = str(value)
+    directives = [list(pair) for pair in rdma.get('service_directives') or []]
+    if directives != [list(pair) for pair in RDMA_SERVICE_DIRECTIVES]:
+        raise RoceError('fabric.json lists service directives %r, not the ones role roce writes: '
+                        'run the roce role again' % (directives,))
+    return {'expected': bool(environment), 'environment': environment, 'service_directives': directives}
+
+
 def rdma_service_directives(selection):
     """[directive, value] pairs a systemd service adds to reach the selected RDMA device; [] without one."""
     if not selection:

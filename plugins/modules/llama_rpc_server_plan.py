@@ -104,6 +104,12 @@ options:
     description: Largest restart delay in seconds, reached in steps where systemd supports it.
     type: int
     default: 60
+  fabric:
+    description:
+      - The node's C(/etc/gpulab/roce/fabric.json) (role C(roce)), or nothing where the role did not run. With a RoCE v2
+        GID for llama.cpp, the plan adds its C(GGML_RDMA_*) environment and the directives a hardened service needs
+        to reach the verbs device (C(DeviceAllow), C(AF_NETLINK), C(LimitMEMLOCK)).
+    type: dict
 """
 
 EXAMPLES = r"""
@@ -172,11 +178,18 @@ service_directives:
   returned: success
   type: list
   elements: list
+rdma:
+  description:
+    - C(expected) (the fabric has a RoCE v2 GID for llama.cpp RPC), C(environment) (the C(GGML_RDMA_*) variables for
+      the wrapper) and C(service_directives) (already part of RV(service_directives)).
+  returned: success
+  type: dict
 """
 
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpulab.inference.plugins.module_utils.roce import RoceError, rpc_rdma_settings
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import (
     LlamaServerError,
     check_bind_address,
@@ -232,6 +245,7 @@ class RpcServerPlan:
             problem = foreign_firewall_problem(self.active_services(params["other_firewall_services"]), ports, sources["all"])
             if problem and params["other_firewall"] == "fail":
                 raise LlamaServerError(problem)
+        rdma = rpc_rdma_settings(params["fabric"])
         unit_directives, service_directives = restart_directives(
             self.systemd_version(), params["restart_sec"], params["restart_max_delay_s"])
         self.plan = {
@@ -241,7 +255,8 @@ class RpcServerPlan:
             "firewall": firewall,
             "stale_units": stale_units(params["unit_names"], params["unit"], [s["instance"] for s in servers]),
             "unit_directives": [list(d) for d in unit_directives],
-            "service_directives": [list(d) for d in service_directives],
+            "service_directives": [list(d) for d in service_directives] + rdma["service_directives"],
+            "rdma": rdma,
         }
 
     def systemctl(self, *args):
@@ -299,6 +314,7 @@ def build_module():
             unit=dict(type="str", default="gpulab-rpc-server"),
             unit_names=dict(type="list", elements="str", default=[]),
             restart_sec=dict(type="int", default=5),
+            fabric=dict(type="dict"),
             restart_max_delay_s=dict(type="int", default=60),
         ),
         supports_check_mode=True,
@@ -310,7 +326,7 @@ def main():
     plan = RpcServerPlan(module)
     try:
         plan.run()
-    except LlamaServerError as exc:
+    except (LlamaServerError, RoceError) as exc:
         module.fail_json(msg=str(exc))
     for warning in plan.warnings:
         module.warn(warning)

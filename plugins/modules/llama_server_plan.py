@@ -111,6 +111,12 @@ options:
     description: Largest restart delay in seconds, reached in steps where systemd supports it.
     type: int
     default: 30
+  fabric:
+    description:
+      - The node's C(/etc/gpulab/roce/fabric.json) (role C(roce)), or nothing where the role did not run. With a RoCE v2
+        GID for llama.cpp, the plan adds its C(GGML_RDMA_*) environment and the directives a hardened service needs
+        to reach the verbs device (C(DeviceAllow), C(AF_NETLINK), C(LimitMEMLOCK)).
+    type: dict
 """
 
 EXAMPLES = r"""
@@ -193,6 +199,12 @@ service_directives:
   returned: success
   type: list
   elements: list
+rdma:
+  description:
+    - C(expected) (the fabric has a RoCE v2 GID for llama.cpp RPC), C(environment) (the C(GGML_RDMA_*) variables for
+      the wrapper) and C(service_directives) (already part of RV(service_directives)).
+  returned: success
+  type: dict
 """
 
 import grp
@@ -201,6 +213,7 @@ import os
 import pwd
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpulab.inference.plugins.module_utils.roce import RoceError, rpc_rdma_settings
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import (
     LlamaServerError,
     access_problem,
@@ -268,6 +281,7 @@ class LlamaServerPlan:
     def run(self):
         params = self.params
         check_health_settings(params["health_timeout_s"], params["health_timeout_floor_s"], params["health_load_rate_mib_s"])
+        rdma = rpc_rdma_settings(params["fabric"])
         unit_directives, service_directives = restart_directives(
             self.systemd_version(), params["restart_sec"], params["restart_max_delay_s"])
         build = read_build(params["build_link"]) if params["build_link"] else {}
@@ -303,7 +317,8 @@ class LlamaServerPlan:
             "health_timeout_s": timeout_s,
             "build": build,
             "unit_directives": [list(d) for d in unit_directives],
-            "service_directives": [list(d) for d in service_directives],
+            "service_directives": [list(d) for d in service_directives] + rdma["service_directives"],
+            "rdma": rdma,
         }
 
     def systemd_version(self):
@@ -377,6 +392,7 @@ def build_module():
             service_user=dict(type="str", default=""),
             hardening=dict(type="dict", default={}),
             restart_sec=dict(type="int", default=5),
+            fabric=dict(type="dict"),
             restart_max_delay_s=dict(type="int", default=30),
         ),
         supports_check_mode=True,
@@ -388,7 +404,7 @@ def main():
     plan = LlamaServerPlan(module)
     try:
         plan.run()
-    except LlamaServerError as exc:
+    except (LlamaServerError, RoceError) as exc:
         module.fail_json(msg=str(exc))
     for warning in plan.warnings:
         module.warn(warning)

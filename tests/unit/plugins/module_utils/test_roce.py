@@ -35,6 +35,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.roce import (
     ping_verdict,
     read_devices,
     roce_active_mtu,
+    rpc_rdma_settings,
     select_fabric_gid,
     suggested_env,
     transport_warning,
@@ -220,6 +221,36 @@ def test_fabric_facts_found_and_messages():
     assert facts['found'] is False and 'no RDMA devices' in facts['message']
     assert fabric_facts(devices, None) == {'interface': None, 'found': False, 'selection': None, 'env': {},
                                            'service_directives': [], 'message': ''}
+
+
+def test_rpc_rdma_settings_from_fabric_json():
+    devices = read_devices(str(FIXTURES / 'connectx-roce'))
+    fabric = {'interface': 'ens1f0np0', 'rdma': fabric_facts(devices, 'ens1f0np0', '10.231.77.10')}
+    settings = rpc_rdma_settings(json.loads(json.dumps(fabric)))
+    assert settings == {'expected': True, 'environment': {'GGML_RDMA_DEV': 'mlx5_0', 'GGML_RDMA_GID': '3'},
+                        'service_directives': [['DeviceAllow', 'char-infiniband_verbs rw'],
+                                               ['RestrictAddressFamilies', 'AF_NETLINK'], ['LimitMEMLOCK', 'infinity']]}
+    nothing = {'expected': False, 'environment': {}, 'service_directives': []}
+    assert rpc_rdma_settings(None) == nothing
+    assert rpc_rdma_settings({'rdma': fabric_facts(devices, 'ens1f1np1')}) == nothing
+    # a GID on port 2: NCCL gets it, llama.cpp RPC does not, so RDMA is not expected there
+    port2 = dict(fabric['rdma'], env={'NCCL_IB_HCA': '=mlx5_0:2', 'NCCL_IB_GID_INDEX': '3'})
+    assert rpc_rdma_settings({'rdma': port2})['expected'] is False
+
+
+@pytest.mark.parametrize('env, directives, fragment', [
+    ({'GGML_RDMA_DEV': 'mlx5_0; rm -rf /'}, None, "GGML_RDMA_DEV='mlx5_0; rm -rf /'"),
+    ({'GGML_RDMA_dev': 'mlx5_0'}, None, 'GGML_RDMA_dev'),
+    ({'GGML_RDMA_DEV': 'mlx5_0'}, [['ExecStartPre', '/bin/sh']], 'not the ones role roce writes'),
+])
+def test_rpc_rdma_settings_refuse_what_roce_does_not_write(env, directives, fragment):
+    rdma = {'found': True, 'env': env,
+            'service_directives': directives if directives is not None else [['DeviceAllow', 'char-infiniband_verbs rw'],
+                                                                              ['RestrictAddressFamilies', 'AF_NETLINK'],
+                                                                              ['LimitMEMLOCK', 'infinity']]}
+    with pytest.raises(RoceError, match='fabric.json') as raised:
+        rpc_rdma_settings({'rdma': rdma})
+    assert fragment in str(raised.value)
 
 
 def test_fabric_facts_on_infiniband_tree():

@@ -103,3 +103,27 @@ def test_missing_build_is_named(tmp_path):
     assert result.kind is FailJson
     assert result.result["msg"] == ("%s does not exist: deploy a llama.cpp build first (roles llama_cpp_build and "
                                     "llama_cpp_distribute)" % (tmp_path / "current"))
+
+
+FABRIC = {"interface": "ens1f0np0", "rdma": {
+    "found": True, "env": {"NCCL_IB_HCA": "=mlx5_0:1", "NCCL_IB_GID_INDEX": "3", "GGML_RDMA_DEV": "mlx5_0", "GGML_RDMA_GID": "3"},
+    "service_directives": [["DeviceAllow", "char-infiniband_verbs rw"], ["RestrictAddressFamilies", "AF_NETLINK"],
+                           ["LimitMEMLOCK", "infinity"]]}}
+
+
+def test_rdma_fabric_adds_the_environment_and_the_verbs_device(build):
+    plan = run({"build_link": str(build), "fabric": FABRIC}).result
+    assert plan["rdma"]["expected"] is True
+    assert plan["rdma"]["environment"] == {"GGML_RDMA_DEV": "mlx5_0", "GGML_RDMA_GID": "3"}
+    assert plan["service_directives"] == [["Restart", "always"], ["RestartSec", "5"],
+                                          ["DeviceAllow", "char-infiniband_verbs rw"],
+                                          ["RestrictAddressFamilies", "AF_NETLINK"], ["LimitMEMLOCK", "infinity"]]
+    plain = run({"build_link": str(build)}).result
+    assert plain["rdma"] == {"expected": False, "environment": {}, "service_directives": []}
+
+
+def test_fabric_value_that_is_not_a_device_is_refused(build):
+    fabric = {"rdma": dict(FABRIC["rdma"], env={"GGML_RDMA_DEV": "$(reboot)"})}
+    result = run({"build_link": str(build), "fabric": fabric})
+    assert result.kind is FailJson
+    assert "fabric.json names GGML_RDMA_DEV='$(reboot)'" in result.result["msg"]

@@ -83,3 +83,12 @@ def test_model_under_private_tmp(head):
     result = run(dict(head, workers=[manifest("node-b", "10.231.77.11")], hardening={"PrivateTmp": "yes"}))
     assert result.kind is FailJson
     assert "PrivateTmp=yes hides from the service" in result.result["msg"]
+
+
+def test_rdma_fabric_reaches_the_head_too(head):
+    fabric = {"rdma": {"found": True, "env": {"GGML_RDMA_DEV": "mlx5_0", "GGML_RDMA_GID": "3"},
+                       "service_directives": [["DeviceAllow", "char-infiniband_verbs rw"],
+                                              ["RestrictAddressFamilies", "AF_NETLINK"], ["LimitMEMLOCK", "infinity"]]}}
+    plan = run(dict(head, workers=[manifest("node-b", "10.231.77.11")], fabric=fabric)).result
+    assert plan["rdma"]["environment"] == {"GGML_RDMA_DEV": "mlx5_0", "GGML_RDMA_GID": "3"}
+    assert ["LimitMEMLOCK", "infinity"] in plan["service_directives"]
