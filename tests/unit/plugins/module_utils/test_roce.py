@@ -244,10 +244,9 @@ def test_rpc_rdma_settings_from_fabric_json():
     ({'GGML_RDMA_DEV': 'mlx5_0'}, [['ExecStartPre', '/bin/sh']], 'not the ones role roce writes'),
 ])
 def test_rpc_rdma_settings_refuse_what_roce_does_not_write(env, directives, fragment):
-    rdma = {'found': True, 'env': env,
-            'service_directives': directives if directives is not None else [['DeviceAllow', 'char-infiniband_verbs rw'],
-                                                                              ['RestrictAddressFamilies', 'AF_NETLINK'],
-                                                                              ['LimitMEMLOCK', 'infinity']]}
+    written = [['DeviceAllow', 'char-infiniband_verbs rw'], ['RestrictAddressFamilies', 'AF_NETLINK'],
+               ['LimitMEMLOCK', 'infinity']]
+    rdma = {'found': True, 'env': env, 'service_directives': directives if directives is not None else written}
     with pytest.raises(RoceError, match='fabric.json') as raised:
         rpc_rdma_settings({'rdma': rdma})
     assert fragment in str(raised.value)
