@@ -28,6 +28,7 @@ author:
   - gpulab.inference contributors (@gpulab)
 extends_documentation_fragment:
   - gpulab.inference.read_only
+  - gpulab.inference.rpc_fabric
 options:
   build_link:
     description:
@@ -111,12 +112,6 @@ options:
     description: Largest restart delay in seconds, reached in steps where systemd supports it.
     type: int
     default: 30
-  fabric:
-    description:
-      - The node's C(/etc/gpulab/roce/fabric.json) (role C(roce)), or nothing where the role did not run. With a RoCE v2
-        GID for llama.cpp, the plan adds its C(GGML_RDMA_*) environment and the directives a hardened service needs
-        to reach the verbs device (C(DeviceAllow), C(AF_NETLINK), C(LimitMEMLOCK)).
-    type: dict
 """
 
 EXAMPLES = r"""
