@@ -404,9 +404,9 @@ def plan_layout(model, devices, split="equal", n_gpu_layers="all", ctx_size=0, p
     margin_mib = _number(margin_mib, "margin_mib")
     if margin_mib < 0:
         raise PlanError("margin_mib %r must be >= 0" % (margin_mib,))
-    if _number(cuda_context_mib, "cuda_context_mib") < 0:
+    context_mib = _number(cuda_context_mib, "cuda_context_mib")
+    if context_mib < 0:
         raise PlanError("cuda_context_mib %r must be >= 0 (0 leaves the CUDA context out)" % (cuda_context_mib,))
-    cuda_context_mib = _number(cuda_context_mib, "cuda_context_mib")
     cells, streams = kv_cells(ctx_size, parallel, facts["context_length_train"], kv_unified)
     facts = dict(facts, expert_ffn_size=_expert_ffn(model, facts))
     weights = weight_bytes_by_layer(model, n_layer, alignment)
@@ -421,7 +421,7 @@ def plan_layout(model, devices, split="equal", n_gpu_layers="all", ctx_size=0, p
         kv_v = sum(kv[il][1] for il in layers) if offload_kqv else 0
         compute = compute_bytes_estimate(facts, cells, bool(layers), holds_output, flash_attn != "off", ubatch,
                                          max(parallel, 1))
-        context = int(cuda_context_mib * MIB) if device["cuda"] and (layers or holds_output) else 0
+        context = int(context_mib * MIB) if device["cuda"] and (layers or holds_output) else 0
         total = weight + kv_k + kv_v + compute + context
         row = {
             "name": device["name"],
