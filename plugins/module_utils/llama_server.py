@@ -29,7 +29,7 @@ LLAMA_MAX_DEVICES = 16
 MAX_TENSOR_SPLIT_ENTRIES = LLAMA_MAX_DEVICES - 1
 
 # gguf-split names: <stem>-00001-of-00006.gguf
-SHARD_PATTERN = re.compile(r"^(?P<stem>.+)-(?P<index>[0-9]{5})-of-(?P<count>[0-9]{5})\.gguf$")
+SHARD_PATTERN = re.compile(r"\A(?P<stem>.+)-(?P<index>[0-9]{5})-of-(?P<count>[0-9]{5})\.gguf\Z")
 
 MIB = 1024 * 1024
 
@@ -130,14 +130,19 @@ def check_bind_address(address, allow_any=False):
 
 # What a worker's servers.json may hold. The head renders these values into its wrapper script
 # and its systemctl calls, so each one is checked against a strict shape, not merely quoted.
-DEVICE_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
-UNIT_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-BUILD_ID_PATTERN = re.compile(r"^[0-9a-f]{12}$")
+# \A...\Z, not ^...$: `$` also matches before a trailing newline, which would give a value a line
+# of its own in the head's script (a comment line, where quoting does not help).
+DEVICE_PATTERN = re.compile(r"\A[A-Za-z][A-Za-z0-9_]{0,31}\Z")
+UNIT_PATTERN = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
+BUILD_ID_PATTERN = re.compile(r"\A[0-9a-f]{12}\Z")
+# An inventory host name: a DNS name or an IP address (IPv6 with its colons, a zone after %).
+HOST_PATTERN = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_.:%-]{0,252}\Z")
+FILE_NAME_PATTERN = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,254}\Z")
 
 
 def port_number(value, what):
     """A TCP port 1..65535 from an int or a decimal string; booleans and 'abc' are refused."""
-    if isinstance(value, bool) or not re.match(r"^[0-9]{1,5}$", str(value).strip()):
+    if isinstance(value, bool) or not re.match(r"\A[0-9]{1,5}\Z", str(value).strip()):
         raise LlamaServerError("%s %r is not a port number (1-65535)" % (what, value))
     port = int(str(value).strip())
     if not 0 < port < 65536:
@@ -153,7 +158,13 @@ def worker_manifest(manifest, source="a worker"):
     """
     if not isinstance(manifest, dict):
         raise LlamaServerError("%s: servers.json must hold a JSON object, not %s" % (source, type(manifest).__name__))
-    host = str(manifest.get("host") or source)
+    host = manifest.get("host")
+    if host is None or host == "":
+        host = source
+    elif not isinstance(host, str) or not HOST_PATTERN.match(host):
+        raise LlamaServerError(
+            "%s: servers.json field host %r is not a host name (letters, digits, . _ : - only); run "
+            "llama_rpc_server on that worker again and check its inventory_hostname" % (source, host))
     where = "worker %s" % host
     try:
         address = str(ipaddress.ip_address(str(manifest.get("address") or "").strip()))
@@ -165,7 +176,7 @@ def worker_manifest(manifest, source="a worker"):
     if not UNIT_PATTERN.match(unit):
         raise LlamaServerError("%s: unit %r is not a systemd unit name" % (where, unit))
     build_id = manifest.get("build_id")
-    if build_id is not None and not BUILD_ID_PATTERN.match(str(build_id)):
+    if build_id is not None and not (isinstance(build_id, str) and BUILD_ID_PATTERN.match(build_id)):
         raise LlamaServerError("%s: build_id %r is not a 12-digit hex build id" % (where, build_id))
     build_info = manifest.get("build_info")
     if build_info is not None and not isinstance(build_info, dict):
@@ -179,8 +190,8 @@ def worker_manifest(manifest, source="a worker"):
             raise LlamaServerError("%s: endpoints entry %d is not an object" % (where, position))
         port = port_number(item.get("port"), "%s: endpoints entry %d port" % (where, position))
         instance = _non_negative_int(item.get("instance", position), "%s: endpoints entry %d instance" % (where, position))
-        device = str(item.get("device") or "")
-        if not DEVICE_PATTERN.match(device):
+        device = item.get("device") or ""
+        if not isinstance(device, str) or not DEVICE_PATTERN.match(device):
             raise LlamaServerError("%s: endpoints entry %d device %r is not a ggml device name" % (where, position, device))
         memory = item.get("memory_mib")
         if memory is not None:
@@ -429,10 +440,10 @@ def deployed_build(link, target, build_info_text):
     if not isinstance(info, dict):
         raise LlamaServerError("%s/BUILD_INFO.json must hold a JSON object" % link)
     build_id = info.get("build_id")
-    if not BUILD_ID_PATTERN.match(str(build_id)):
+    if not isinstance(build_id, str) or not BUILD_ID_PATTERN.match(build_id):
         raise LlamaServerError("%s/BUILD_INFO.json build_id %r is not a 12-digit hex build id" % (link, build_id))
-    binary = str(info.get("rpc_server_binary") or "rpc-server")
-    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", binary):
+    binary = info.get("rpc_server_binary") or "rpc-server"
+    if not isinstance(binary, str) or not FILE_NAME_PATTERN.match(binary):
         raise LlamaServerError("%s/BUILD_INFO.json rpc_server_binary %r is not a file name" % (link, binary))
     return {"build_id": build_id, "build_dir": str(target), "cuda": bool(info.get("cuda")),
             "rpc_server_binary": binary, "lockstep": lockstep_summary(info)}
@@ -541,7 +552,7 @@ def restart_directives(systemd_version, restart_sec, max_delay_s, steps=5):
 
 def stale_units(unit_names, unit, planned_instances):
     """Instances of the template unit <unit>@<i>.service that exist but are no longer planned, sorted."""
-    pattern = re.compile(r"^%s@([0-9]+)\.service$" % re.escape(unit))
+    pattern = re.compile(r"\A%s@([0-9]+)\.service\Z" % re.escape(unit))
     planned = set(int(i) for i in planned_instances)
     stale = []
     for name in unit_names or []:

@@ -319,6 +319,42 @@ def test_manifest_endpoint_field_is_named(endpoint, message):
         worker_manifest(dict(MANIFEST, endpoints=[endpoint]))
 
 
+# A worker controls its servers.json; every field lands in the head's wrapper script or its systemctl
+# calls. A trailing newline is the case `^...$` let through.
+@pytest.mark.parametrize("field, value", [
+    ("host", "w1\ntouch /tmp/x\n#"),
+    ("host", "node-b\n"),
+    ("host", "node b"),
+    ("host", "node-b;id"),
+    ("host", "$(id)"),
+    ("host", ["node-b"]),
+    ("host", 7),
+    ("unit", "gpulab-rpc-server\n"),
+    ("build_id", "0123456789ab\n"),
+    ("build_id", 123456789012),
+    ("address", "10.0.0.1\nx"),
+])
+def test_manifest_field_from_a_worker_is_refused_before_use(field, value):
+    with pytest.raises(LlamaServerError, match=re.escape(field)):
+        worker_manifest(dict(MANIFEST, **{field: value}), "workers entry 0")
+
+
+@pytest.mark.parametrize("device", ["CUDA0\n", "CUDA0\nrm -rf /", 0, ["CPU"]])
+def test_manifest_device_with_a_newline_or_not_text_is_refused(device):
+    with pytest.raises(LlamaServerError, match="endpoints entry 0 device"):
+        worker_manifest(dict(MANIFEST, endpoints=[{"device": device, "port": 50052}]))
+
+
+def test_manifest_host_error_names_the_file_and_the_worker():
+    with pytest.raises(LlamaServerError, match=r"workers entry 3: servers.json field host 'w1\\ntouch"):
+        worker_manifest(dict(MANIFEST, host="w1\ntouch /tmp/x\n#"), "workers entry 3")
+
+
+@pytest.mark.parametrize("host", ["node-b", "node-b.lab.example", "10.0.0.2", "fd00::2", "fe80::1%eth0", "node_b"])
+def test_manifest_host_names_that_inventories_use_are_accepted(host):
+    assert worker_manifest(dict(MANIFEST, host=host))["host"] == host
+
+
 def test_manifest_that_is_not_an_object():
     with pytest.raises(LlamaServerError, match="workers entry 2: servers.json must hold a JSON object, not list"):
         worker_manifest([], "workers entry 2")
@@ -394,6 +430,10 @@ def test_deployed_build_of_older_llama_cpp_names_rpc_server():
     (b"[]", "BUILD_INFO.json must hold a JSON object"),
     (b'{"build_id": "current"}', "build_id 'current' is not a 12-digit hex build id"),
     (b'{"build_id": "0123456789ab", "rpc_server_binary": "../sh"}', "rpc_server_binary '../sh' is not a file name"),
+    (b'{"build_id": "0123456789ab\\n"}', "build_id '0123456789ab\\n' is not a 12-digit hex build id"),
+    (b'{"build_id": 123456789012}', "build_id 123456789012 is not a 12-digit hex build id"),
+    (b'{"build_id": "0123456789ab", "rpc_server_binary": "rpc-server\\nid"}', "is not a file name"),
+    (b'{"build_id": "0123456789ab", "rpc_server_binary": ["rpc-server"]}', "is not a file name"),
 ])
 def test_deployed_build_refuses_bad_build_info(text, message):
     with pytest.raises(LlamaServerError, match=re.escape("/b/BUILD_INFO.json")):
