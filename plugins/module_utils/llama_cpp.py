@@ -31,12 +31,12 @@ from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi import
 )
 
 BUILD_ID_LENGTH = 12
-BUILD_ID_PATTERN = re.compile(r"^[0-9a-f]{%d}$" % BUILD_ID_LENGTH)
+BUILD_ID_PATTERN = re.compile(r"\A[0-9a-f]{%d}\Z" % BUILD_ID_LENGTH)
 
 # One CMAKE_CUDA_ARCHITECTURES entry: SM number, optional arch-specific (a) or
 # family-specific (f) suffix, optional -real (SASS only) or -virtual (PTX only),
 # e.g. 90, 90-real, 100f, 120a-real.
-CUDA_ARCH_PATTERN = re.compile(r"^(?P<base>[1-9][0-9]{1,2})(?P<suffix>[af]?)(?P<kind>-real|-virtual)?$")
+CUDA_ARCH_PATTERN = re.compile(r"\A(?P<base>[1-9][0-9]{1,2})(?P<suffix>[af]?)(?P<kind>-real|-virtual)?\Z")
 # Build ids in a text (wrapper scripts, unit files) that name a build directory.
 BUILD_DIR_REF = r"/(?P<id>[0-9a-f]{%d})(?![0-9a-f])" % BUILD_ID_LENGTH
 MIN_KEEP_BUILDS = 2
@@ -582,13 +582,24 @@ def referenced_build_ids(texts, install_dir):
     return sorted(found)
 
 
-def select_prunable(installed, current, previous, referenced, keep):
-    """Build ids to remove: never current, the previous one or a referenced one; newest kept.
+def select_prunable(installed, current, previous, referenced, keep, linked=(), running=()):
+    """Build ids to remove: never current, the previous one, a referenced, linked or running one.
 
-    installed: [(build_id, mtime)]; keep counts current. Returns ids, oldest first.
+    installed: [(build_id, mtime)]; keep counts current. linked: the ids the install directory's
+    links (current) resolve to; running: the ids whose binaries a process runs. Returns ids,
+    oldest first. A current that is not installed is an error: with a typo or a dangling link
+    nothing would protect the build that serves.
     """
     keep = check_keep_builds(keep)
-    protected = set([current, previous]) | set(referenced or [])
+    ids = [bid for bid, _mtime in installed or []]
+    if not isinstance(current, str) or not BUILD_ID_PATTERN.match(current):
+        raise LlamaCppError("current build id %r is not a %d-digit hex build id; pass the build id the current "
+                            "link points at" % (current, BUILD_ID_LENGTH))
+    if current not in ids:
+        raise LlamaCppError("current build %s is not installed (installed: %s); nothing is pruned until current "
+                            "names an installed build: check the current link and the build id passed"
+                            % (current, ", ".join(sorted(ids)) or "none"))
+    protected = set([current, previous]) | set(referenced or []) | set(linked or []) | set(running or [])
     protected.discard(None)
     newest_first = sorted(installed or [], key=lambda item: (-item[1], item[0]))
     kept = [bid for bid, _mtime in newest_first if bid in protected]

@@ -15,10 +15,12 @@ version_added: "0.2.0"
 description:
   - Lists the build directories under O(install_dir) (12 hex digits) and returns those beyond
     O(keep), oldest first.
-  - Never returns the current build, the previous one (O(previous), kept for rollback) or a
-    build that a wrapper script or unit file under O(reference_paths) names
-    (C(<install_dir>/<build-id>)).
-  - O(keep) below 2 is refused. Changes nothing.
+  - Never returns the current build, the previous one (O(previous), kept for rollback), a
+    build that a link in O(install_dir) (C(current)) resolves to, a build whose binaries a
+    running process executes (C(/proc/<pid>/exe)) or a build that a wrapper script or unit
+    file under O(reference_paths) names (C(<install_dir>/<build-id>)).
+  - O(keep) below 2 is refused, and so is a O(current) that is not an installed build (a typo
+    or a dangling link would otherwise leave the serving build unprotected). Changes nothing.
 author:
   - gpulab.inference contributors (@gpulab)
 extends_documentation_fragment:
@@ -69,6 +71,16 @@ referenced:
   returned: always
   type: list
   elements: str
+linked:
+  description: Build ids a link in O(install_dir) resolves to.
+  returned: always
+  type: list
+  elements: str
+running:
+  description: Build ids whose binaries a running process executes.
+  returned: always
+  type: list
+  elements: str
 """
 
 import os
@@ -83,6 +95,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.llama_cpp import 
 )
 
 MAX_REFERENCE_BYTES = 1024 * 1024
+PROC_ROOT = "/proc"
 
 
 def _texts(paths):
@@ -102,6 +115,31 @@ def _texts(paths):
             continue
 
 
+def _link_targets(install_dir):
+    """Where the links in install_dir (current, and any other) resolve to, as absolute paths."""
+    targets = []
+    for name in os.listdir(install_dir):
+        path = os.path.join(install_dir, name)
+        if os.path.islink(path):
+            targets.append(os.path.realpath(path) + "/")
+    return targets
+
+
+def _running_executables():
+    """The executables of the running processes (/proc/<pid>/exe); unreadable ones are skipped."""
+    paths = []
+    try:
+        pids = [name for name in os.listdir(PROC_ROOT) if name.isdigit()]
+    except OSError:
+        return paths
+    for pid in pids:
+        try:
+            paths.append(os.readlink(os.path.join(PROC_ROOT, pid, "exe")))
+        except OSError:
+            continue
+    return paths
+
+
 def plan(params):
     check_keep_builds(params["keep"])
     install_dir = params["install_dir"]
@@ -112,8 +150,13 @@ def plan(params):
             if BUILD_ID_PATTERN.match(name) and os.path.isdir(path) and not os.path.islink(path):
                 installed.append((name, os.stat(path).st_mtime))
     referenced = referenced_build_ids(_texts(params["reference_paths"]), install_dir)
-    prunable = select_prunable(installed, params["current"], params["previous"] or None, referenced, params["keep"])
-    return {"prunable": [os.path.join(install_dir, build) for build in prunable], "referenced": referenced}
+    real_dir = os.path.realpath(install_dir)
+    linked = referenced_build_ids(_link_targets(install_dir), real_dir) if installed else []
+    running = referenced_build_ids(_running_executables(), real_dir) if installed else []
+    prunable = select_prunable(installed, params["current"].strip(), params["previous"].strip() or None, referenced,
+                               params["keep"], linked=linked, running=running)
+    return {"prunable": [os.path.join(install_dir, build) for build in prunable], "referenced": referenced,
+            "linked": linked, "running": running}
 
 
 def main():

@@ -548,3 +548,14 @@ def test_lockstep_summary_is_enough_for_the_rule():
     # A manifest that carries only a build id: the same id passes, another one is refused.
     assert lc.lockstep_problem(REF, {"build_id": REF["build_id"]}, "node-b") is None
     assert "same source" in lc.lockstep_problem(REF, {"build_id": "bbbbbbbbbbbb"}, "node-b")
+
+
+@pytest.mark.parametrize("current", ["aaaaaaaaaaa9", "", None, "aaaaaaaaaaa4\n", 12])
+def test_prune_refuses_a_current_that_is_not_installed(current):
+    with pytest.raises(lc.LlamaCppError, match="current build"):
+        lc.select_prunable(INSTALLED, current, "aaaaaaaaaaa3", [], 2)
+
+
+def test_prune_keeps_linked_and_running_builds_beyond_keep():
+    assert lc.select_prunable(INSTALLED, "aaaaaaaaaaa4", "aaaaaaaaaaa3", [], 2,
+                              linked=["aaaaaaaaaaa1"], running=["aaaaaaaaaaa2"]) == []
