@@ -71,9 +71,9 @@ MIN_DRIVER_BRANCH_BY_TOOLKIT = {
 }
 
 _VERSION_RE = re.compile(r"^\s*([0-9]+)\.([0-9]+)")
-_COMPUTE_CAP_RE = re.compile(r"^([0-9]+)\.([0-9])$")
+_COMPUTE_CAP_RE = re.compile(r"\A([0-9]+)\.([0-9])\Z")
 # One compiled architecture as CMake spells it: 90, 90-real, 120a-real, 100f, 90-virtual.
-COMPILED_ARCH_RE = re.compile(r"^(?P<base>[1-9][0-9]{1,2})(?P<suffix>[af]?)(?P<kind>-real|-virtual)?$")
+COMPILED_ARCH_RE = re.compile(r"\A(?P<base>[1-9][0-9]{1,2})(?P<suffix>[af]?)(?P<kind>-real|-virtual)?\Z")
 
 
 def major_minor(version):
@@ -108,7 +108,7 @@ def compiled_arch(arch):
         raise CudaError("CUDA architecture %r is not an SM number with an optional a/f suffix and "
                         "-real/-virtual (e.g. 90-real, 120a-real)" % (arch,))
     base, suffix, kind = match.group("base"), match.group("suffix"), match.group("kind") or ""
-    if re.match(r"^12[0-9]$", base) and not suffix:
+    if re.match(r"\A12[0-9]\Z", base) and not suffix:
         suffix = "a"
     return base + suffix + kind
 

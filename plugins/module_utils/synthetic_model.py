@@ -470,7 +470,7 @@ def temp_prefix(path):
 def is_temp_file_of(name, path):
     """True when the file name `name` (in path's directory) is a temporary file of write_model for
     `path` (tempfile.mkstemp: prefix, random letters, digits or _, suffix .tmp)."""
-    return re.match(r"^%s[A-Za-z0-9_]+\.tmp$" % re.escape(temp_prefix(path)), name) is not None
+    return re.match(r"\A%s[A-Za-z0-9_]+\.tmp\Z" % re.escape(temp_prefix(path)), name) is not None
 
 
 def stale_temp_files(paths):

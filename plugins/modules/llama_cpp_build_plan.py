@@ -189,7 +189,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.llama_cpp import 
 # Where the RPC server's target lives: current trees first, older ones after.
 RPC_TARGET_FILES = ("tools/rpc/CMakeLists.txt", "examples/rpc/CMakeLists.txt")
 RPC_BACKEND_FILES = ("ggml/src/ggml-rpc/CMakeLists.txt", "ggml/CMakeLists.txt")
-CMAKE_OPTION_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+CMAKE_OPTION_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def _read(source_dir, relative):

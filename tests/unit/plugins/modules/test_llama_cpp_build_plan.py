@@ -70,6 +70,7 @@ PLAN_BAD = [
     ({"keep_builds": 1}, ["llama_cpp_keep_builds is 1"]),
     ({"extra_cmake_options": {"GGML CUDA": "ON"}}, ["extra_cmake_options has the option name 'GGML CUDA'"]),
     ({"extra_cmake_options": {"A=B": "ON"}}, ["option name 'A=B'"]),
+    ({"extra_cmake_options": {"GGML_CUDA\n": "ON"}}, ["option name 'GGML_CUDA\\n'"]),
     ({"cuda_architectures": ["sm_120"]}, ["llama_cpp_cuda_architectures has invalid entries 'sm_120'"]),
     ({"nodes": [survey("node-a", [BLACKWELL])], "toolchain": dict(TOOLCHAIN, nvcc_version="12.6.85")},
      ["NVIDIA RTX PRO 6000 Blackwell Workstation Edition on node-a (compute capability 12.0) needs CUDA toolkit 12.8"]),
