@@ -59,17 +59,20 @@ _HEX_ID = r'([0-9a-f]{12,64})'
 #   containerd and CRI-O under kubelet: kubepods.slice/.../cri-containerd-<id>.scope, crio-<id>.scope
 _CONTAINER_COMPONENTS = (
     (re.compile(r'^libpod-conmon-'), None),
-    (re.compile(r'^libpod-payload-' + _HEX_ID + r'$'), 'podman'),
-    (re.compile(r'^libpod-' + _HEX_ID + r'(?:\.scope)?$'), 'podman'),
-    (re.compile(r'^docker-' + _HEX_ID + r'\.scope$'), 'docker'),
-    (re.compile(r'^cri-containerd-' + _HEX_ID + r'\.scope$'), 'containerd'),
-    (re.compile(r'^crio-' + _HEX_ID + r'\.scope$'), 'cri-o'),
+    (re.compile(r'^libpod-payload-' + _HEX_ID + r'\Z'), 'podman'),
+    (re.compile(r'^libpod-' + _HEX_ID + r'(?:\.scope)?\Z'), 'podman'),
+    (re.compile(r'^docker-' + _HEX_ID + r'\.scope\Z'), 'docker'),
+    (re.compile(r'^cri-containerd-' + _HEX_ID + r'\.scope\Z'), 'containerd'),
+    (re.compile(r'^crio-' + _HEX_ID + r'\.scope\Z'), 'cri-o'),
 )
-_BARE_ID_RE = re.compile(r'^[0-9a-f]{64}$')
-_USER_MANAGER_RE = re.compile(r'^user@(\d+)\.service$')
+_BARE_ID_RE = re.compile(r'^[0-9a-f]{64}\Z')
+_USER_MANAGER_RE = re.compile(r'^user@(\d+)\.service\Z')
 _SUPERVISOR_RUNNING_RE = re.compile(r'^(\S+)\s+RUNNING\s+pid\s+(\d+),')
-_NVIDIA_DEVICE_RE = re.compile(r'^/dev/nvidia(\d+)$')
-_CONTAINER_ID_RE = re.compile(r'^[0-9a-f]{12,64}$')
+_NVIDIA_DEVICE_RE = re.compile(r'^/dev/nvidia(\d+)\Z')
+_CONTAINER_ID_RE = re.compile(r'^[0-9a-f]{12,64}\Z')
+# A systemd unit or supervisord program name as the state file may record it: what systemctl and
+# supervisorctl are given back on restore, so no option (leading -), space or newline.
+_STATE_NAME_RE = re.compile(r'\A[A-Za-z0-9_][A-Za-z0-9_.:@\\-]{0,255}\Z')
 
 
 class DrainStateError(ValueError):
@@ -483,7 +486,7 @@ def validate_state(data, path):
                 raise _entry_error(path, index, 'runtime is %r, expected podman or docker' % (entry.get('runtime'),))
             if not isinstance(entry.get('id'), str) or not _CONTAINER_ID_RE.match(entry['id']):
                 raise _entry_error(path, index, 'id is %r, expected a container id' % (entry.get('id'),))
-        elif not isinstance(entry.get('name'), str) or not entry['name'] or entry['name'].startswith('-'):
+        elif not isinstance(entry.get('name'), str) or not _STATE_NAME_RE.match(entry['name']):
             raise _entry_error(path, index, 'name is %r, expected a %s name' % (entry.get('name'), kind))
         if not isinstance(entry.get('was_active'), bool):
             raise _entry_error(path, index, 'was_active is %r, expected true or false' % (entry.get('was_active'),))
@@ -496,7 +499,14 @@ def validate_state(data, path):
 
 
 def parse_state(text, path):
-    """Load and validate the text of a state file."""
+    """Load and validate the text (or bytes) of a state file."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode('utf-8')
+        except UnicodeDecodeError as exc:
+            raise DrainStateError('drain state file %s is corrupt: byte %d is not UTF-8 (%r); restore or remove '
+                                  'it by hand, it is never overwritten'
+                                  % (path, exc.start, text[exc.start:exc.start + 1])) from None
     try:
         data = json.loads(text)
     except ValueError as exc:

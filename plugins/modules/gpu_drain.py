@@ -500,7 +500,7 @@ class GpuDrain:
         if not os.path.exists(self.state_file):
             return None
         try:
-            with open(self.state_file) as handle:
+            with open(self.state_file, 'rb') as handle:
                 text = handle.read()
         except (IOError, OSError) as exc:
             self.module.fail_json(msg='cannot read drain state file %s: %s' % (self.state_file, exc))

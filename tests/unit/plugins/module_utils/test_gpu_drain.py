@@ -345,6 +345,14 @@ def mutated(change):
                                             'was_active': True})), "entries[1] runtime is 'lxc'"),
     (mutated(lambda s: s['entries'].append({'key': 'c', 'kind': 'container', 'runtime': 'podman', 'id': 'x;rm',
                                             'was_active': True})), "entries[1] id is 'x;rm'"),
+    (mutated(lambda s: s['entries'].append({'key': 'c', 'kind': 'container', 'runtime': 'podman',
+                                            'id': PODMAN_ID + '\n', 'was_active': True})), "entries[1] id is"),
+    (mutated(lambda s: s['entries'][0].update(name='gpu-embed.service\n')), "entries[0] name is 'gpu-embed.service\\n'"),
+    (mutated(lambda s: s['entries'][0].update(name='gpu embed.service')), "entries[0] name is 'gpu embed.service'"),
+    (mutated(lambda s: s['entries'][0].update(name='')), "entries[0] name is ''"),
+    (mutated(lambda s: s['entries'][0].update(name=7)), 'entries[0] name is 7'),
+    (b'{"schema": "\xff"}', 'byte 12 is not UTF-8'),
+    (b'\xfe\xff{}', 'byte 0 is not UTF-8'),
 ])
 def test_corrupt_state_names_the_file_and_the_field(text, message):
     with pytest.raises(DrainStateError) as raised:

@@ -409,6 +409,24 @@ def test_restore_with_corrupt_state_fails(tmp_path):
     assert commands == []
 
 
+@pytest.mark.parametrize('content', [b'{"schema": "gpulab.inference.gpu_drain/1\xe9"}', b'\xff\xfe'])
+@pytest.mark.parametrize('mode', ['drain', 'restore'])
+def test_state_file_that_is_not_utf8_fails_with_its_path_and_is_left_alone(tmp_path, content, mode):
+    state_file = tmp_path / 'drain-state.json'
+    state_file.write_bytes(content)
+    if mode == 'drain':
+        args = drain_args(tmp_path)
+        answers = drain_answers(args['state_file'])
+    else:
+        args, answers = restore_args(tmp_path), Answers()
+    kind, result, commands, unused_warnings = run(args, answers)
+    assert kind is FailJson, result
+    assert result['msg'].startswith('drain state file %s is corrupt: byte ' % state_file)
+    assert 'is not UTF-8' in result['msg']
+    assert [c for c in commands if c[1] in ('stop', 'start')] == []
+    assert state_file.read_bytes() == content
+
+
 def test_negative_timeout_is_refused(tmp_path):
     kind, result, commands, unused_warnings = run(restore_args(tmp_path, wait_timeout_s=-1), Answers())
     assert (kind, result['msg'], commands) == (FailJson, 'wait_timeout_s is -1; give 0 or more', [])
