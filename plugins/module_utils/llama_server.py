@@ -664,3 +664,110 @@ def unit_failure(props, restarts_before=0):
     if state in ("inactive", "deactivating"):
         return "the unit is %s (%s)" % (state, detail)
     return None
+
+
+# --- llama-server's command line ---------------------------------------------
+
+BACKEND_SAMPLING_FLAGS = ("-bs", "--backend-sampling")
+
+
+def output_device(devices, split, n_layer=None, n_gpu_layers="all"):
+    """The device that holds the output layer, or None for the CPU.
+
+    llama.cpp places the output layer like a layer of index n_layer (src/llama-model.cpp,
+    `dev_output = get_layer_buft_list(n_layer_all)`), which is what gguf_plan.assign_layers
+    computes. Without the layer count it is the last device with a share of the split, which is
+    the same device unless that share is smaller than one layer.
+    """
+    if not devices:
+        return None
+    if n_layer:
+        # Imported here: gguf_plan is large and only this rule needs it.
+        from ansible_collections.gpulab.inference.plugins.module_utils.gguf_plan import assign_layers
+        index = assign_layers(int(n_layer), [float(v) for v in split], n_gpu_layers)[-1]
+        return None if index is None else devices[index]
+    shares = [i for i, v in enumerate(split) if float(v) > 0]
+    return devices[shares[-1]] if shares else None
+
+
+def backend_sampling_choice(setting, devices, split, n_layer=None, n_gpu_layers="all", extra_args=()):
+    """Whether llama-server samples on the device that holds the output layer (--backend-sampling).
+
+    auto: on when that device is one of the head's own GPUs, where the sampler reads the logits in
+    place instead of copying a vocabulary-sized row to the host for every token; off when it is an
+    RPC device (every step would read the sampler's state back over the network) or the CPU.
+    llama.cpp runs the longest prefix of the chain that has device implementations there (top-k,
+    top-p, min-p, temperature, penalties, dist, greedy) and the rest on the CPU; grammars, a
+    reasoning budget and n_probs turn it off per request (common/sampling.cpp,
+    tools/server/server-context.cpp). A request's own `backend_sampling` field overrides it.
+    Returns {"enabled", "reason", "output_device"}.
+    """
+    device = output_device(devices, split, n_layer, n_gpu_layers)
+    where = "the CPU" if device is None else "%s (%s)" % (
+        device["name"], "a GPU of the head" if device["kind"] == "local" else "RPC " + str(device["endpoint"]))
+    if any(str(a) in BACKEND_SAMPLING_FLAGS for a in extra_args):
+        return {"enabled": True, "reason": "given in llama_server_extra_args", "output_device": where}
+    if setting is True or setting is False:
+        return {"enabled": setting, "reason": "llama_server_backend_sampling is %s" % str(setting).lower(),
+                "output_device": where}
+    if setting not in (None, "auto"):
+        raise LlamaServerError(
+            "llama_server_backend_sampling is %r; set auto, true or false" % (setting,))
+    local = device is not None and device["kind"] == "local"
+    return {
+        "enabled": local,
+        "reason": "auto: the output layer is on %s" % where,
+        "output_device": where,
+    }
+
+
+SERVER_OPTION_DEFAULTS = {
+    "host": "127.0.0.1",
+    "port": 8080,
+    "gpu_layers": "all",
+    "ctx_size": 8192,
+    "parallel": 4,
+    "flash_attn": "auto",
+    "jinja": True,
+    "reasoning_format": None,
+    "reasoning_budget": None,
+    "metrics": True,
+    "threads": 0,
+    "log_verbosity": None,
+    "api_key_file": "",
+    "backend_sampling": "auto",
+    "extra_args": [],
+}
+
+
+def server_argv(binary, model, options, rpc, split_arg, backend_sampling):
+    """llama-server's argv, in the order the wrapper runs it (every flag from common/arg.cpp)."""
+    opts = dict(SERVER_OPTION_DEFAULTS)
+    opts.update(dict((k, v) for k, v in (options or {}).items()))
+    unknown = sorted(set(opts) - set(SERVER_OPTION_DEFAULTS))
+    if unknown:
+        raise LlamaServerError("unknown llama-server option(s) %s" % ", ".join(unknown))
+    argv = [binary, "--model", model, "--host", str(opts["host"]), "--port", str(port_number(opts["port"], "llama_server_port"))]
+    if rpc:
+        argv += ["--rpc", rpc]
+    argv += ["--n-gpu-layers", str(opts["gpu_layers"]), "--tensor-split", split_arg,
+             "--ctx-size", str(opts["ctx_size"]), "--parallel", str(opts["parallel"]),
+             "--flash-attn", str(opts["flash_attn"])]
+    if opts["jinja"]:
+        argv.append("--jinja")
+    if opts["reasoning_format"] is not None:
+        argv += ["--reasoning-format", str(opts["reasoning_format"])]
+    if opts["reasoning_budget"] is not None:
+        argv += ["--reasoning-budget", str(opts["reasoning_budget"])]
+    if opts["metrics"]:
+        argv.append("--metrics")
+    if int(opts["threads"] or 0) > 0:
+        argv += ["--threads", str(int(opts["threads"]))]
+    if opts["log_verbosity"] is not None:
+        argv += ["--verbosity", str(opts["log_verbosity"])]
+    if opts["api_key_file"]:
+        argv += ["--api-key-file", str(opts["api_key_file"])]
+    extra = [str(a) for a in opts["extra_args"] or []]
+    if backend_sampling and not any(a in BACKEND_SAMPLING_FLAGS for a in extra):
+        argv.append("--backend-sampling")
+    return argv + extra

@@ -112,6 +112,16 @@ options:
     description: Largest restart delay in seconds, reached in steps where systemd supports it.
     type: int
     default: 30
+  server:
+    description:
+      - llama-server's options, from which the module returns its whole command line as RV(argv) (the wrapper
+        renders that list and decides nothing).
+      - Keys C(host), C(port), C(gpu_layers), C(ctx_size), C(parallel), C(flash_attn), C(jinja), C(reasoning_format),
+        C(reasoning_budget), C(metrics), C(threads), C(log_verbosity), C(api_key_file), C(extra_args) and
+        C(backend_sampling) (V(auto), V(true) or V(false)); a key left out takes llama-server's role default.
+      - C(backend_sampling=auto) samples on the GPU where the output layer is on one of the head's own GPUs, and
+        on the CPU where it is on an RPC device or the CPU (RV(backend_sampling) says why).
+    type: dict
 """
 
 EXAMPLES = r"""
@@ -140,6 +150,17 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+argv:
+  description: llama-server's whole command line, with O(server) given; the wrapper runs exactly this list.
+  returned: when O(server) is given
+  type: list
+  elements: str
+  sample: [/opt/gpulab/llama.cpp/builds/b1/bin/llama-server, --model, /srv/m.gguf, --host, 127.0.0.1, --port, "8080"]
+backend_sampling:
+  description: Whether llama-server samples on the device (C(enabled)), why (C(reason)) and where the output layer is.
+  returned: when O(server) is given
+  type: dict
+  sample: {enabled: true, reason: "auto: the output layer is on CUDA0 (a GPU of the head)", output_device: CUDA0 (a GPU of the head)}
 rpc:
   description: The C(--rpc) value, endpoints joined by commas (empty without workers).
   returned: success
@@ -209,7 +230,10 @@ import pwd
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpulab.inference.plugins.module_utils.roce import RoceError, rpc_rdma_settings
+from ansible_collections.gpulab.inference.plugins.module_utils.gguf import GGUFError, read_gguf
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import (
+    backend_sampling_choice,
+    server_argv,
     LlamaServerError,
     access_problem,
     check_health_settings,
@@ -235,6 +259,16 @@ def read_build(link):
     build = read_deployed_build(link)
     build.pop("rpc_server_binary", None)
     return build
+
+
+def model_layers(path):
+    """The model's layer count from its GGUF metadata, None where it does not say."""
+    try:
+        model = read_gguf(path)
+    except GGUFError:
+        return None
+    value = model.get("%s.block_count" % model.get("general.architecture", ""))
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def account(user):
@@ -315,6 +349,19 @@ class LlamaServerPlan:
             "service_directives": [list(d) for d in service_directives] + rdma["service_directives"],
             "rdma": rdma,
         }
+        if params["server"] is not None:
+            self.plan_command(devices, split, shards[0], build)
+
+    def plan_command(self, devices, split, model, build):
+        """argv and the backend-sampling decision, from the model's layer count where it reads."""
+        server = dict(self.params["server"])
+        choice = backend_sampling_choice(
+            server.get("backend_sampling", "auto"), devices, split, model_layers(model),
+            server.get("gpu_layers", "all"), server.get("extra_args") or [])
+        binary = os.path.join(build.get("build_dir") or self.params["build_link"] or "", "bin", "llama-server")
+        self.plan["backend_sampling"] = choice
+        self.plan["argv"] = server_argv(binary, model, server, self.plan["rpc"], self.plan["tensor_split_arg"],
+                                        choice["enabled"])
 
     def systemd_version(self):
         """systemd's major version, 0 on a host without systemctl."""
@@ -389,6 +436,7 @@ def build_module():
             restart_sec=dict(type="int", default=5),
             fabric=dict(type="dict"),
             restart_max_delay_s=dict(type="int", default=30),
+            server=dict(type="dict"),
         ),
         supports_check_mode=True,
     )

@@ -36,6 +36,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.llama_server impo
     rpc_endpoints,
     tensor_split,
 )
+from ansible_collections.gpulab.inference.plugins.module_utils import llama_server as ls
 
 H200 = {"index": 0, "name": "NVIDIA H200", "memory_total_mib": 143156}
 RTX_A = {"index": 0, "name": "RTX PRO 6000", "memory_total_mib": 97000}
@@ -638,3 +639,67 @@ def test_unit_failure(text, restarts_before, reason):
         assert found is None
     else:
         assert found.startswith(reason)
+
+
+# --- llama-server's command line and backend sampling ------------------------------------------
+
+def _devices(rpc=0, local=0):
+    return ls.device_order(
+        [{"endpoint": "10.0.0.%d:50052" % (i + 2), "host": "w%d" % i, "device": "CUDA0", "memory_mib": 1000}
+         for i in range(rpc)],
+        [{"index": i, "memory_total_mib": 1000} for i in range(local)])
+
+
+@pytest.mark.parametrize("rpc, local, split, n_layer, expected", [
+    (0, 1, [1], 62, True),            # all local: the output layer is on CUDA0
+    (2, 1, [1, 1, 1], 62, True),      # the reference lab: RPC0, RPC1, then the head's CUDA0 last
+    (2, 0, [1, 1], 62, False),        # a head without GPUs: the output layer is on RPC1
+    (1, 1, [1, 0], 62, False),        # nothing on the head's GPU: the output follows the last share
+    (1, 1, [1, 1], None, True),       # layer count unknown: the last device with a share
+    (1, 1, [1, 0], None, False),
+    (1, 1, [62, 0.5], 62, False),     # a share smaller than one layer: the output stays on RPC0
+])
+def test_backend_sampling_follows_the_output_layer(rpc, local, split, n_layer, expected):
+    choice = ls.backend_sampling_choice("auto", _devices(rpc, local), split, n_layer)
+    assert choice["enabled"] is expected
+    assert ("a GPU of the head" in choice["output_device"]) is expected
+
+
+def test_backend_sampling_forced_either_way_or_given_as_an_extra_argument():
+    devices = _devices(2, 0)
+    assert ls.backend_sampling_choice(True, devices, [1, 1])["enabled"] is True
+    assert ls.backend_sampling_choice(False, _devices(0, 1), [1])["enabled"] is False
+    extra = ls.backend_sampling_choice("auto", devices, [1, 1], extra_args=["-bs"])
+    assert extra["enabled"] is True and "extra_args" in extra["reason"]
+    with pytest.raises(ls.LlamaServerError, match="llama_server_backend_sampling is 'yes'"):
+        ls.backend_sampling_choice("yes", devices, [1, 1])
+
+
+def test_server_argv_is_the_whole_command_line():
+    argv = ls.server_argv("/opt/b/bin/llama-server", "/m/x-00001-of-00002.gguf",
+                          {"port": "8081", "log_verbosity": 4, "api_key_file": "/etc/gpulab/llama-server/api-keys",
+                           "threads": 8, "reasoning_budget": 0, "extra_args": ["--no-warmup"]},
+                          "10.0.0.2:50052", "1,1", True)
+    assert argv == [
+        "/opt/b/bin/llama-server", "--model", "/m/x-00001-of-00002.gguf", "--host", "127.0.0.1", "--port", "8081",
+        "--rpc", "10.0.0.2:50052", "--n-gpu-layers", "all", "--tensor-split", "1,1", "--ctx-size", "8192",
+        "--parallel", "4", "--flash-attn", "auto", "--jinja", "--reasoning-budget", "0", "--metrics",
+        "--threads", "8", "--verbosity", "4", "--api-key-file", "/etc/gpulab/llama-server/api-keys",
+        "--backend-sampling", "--no-warmup"]
+
+
+def test_server_argv_without_rpc_or_backend_sampling_and_no_duplicate_flag():
+    argv = ls.server_argv("ls", "m.gguf", {"jinja": False, "metrics": False, "extra_args": ["--backend-sampling"]},
+                          "", "1", True)
+    assert "--rpc" not in argv and "--jinja" not in argv and "--metrics" not in argv
+    assert argv.count("--backend-sampling") == 1
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"port": 70000}, "llama_server_port 70000 is out of range"),
+    ({"port": "abc"}, "llama_server_port 'abc' is not a port number"),
+    ({"ctxsize": 1}, "unknown llama-server option"),
+])
+def test_server_argv_refuses_bad_options(options, message):
+    with pytest.raises(ls.LlamaServerError, match=message):
+        ls.server_argv("ls", "m.gguf", options, "", "1", False)

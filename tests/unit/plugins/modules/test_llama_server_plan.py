@@ -92,3 +92,25 @@ def test_rdma_fabric_reaches_the_head_too(head):
     plan = run(dict(head, workers=[manifest("node-b", "10.231.77.11")], fabric=fabric)).result
     assert plan["rdma"]["environment"] == {"GGML_RDMA_DEV": "mlx5_0", "GGML_RDMA_GID": "3"}
     assert ["LimitMEMLOCK", "infinity"] in plan["service_directives"]
+
+
+def test_argv_turns_backend_sampling_on_for_a_local_output_layer(head, tmp_path):
+    """The rule, through the module: CUDA build, the head's GPU last in llama.cpp's order."""
+    build = tmp_path / "0123456789ab"
+    (build / "BUILD_INFO.json").write_text(json.dumps({"build_id": "0123456789ab", "cuda": True}))
+    result = run(dict(head, workers=[manifest("node-b", "10.231.77.11")],
+                      local_gpus=[{"index": 0, "memory_total_mib": 97887}], server={"port": 8080}))
+    assert result.kind is ExitJson, result.result
+    assert result.result["backend_sampling"]["enabled"] is True
+    assert result.result["argv"][-1] == "--backend-sampling"
+    assert result.result["argv"][1:3] == ["--model", head["model_path"]]
+
+
+def test_argv_keeps_backend_sampling_off_for_an_output_layer_on_a_worker(head):
+    result = run(dict(head, workers=[manifest("node-b", "10.231.77.11"), manifest("node-c", "10.231.77.12")],
+                      server={}))
+    assert result.kind is ExitJson, result.result
+    assert result.result["backend_sampling"]["enabled"] is False
+    assert "RPC 10.231.77.12:50052" in result.result["backend_sampling"]["reason"]
+    assert "--backend-sampling" not in result.result["argv"]
+    assert result.result["argv"][result.result["argv"].index("--rpc") + 1] == "10.231.77.11:50052,10.231.77.12:50052"
