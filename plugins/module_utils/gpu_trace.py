@@ -22,7 +22,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.bench_stats impor
 LOOP_FIELDS = ('timestamp', 'index', 'utilization.gpu', 'memory.used')
 LOOP_ARGS = ['--query-gpu=' + ','.join(LOOP_FIELDS), '--format=csv,noheader,nounits']
 _TIMESTAMP_FORMAT = '%Y/%m/%d %H:%M:%S.%f'
-_NUMBER_RE = re.compile(r'^\s*(\d+(?:\.\d+)?)\s*(%|MiB)?\s*$')
+_NUMBER_RE = re.compile(r'^\s*(\d+(?:\.\d+)?)\s*(%|MiB)?\s*\Z')
 
 
 class TraceParseError(ValueError):

@@ -42,13 +42,13 @@ NVML_MISMATCH_RC = 18
 
 MIB_PER_GIB = 1024
 
-_NOT_AVAILABLE_RE = re.compile(r'^(N/A|\[[A-Za-z][A-Za-z ./-]*\])$')
-_COMPUTE_CAP_RE = re.compile(r'^(\d+)\.(\d+)$')
-_VERSION_RE = re.compile(r'^\d+(\.\d+)+$')
+_NOT_AVAILABLE_RE = re.compile(r'^(N/A|\[[A-Za-z][A-Za-z ./-]*\])\Z')
+_COMPUTE_CAP_RE = re.compile(r'^(\d+)\.(\d+)\Z')
+_VERSION_RE = re.compile(r'^\d+(\.\d+)+\Z')
 _KERNEL_MODULE_RE = re.compile(
     r'^NVRM version:.*?Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)(?:\s|$)')
 _NVML_LIBRARY_RE = re.compile(r'^NVML library version:\s*(\S+)', re.MULTILINE)
-_SMI_VERSION_LINE_RE = re.compile(r'^\s*([A-Za-z][A-Za-z -]*?)\s*:\s*(\S.*?)\s*$')
+_SMI_VERSION_LINE_RE = re.compile(r'^\s*([A-Za-z][A-Za-z -]*?)\s*:\s*(\S.*?)\s*\Z')
 
 
 class NvidiaSmiParseError(ValueError):

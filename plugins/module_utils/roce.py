@@ -34,11 +34,11 @@ IB = 'IB'
 _SYSFS_TYPE_V1 = 'IB/RoCE v1'
 _SYSFS_TYPE_V2 = 'RoCE v2'
 
-_STATE_RE = re.compile(r'^(\d+):\s*(\S.*?)\s*$')
-_RATE_RE = re.compile(r'^(\d+(?:\.\d+)?) Gb/sec(?: \((\d+)X ?([A-Za-z0-9]*)\))?\s*$')
-_GID_RE = re.compile(r'^[0-9a-fA-F]{4}(:[0-9a-fA-F]{4}){7}$')
+_STATE_RE = re.compile(r'^(\d+):\s*(\S.*?)\s*\Z')
+_RATE_RE = re.compile(r'^(\d+(?:\.\d+)?) Gb/sec(?: \((\d+)X ?([A-Za-z0-9]*)\))?\s*\Z')
+_GID_RE = re.compile(r'^[0-9a-fA-F]{4}(:[0-9a-fA-F]{4}){7}\Z')
 _ZERO_GID = '0000:0000:0000:0000:0000:0000:0000:0000'
-_IFNAME_RE = re.compile(r'^[A-Za-z0-9_.:@-]{1,15}$')
+_IFNAME_RE = re.compile(r'^[A-Za-z0-9_.:@-]{1,15}\Z')
 
 # include/rdma/ib_addr.h iboe_get_mtu(): the RDMA path MTU of a RoCE port is the largest IB
 # MTU that fits in the netdev MTU less the RoCE v2 headers (GRH 40 + UDP 8 + BTH 12 + XRC 4 +
@@ -128,14 +128,25 @@ def roce_active_mtu(netdev_mtu):
 
 # --- the sysfs tree --------------------------------------------------------------------------
 
+# What drivers/infiniband/core/sysfs.c show_port_link_layer() prints.
+LINK_LAYERS = ('InfiniBand', 'Ethernet', 'Unknown')
+
+
 def _read(path):
     """A sysfs attribute's text, or None where it is missing or unreadable (the kernel answers
     EINVAL for the attributes of an unused GID table entry, and IB ports have no ndevs)."""
     try:
-        with open(path) as handle:
-            return handle.read().strip()
+        with open(path, 'rb') as handle:
+            data = handle.read()
     except (IOError, OSError):
         return None
+    try:
+        return data.decode('ascii').strip()
+    except UnicodeDecodeError as exc:
+        # Every attribute read here is ASCII in the kernel; anything else is not sysfs (a fixture
+        # tree, a bind mount) and is not guessed at.
+        raise RoceError('%s holds a non-ASCII byte %r at offset %d; sysfs_root must point at a sysfs tree'
+                        % (path, data[exc.start:exc.start + 1], exc.start)) from None
 
 
 def _numeric_entries(directory):
@@ -163,6 +174,8 @@ def read_port(sysfs_root, device, port):
     port_dir = os.path.join(sysfs_root, SYSFS_INFINIBAND, device, 'ports', str(port))
     where = '%s port %d' % (device, port)
     link_layer = _read(os.path.join(port_dir, 'link_layer')) or 'InfiniBand'
+    if link_layer not in LINK_LAYERS:
+        raise RoceError('%s: link_layer %r is not one of %s' % (where, link_layer, ', '.join(LINK_LAYERS)))
     try:
         state_text = _read(os.path.join(port_dir, 'state'))
         phys_text = _read(os.path.join(port_dir, 'phys_state'))
@@ -189,11 +202,14 @@ def read_port(sysfs_root, device, port):
             kind = gid_type(type_text, link_layer) if type_text else None
         except RoceError as exc:
             raise RoceError('%s GID index %d: %s' % (where, index, exc)) from None
+        netdev = _read(os.path.join(port_dir, 'gid_attrs', 'ndevs', str(index))) or None
+        if netdev is not None and not _IFNAME_RE.match(netdev):
+            raise RoceError('%s GID index %d: gid_attrs/ndevs %r is not a network interface name' % (where, index, netdev))
         gids.append({
             'index': index,
             'gid': gid,
             'type': kind,
-            'netdev': _read(os.path.join(port_dir, 'gid_attrs', 'ndevs', str(index))) or None,
+            'netdev': netdev,
             'ipv4': gid_ipv4(gid),
         })
 
@@ -315,8 +331,8 @@ RDMA_SERVICE_DIRECTIVES = (
 )
 
 
-_GGML_RDMA_NAME_RE = re.compile(r'^GGML_RDMA_[A-Z_]+$')
-_GGML_RDMA_VALUE_RE = re.compile(r'^[A-Za-z0-9_.:-]{1,64}$')
+_GGML_RDMA_NAME_RE = re.compile(r'^GGML_RDMA_[A-Z_]+\Z')
+_GGML_RDMA_VALUE_RE = re.compile(r'^[A-Za-z0-9_.:-]{1,64}\Z')
 
 
 def rpc_rdma_settings(fabric):
@@ -661,7 +677,7 @@ def check_bandwidth(measured_gbps, rate_gbps, min_fraction):
 # A connection without "RDMA activated" before the next one stays on TCP (no peer RDMA, or no
 # local GID matched: both silent).
 
-_BANNER_RE = re.compile(r'^\s*transport\s*:\s*TCP(\s*\(RDMA auto-negotiate enabled\))?\s*$')
+_BANNER_RE = re.compile(r'^\s*transport\s*:\s*TCP(\s*\(RDMA auto-negotiate enabled\))?\s*\Z')
 _ACCEPTED_RE = re.compile(r'Accepted client connection')
 _PROBED_RE = re.compile(r'RDMA probed: dev=(\S+) gid=(\d+)(?: (RoCEv[12]))?')
 _ACTIVATED_RE = re.compile(r'RDMA activated: qpn=(\d+)->(\d+) mtu=(\d+)')

@@ -175,6 +175,23 @@ def test_malformed_gid_names_index(tmp_path):
         read_devices(str(tmp_path / 'sys'))
 
 
+@pytest.mark.parametrize('attribute, content, message', [
+    ('state', b'4: ACTIVE\xff\n', r"ports/1/state holds a non-ASCII byte b'\\xff' at offset 9"),
+    ('rate', b'\xc3\xa9', 'ports/1/rate holds a non-ASCII byte'),
+    ('link_layer', b'Ethern\xe9t\n', 'ports/1/link_layer holds a non-ASCII byte'),
+    ('link_layer', b'Token Ring\n', "mlx5_0 port 1: link_layer 'Token Ring' is not one of"),
+    ('gids/1', b'fe80:0000:0000:0000:0000:0000:0000:0001\nx\n', 'mlx5_0 port 1 GID index 1'),
+    ('gid_attrs/ndevs/1', b'eth0; rm -rf /\n', "gid_attrs/ndevs 'eth0; rm -rf /' is not a network interface name"),
+    ('gid_attrs/ndevs/1', b'ens1f0np0\nx\n', 'is not a network interface name'),
+    ('gid_attrs/ndevs/1', b'\xffeth0\n', 'ndevs/1 holds a non-ASCII byte'),
+])
+def test_sysfs_attribute_that_cannot_be_read_names_the_file(tmp_path, attribute, content, message):
+    shutil.copytree(FIXTURES / 'connectx-roce', tmp_path / 'sys')
+    (tmp_path / 'sys' / 'class' / 'infiniband' / 'mlx5_0' / 'ports' / '1' / attribute).write_bytes(content)
+    with pytest.raises(RoceError, match=message):
+        read_devices(str(tmp_path / 'sys'))
+
+
 # --- selection and environment ---------------------------------------------------------------
 
 def test_select_fabric_gid_picks_roce_v2_ipv4():
