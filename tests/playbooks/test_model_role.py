@@ -7,7 +7,7 @@ import tarfile
 
 import pytest
 import yaml
-from playbook_runner import REPO, local_host
+from playbook_runner import REPO, local_host, run_in
 
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf
 from ansible_collections.gpulab.inference.plugins.module_utils import synthetic_model as sm
@@ -100,6 +100,31 @@ def test_given_model_is_recorded(run_playbook, tmp_path):
     assert manifest(tmp_path) == {"managed_by": "gpulab.inference", "source": "path", "path": str(model),
                                   "shard_paths": None, "architecture": None, "size_bytes": None,
                                   "synthetic_options_sha256": None}
+
+
+def test_check_mode_plans_a_fresh_head_and_writes_nothing(tmp_path):
+    vocabulary(tmp_path / "ggml-vocab-test.gguf", 50)
+    archive = tmp_path / "src.tar.gz"
+    with tarfile.open(str(archive), "w:gz") as tar:
+        tar.add(str(tmp_path / "ggml-vocab-test.gguf"), arcname="llama.cpp/models/ggml-vocab-test.gguf")
+    hostvars = {"model_synthetic": {"path": str(tmp_path / "models" / "m.gguf"), "layers": 1, "hidden_size": 64},
+                "model_vocab_archive": str(archive), "model_vocab_archive_member": "llama.cpp/models/ggml-vocab-test.gguf"}
+    result = run_in(tmp_path / "runner", "playbooks/model.yml", inventory(tmp_path, **hostvars), cmdline="--check --diff")
+    assert result.status == "successful", result.failures
+    changed = {task for _host, task in result.changed_tasks()}
+    assert {"Copy the vocabulary to the head", "Write the synthetic model", "Write the model manifest"} <= changed
+    assert not (tmp_path / "etc").exists()
+    assert not (tmp_path / "vocab").exists()
+    assert not (tmp_path / "models").exists()
+
+
+def test_check_mode_refuses_a_missing_given_model(tmp_path):
+    result = run_in(tmp_path / "runner", "playbooks/model.yml", inventory(tmp_path, model_path="/nonexistent/m.gguf"),
+                    cmdline="--check")
+    assert result.status == "failed"
+    (failure,) = result.failures
+    assert failure[1] == "The model file exists on the head"
+    assert "model_path=/nonexistent/m.gguf is missing" in failure[2]
 
 
 BAD = [
