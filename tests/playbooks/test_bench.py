@@ -86,3 +86,13 @@ def test_unreachable_endpoint_names_the_url_and_stops_the_samplers(tmp_path):
     assert failure[1] == 'Stop when the benchmark failed'
     assert 'The benchmark of http://127.0.0.1:9 failed: cannot reach http://127.0.0.1:9/v1/models' in failure[2]
     assert (tmp_path / 'work' / 'sampler.stop').exists()
+
+
+def test_check_mode_does_not_benchmark(tmp_path):
+    run = run_in(tmp_path / 'runner', 'playbooks/bench.yml', inventory(),
+                 bench_vars(tmp_path, 'http://127.0.0.1:9'), envvars=ENV, cmdline='--check')
+    assert run.status == 'successful', run.failures
+    (said,) = run.ok_results('Say that a dry run does not benchmark')
+    assert 'only without --check' in said['msg']
+    assert not (tmp_path / 'reports').exists()
+    assert not (tmp_path / 'work').exists()
