@@ -261,15 +261,28 @@ def parse_safetensors_header(data, where):
         header = json.loads(data[8:8 + length].decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise VllmPlanError("%s: safetensors header is not JSON: %s" % (where, exc))
+    if not isinstance(header, dict):
+        raise VllmPlanError("%s: safetensors header is a JSON %s, not an object of tensors; the file is not a "
+                            "safetensors checkpoint (re-download it)" % (where, type(header).__name__))
     tensors = {}
     for name, info in header.items():
         if name == "__metadata__":
             continue
         try:
             start, end = info["data_offsets"]
-            tensors[name] = (info["dtype"], list(info["shape"]), int(end) - int(start))
+            dtype, dims = info["dtype"], list(info["shape"])
         except (KeyError, TypeError, ValueError):
             raise VllmPlanError("%s: safetensors entry %r lacks dtype, shape or data_offsets" % (where, name))
+        whole = [v for v in [start, end] + dims if isinstance(v, int) and not isinstance(v, bool) and v >= 0]
+        if len(whole) != 2 + len(dims) or end < start:
+            raise VllmPlanError("%s: safetensors entry %r has shape %r and data_offsets %r; expected whole numbers "
+                                ">= 0 with end >= start (re-download the file)" % (where, name, info["shape"],
+                                                                                  info["data_offsets"]))
+        # Any dtype name (newer safetensors has F8_E8M0, F4, ...): sizes come from data_offsets.
+        if not isinstance(dtype, str) or not re.match(r"\A[A-Z][A-Z0-9_]{0,15}\Z", dtype):
+            raise VllmPlanError("%s: safetensors entry %r has dtype %r, not a safetensors dtype name (e.g. BF16, "
+                                "F8_E4M3); re-download the file" % (where, name, dtype))
+        tensors[name] = (dtype, dims, end - start)
     return tensors
 
 

@@ -4,6 +4,8 @@ unquantised models, the memory arithmetic, bad input."""
 import json
 from pathlib import Path
 
+import struct
+
 import pytest
 
 from ansible_collections.gpulab.inference.plugins.module_utils import synthetic_hf as sh
@@ -362,6 +364,18 @@ def test_safetensors_header_parse_gives_exact_sizes():
     (b'\xff\x00\x00\x00\x00\x00\x00\x00{}', 'header says 255 bytes'),
     (b'\x02\x00\x00\x00\x00\x00\x00\x00{x', 'header is not JSON'),
     (b'\x0b\x00\x00\x00\x00\x00\x00\x00{"a": {}}  ', "entry 'a' lacks dtype"),
+    (struct.pack('<Q', 2) + b'[]', 'safetensors header is a JSON list, not an object'),
+    (struct.pack('<Q', 18) + b'[{"dtype": "F32"}]', 'safetensors header is a JSON list'),
+    (struct.pack('<Q', 3) + b'"x"', 'safetensors header is a JSON str'),
+    (struct.pack('<Q', 1) + b'7', 'safetensors header is a JSON int'),
+    (struct.pack('<Q', 12) + b'{"a": "F32"}', "entry 'a' lacks dtype"),
+    (struct.pack('<Q', 58) + b'{"a": {"dtype": "F32", "shape": [2], "data_offsets": [0]}}', "entry 'a' lacks dtype"),
+    (struct.pack('<Q', 62) + b'{"a": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}}', "entry 'a' has shape \\[-2\\]"),
+    (struct.pack('<Q', 63) + b'{"a": {"dtype": "F32", "shape": ["2"], "data_offsets": [0, 8]}}', "entry 'a' has shape"),
+    (struct.pack('<Q', 61) + b'{"a": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}}', 'expected whole numbers >= 0 with end >= start'),
+    (struct.pack('<Q', 63) + b'{"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8.5]}}', 'data_offsets \\[0, 8.5\\]'),
+    (struct.pack('<Q', 61) + b'{"a": {"dtype": "f33", "shape": [2], "data_offsets": [0, 8]}}', "entry 'a' has dtype 'f33', not a safetensors dtype name"),
+    (struct.pack('<Q', 63) + b'{"a": {"dtype": ["F32"], "shape": [2], "data_offsets": [0, 8]}}', "entry 'a' has dtype \\['F32'\\]"),
 ])
 def test_bad_safetensors_headers(data, match):
     with pytest.raises(vp.VllmPlanError, match=match):
