@@ -603,6 +603,35 @@ def available_mib(gpu, processes, own_units, drained=None):
     return free + held + drain_frees_mib(gpu, drained)
 
 
+def _manifest_number(host, position, field, value, minimum):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise PlanError("%s: servers.json endpoints entry %d %s %r is not a whole number >= %d; redeploy "
+                        "llama_rpc_server there" % (host, position, field, value, minimum))
+    return value
+
+
+def manifest_entries(host, manifest):
+    """(gpu_index, port, memory_mib) of each endpoint of a worker's servers.json, each checked: the
+    file comes from another host."""
+    endpoints = manifest.get("endpoints") if isinstance(manifest, dict) else None
+    if not isinstance(endpoints, list) or not endpoints:
+        raise PlanError("%s: servers.json lists no endpoint; redeploy llama_rpc_server there" % host)
+    entries = []
+    for position, item in enumerate(endpoints):
+        if not isinstance(item, dict):
+            raise PlanError("%s: servers.json endpoints entry %d is not an object; redeploy llama_rpc_server there"
+                            % (host, position))
+        port = _manifest_number(host, position, "port", item.get("port"), 1)
+        if port is not None and port > 65535:
+            raise PlanError("%s: servers.json endpoints entry %d port %d is out of range (1-65535); redeploy "
+                            "llama_rpc_server there" % (host, position, port))
+        entries.append((_manifest_number(host, position, "gpu_index", item.get("gpu_index"), 0), port,
+                        _manifest_number(host, position, "memory_mib", item.get("memory_mib"), 0)))
+    return entries
+
+
 def devices_from_nodes(head, workers, cuda, residency=None, servers=None,
                        own_units=("gpulab-rpc-server", "gpulab-llama-server"), drained=None):
     """The devices llama.cpp will split over, in its order, with the memory available to them.
@@ -630,10 +659,7 @@ def devices_from_nodes(head, workers, cuda, residency=None, servers=None,
         gpus, processes = gpus_of(host)
         manifest = servers.get(host)
         if manifest:
-            endpoints = manifest.get("endpoints") or []
-            if not endpoints:
-                raise PlanError("%s: servers.json lists no endpoint; redeploy llama_rpc_server there" % host)
-            entries = [(e.get("gpu_index"), e.get("port"), e.get("memory_mib")) for e in endpoints]
+            entries = manifest_entries(host, manifest)
         elif cuda:
             if not gpus:
                 raise PlanError("%s has no GPU in its residency facts, but the build has CUDA and would serve one "

@@ -123,7 +123,42 @@ def check_bind_address(address, allow_any=False):
             "anyone who reaches the port can run code on the device; bind to the fabric address, or set "
             "llama_rpc_server_allow_any_address: true if a firewall protects every interface"
             % (address,))
+    _refuse_unbindable(parsed, "bind address %r" % (address,))
     return str(parsed)
+
+
+def _refuse_unbindable(parsed, what):
+    # Multicast, the broadcast address and IPv4's reserved 240/4 cannot be listened on.
+    if parsed.is_multicast or (parsed.version == 4 and parsed.is_reserved):
+        raise LlamaServerError(
+            "%s is a multicast, broadcast or reserved address, which no server can listen on; use the node's "
+            "own address (e.g. its gpulab_fabric_address) or 127.0.0.1" % what)
+
+
+# A DNS name (RFC 1123 labels); an all-numeric name is a mistyped IPv4 address, not a name.
+DNS_NAME_PATTERN = re.compile(r"\A(?=.{1,253}\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+                              r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\Z")
+
+
+def listen_address(value, what):
+    """A host a server listens on or is reached at: an IP address that can be bound, or a DNS name.
+
+    Returns the normalised address or the name; what names the option in messages. Shell
+    metacharacters, spaces, newlines, multicast and broadcast addresses are refused.
+    """
+    if not isinstance(value, str) or not value.strip():
+        raise LlamaServerError("%s %r is empty or not text; give an IP address or a host name" % (what, value))
+    try:
+        parsed = ipaddress.ip_address(value)
+    except ValueError:
+        parsed = None
+    if parsed is not None:
+        _refuse_unbindable(parsed, "%s %s" % (what, value))
+        return str(parsed)
+    if not DNS_NAME_PATTERN.match(value) or re.match(r"\A[0-9.]+\Z", value):
+        raise LlamaServerError("%s %r is neither an IP address nor a host name (letters, digits, - and . only); "
+                               "give e.g. 127.0.0.1, the node's fabric address or its DNS name" % (what, value))
+    return value
 
 
 # --- Head side ---------------------------------------------------------------

@@ -27,6 +27,12 @@ import math
 import re
 import struct
 
+from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import (
+    LlamaServerError,
+    listen_address,
+    port_number,
+)
+
 MIB = 1 << 20
 GIB = 1 << 30
 
@@ -822,6 +828,30 @@ def plan(config, tensors, tensor_source, nodes, layout, opts, reasoning_parser=N
 # --- the command line ---------------------------------------------------------------------------
 
 DISTRIBUTED_BACKENDS = ("mp", "ray")
+
+
+SERVED_MODEL_NAME_PATTERN = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.:/@+-]{0,255}\Z")
+
+
+def check_launch(launch):
+    """Refuse launch settings vLLM would reject or a node could not use, before anything is read.
+
+    launch: host, port, master_addr, master_port, dp_rpc_port, served_model_name (the module's
+    options). The address and port rules are llama_server's (listen_address, port_number).
+    """
+    try:
+        listen_address(launch.get("host"), "host")
+        if launch.get("master_addr") not in (None, ""):
+            listen_address(launch["master_addr"], "master_addr")
+        for key in ("port", "master_port", "dp_rpc_port"):
+            port_number(launch.get(key), key)
+    except LlamaServerError as exc:
+        raise VllmPlanError(str(exc))
+    name = launch.get("served_model_name")
+    if name not in (None, "") and not (isinstance(name, str) and SERVED_MODEL_NAME_PATTERN.match(name)):
+        raise VllmPlanError("served_model_name %r is not a model name (letters, digits and _ . : / @ + -, no spaces); "
+                            "give e.g. minimax-m2" % (name,))
+    return launch
 
 
 def serve_arguments(model_path, layout, opts, hardware_info, launch):

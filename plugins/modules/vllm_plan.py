@@ -350,6 +350,7 @@ def build_module():
 
 def run(module):
     p = module.params
+    vp.check_launch(p)
     config, tensors, source, index_total, missing = read_model(p["model_path"])
     if missing:
         module.warn("the index names shard(s) missing from %s (%s): sizes are estimated from config.json"

@@ -7,6 +7,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import re
+
 import pytest
 
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf
@@ -373,6 +375,24 @@ def test_no_device_at_all_is_named():
         gp.devices_from_nodes("node-a", ["node-b"], False, {}, {"node-b": {"endpoints": []}})
     with pytest.raises(gp.PlanError, match=r"node-b has no GPU in its residency facts, but the build has CUDA"):
         gp.devices_from_nodes("node-a", ["node-b"], True, {})
+
+
+@pytest.mark.parametrize("manifest, message", [
+    (["endpoints"], "node-b: servers.json lists no endpoint"),
+    ({"endpoints": "50052"}, "node-b: servers.json lists no endpoint"),
+    ({"endpoints": ["50052"]}, "node-b: servers.json endpoints entry 0 is not an object"),
+    ({"endpoints": [{"gpu_index": "x", "port": 50052}]}, "endpoints entry 0 gpu_index 'x' is not a whole number"),
+    ({"endpoints": [{"gpu_index": -1, "port": 50052}]}, "endpoints entry 0 gpu_index -1 is not a whole number >= 0"),
+    ({"endpoints": [{"gpu_index": True, "port": 50052}]}, "endpoints entry 0 gpu_index True"),
+    ({"endpoints": [{"port": "50052; id"}]}, "endpoints entry 0 port '50052; id' is not a whole number"),
+    ({"endpoints": [{"port": 70000}]}, "endpoints entry 0 port 70000 is out of range"),
+    ({"endpoints": [{"port": 0}]}, "endpoints entry 0 port 0 is not a whole number >= 1"),
+    ({"endpoints": [{"port": 50052, "memory_mib": -5}]}, "endpoints entry 0 memory_mib -5 is not a whole number >= 0"),
+    ({"endpoints": [{"port": 50052, "memory_mib": 1.5}]}, "endpoints entry 0 memory_mib 1.5"),
+])
+def test_a_worker_manifest_field_that_cannot_be_used_is_named(manifest, message):
+    with pytest.raises(gp.PlanError, match=re.escape(message)):
+        gp.devices_from_nodes("node-a", ["node-b"], False, {}, {"node-b": manifest})
 
 
 # ---------------------------------------------------------------- the CUDA context of each process

@@ -86,6 +86,18 @@ def test_wildcard_bind_refused_unless_allowed(address):
     assert check_bind_address(address, allow_any=True) == address
 
 
+@pytest.mark.parametrize("address", ["255.255.255.255", "224.0.0.251", "ff02::1", "240.0.0.1"])
+def test_bind_address_that_nothing_can_listen_on_is_refused(address):
+    with pytest.raises(LlamaServerError, match="is a multicast, broadcast or reserved address"):
+        check_bind_address(address)
+
+
+@pytest.mark.parametrize("address", ["10.0.0.1;id", "10.0.0.1 ", "10.0.0.1\n", "$(id)", "`id`", "a|b"])
+def test_bind_address_with_shell_metacharacters_is_refused(address):
+    with pytest.raises(LlamaServerError, match="is not an IP address"):
+        check_bind_address(address)
+
+
 def test_bind_address_must_be_an_ip():
     with pytest.raises(LlamaServerError, match="'node-b' is not an IP address"):
         check_bind_address("node-b")

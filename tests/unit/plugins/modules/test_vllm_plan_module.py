@@ -170,3 +170,37 @@ def test_config_of_written_model_round_trips(tmp_path):
     # dense FP8 at TP 2: 1024 / 2 = 512, heads 4 / 2: fits the block rules
     run = plan_module({"model_path": model, "gpus": H200_X2, "tensor_parallel_size": 2})
     assert run.result["valid"] is True, run.result["findings"]
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"port": 70000}, "port 70000 is out of range (1-65535)"),
+    ({"port": 0}, "port 0 is out of range"),
+    ({"port": -1}, "port -1 is not a port number"),
+    ({"master_port": 65536}, "master_port 65536 is out of range"),
+    ({"dp_rpc_port": 99999}, "dp_rpc_port 99999 is out of range"),
+    ({"host": "255.255.255.255"}, "host 255.255.255.255 is a multicast, broadcast or reserved address"),
+    ({"host": "224.0.0.1"}, "host 224.0.0.1 is a multicast"),
+    ({"host": "ff02::1"}, "host ff02::1 is a multicast"),
+    ({"host": "127.0.0.1; rm -rf /"}, "host '127.0.0.1; rm -rf /' is neither an IP address nor a host name"),
+    ({"host": "$(id)"}, "is neither an IP address nor a host name"),
+    ({"host": "node-a\n--api-key x"}, "is neither an IP address nor a host name"),
+    ({"host": "999.1.1.1"}, "host '999.1.1.1' is neither"),
+    ({"host": ""}, "host '' is empty"),
+    ({"master_addr": "10.0.0.1 --headless"}, "master_addr '10.0.0.1 --headless' is neither"),
+    ({"served_model_name": "mm2 --trust-remote-code"}, "served_model_name 'mm2 --trust-remote-code' is not a model name"),
+    ({"served_model_name": "mm2\n"}, "served_model_name 'mm2\\n' is not a model name"),
+])
+def test_launch_settings_that_cannot_work_are_refused_before_the_model_is_read(tmp_path, args, message):
+    # No model directory: the launch settings are checked first.
+    run = plan_module(dict(args, model_path=str(tmp_path / "absent"), gpus=H200))
+    assert run.kind is FailJson, run.result
+    assert message in run.result["msg"]
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0", "::", "fd00::10", "node-a", "node-a.lab.example"])
+def test_listen_hosts_that_work_are_accepted(tmp_path, host):
+    model = str(tmp_path / "mm2")
+    write_model(model)
+    run = plan_module({"model_path": model, "gpus": H200, "host": host})
+    assert run.kind is ExitJson, run.result
+    assert run.result["serve_args"][3] == host
