@@ -92,13 +92,22 @@ def tensor_layer(name, n_layer):
     return 0
 
 
-def _per_layer(value, n_layer, key):
+def _meta_count(path, key, value, minimum=0):
+    """A GGUF metadata value that must be a whole number >= minimum (GGUF UINT32/UINT64 keys)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise PlanError("%s: metadata %s is %r (%s), expected a whole number >= %d; the file is damaged or "
+                        "not written for llama.cpp, regenerate or re-download it"
+                        % (path, key, value, type(value).__name__, minimum))
+    return value
+
+
+def _per_layer(value, n_layer, key, path="the model", minimum=0):
     """A hyperparameter given once or per layer (get_key_or_arr) as a list of n_layer ints."""
     if isinstance(value, list):
         if len(value) != n_layer:
-            raise PlanError("%s has %d entries for %d layers" % (key, len(value), n_layer))
-        return [int(v) for v in value]
-    return [int(value)] * n_layer
+            raise PlanError("%s: metadata %s has %d entries for %d layers" % (path, key, len(value), n_layer))
+        return [_meta_count(path, "%s[%d]" % (key, i), v) for i, v in enumerate(value)]
+    return [_meta_count(path, key, value, minimum)] * n_layer
 
 
 def model_facts(model):
@@ -117,17 +126,32 @@ def model_facts(model):
             raise PlanError("%s has no %s.%s; llama.cpp cannot load it" % (model.path, arch, name))
         return value
 
-    n_layer = int(key("block_count", required=True))
-    n_embd = int(key("embedding_length", required=True))
-    n_head = _per_layer(key("attention.head_count", required=True), n_layer, "attention.head_count")
-    n_head_kv = _per_layer(key("attention.head_count_kv", list(n_head)), n_layer, "attention.head_count_kv")
+    path = model.path
+    full = "%s.%%s" % arch
+
+    def count(name, default=None, required=False, minimum=0):
+        return _meta_count(path, full % name, key(name, default, required), minimum)
+
+    n_layer = count("block_count", required=True, minimum=1)
+    n_embd = count("embedding_length", required=True, minimum=1)
+    # A scalar head count of 0 cannot be attended with; per-layer lists may hold 0 for layers
+    # without attention (hybrid models), but at least one layer must have heads.
+    n_head = _per_layer(key("attention.head_count", required=True), n_layer, full % "attention.head_count", path, 1)
+    n_head_kv = _per_layer(key("attention.head_count_kv", list(n_head)), n_layer, full % "attention.head_count_kv",
+                           path)
     n_head_max = max(n_head) if n_head else 0
-    head_k = int(key("attention.key_length", n_embd // n_head_max if n_head_max else 0))
-    head_v = int(key("attention.value_length", head_k))
-    n_expert = int(key("expert_count", 0) or 0)
-    n_expert_used = int(key("expert_used_count", 0) or 0)
+    if n_head_max < 1:
+        raise PlanError("%s: metadata %s is 0 for every layer; a model without attention heads cannot be planned "
+                        "(regenerate the file)" % (path, full % "attention.head_count"))
+    head_k = count("attention.key_length", n_embd // n_head_max, minimum=1)
+    head_v = count("attention.value_length", head_k, minimum=1)
+    n_expert = count("expert_count", 0)
+    n_expert_used = count("expert_used_count", 0)
+    if n_expert_used > n_expert:
+        raise PlanError("%s: metadata %s is %d but %s is %d; a token cannot use more experts than there are"
+                        % (path, full % "expert_used_count", n_expert_used, full % "expert_count", n_expert))
     tokens = model.get("tokenizer.ggml.tokens")
-    n_vocab = len(tokens) if isinstance(tokens, list) else int(key("vocab_size", 0) or 0)
+    n_vocab = len(tokens) if isinstance(tokens, list) else count("vocab_size", 0)
 
     total_params = 0
     active_params = 0.0
@@ -158,7 +182,7 @@ def model_facts(model):
         "experts": n_expert,
         "experts_used": n_expert_used,
         "vocab_size": n_vocab,
-        "context_length_train": int(key("context_length", 0) or 0),
+        "context_length_train": count("context_length", 0),
         "total_params": total_params,
         "active_params": int(round(active_params)),
         "decode_bytes_per_token": int(round(decode_bytes)),

@@ -232,6 +232,51 @@ def test_not_a_model_is_named():
         gp.model_facts(VocabOnly())
 
 
+def shaped(**metadata):
+    model = ShapedModel(dict(layers=2, hidden_size=256, attention_heads=4, kv_heads=2, head_dim=64, experts=4,
+                             experts_used=2, expert_ffn_size=128), 1000)
+    arch = model.metadata["general.architecture"]
+    for name, value in metadata.items():
+        full = "%s.%s" % (arch, name.replace("__", "."))
+        if value is None:
+            model.metadata.pop(full, None)
+        else:
+            model.metadata[full] = value
+    return model
+
+
+@pytest.mark.parametrize("metadata, message", [
+    ({"attention__head_count": 0}, "attention.head_count is 0 (int), expected a whole number >= 1"),
+    ({"attention__head_count": [0, 0]}, "attention.head_count is 0 for every layer"),
+    ({"attention__head_count": "48"}, "attention.head_count is '48' (str)"),
+    ({"attention__head_count": 4.5}, "attention.head_count is 4.5 (float)"),
+    ({"attention__head_count": [4, "x"]}, "attention.head_count[1] is 'x'"),
+    ({"attention__head_count": [4, 4, 4]}, "attention.head_count has 3 entries for 2 layers"),
+    ({"attention__head_count_kv": -1}, "attention.head_count_kv is -1"),
+    ({"block_count": 0}, "block_count is 0 (int), expected a whole number >= 1"),
+    ({"block_count": "62"}, "block_count is '62' (str)"),
+    ({"block_count": True}, "block_count is True (bool)"),
+    ({"embedding_length": [256]}, "embedding_length is [256] (list)"),
+    ({"attention__key_length": 0}, "attention.key_length is 0"),
+    ({"expert_count": "many"}, "expert_count is 'many'"),
+    ({"expert_used_count": 9}, "expert_used_count is 9 but"),
+    ({"context_length": -1}, "context_length is -1"),
+    ({"vocab_size": "big"}, "vocab_size is 'big'"),
+])
+def test_gguf_metadata_of_the_wrong_type_or_value_is_named(metadata, message):
+    model = shaped(**metadata)
+    model.metadata.pop("tokenizer.ggml.tokens", None)
+    with pytest.raises(gp.PlanError) as raised:
+        gp.model_facts(model)
+    assert model.path in str(raised.value)
+    assert message in str(raised.value)
+
+
+def test_per_layer_head_counts_with_attention_free_layers_are_read():
+    facts = gp.model_facts(shaped(attention__head_count=[0, 4], attention__head_count_kv=[0, 2]))
+    assert (facts["attention_heads"], facts["kv_heads"]) == (4, [0, 2])
+
+
 # ---------------------------------------------------------------- plans
 
 def test_plan_of_the_lab_layout_matches_what_llama_server_logged(lab_model):
