@@ -14,6 +14,7 @@ vllm_model=$model_dir/${GPULAB_E2E_VLLM_MODEL_STEM:-e2e-minimax-m2-fp8}
 # [128, 128] blocks: about 12 GB.
 vllm_model_options=${GPULAB_E2E_VLLM_MODEL:-'{"layers": 24, "hidden_size": 3072, "attention_heads": 48, "kv_heads": 8, "head_dim": 128, "experts": 32, "experts_used": 8, "expert_ffn_size": 1536, "max_position_embeddings": 8192, "shard_max_mib": 4096}'}
 vdir=$out/vllm
+mkdir -p "$model_dir"
 mkdir -p "$vdir"
 
 start=$SECONDS
