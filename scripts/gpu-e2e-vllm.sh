@@ -57,6 +57,8 @@ hostvars = {
     "vllm_server_venv_site_packages": True,
     "vllm_server_enforce_eager": True,
     "vllm_server_max_model_len": 8192,
+    # a start that fails shows in minutes, not after the default half hour
+    "vllm_server_health_timeout_s": 480,
     "vllm_server_environment": {
         "CUDA_VISIBLE_DEVICES": first, "HF_HUB_OFFLINE": "1", "VLLM_USE_FLASHINFER_SAMPLER": "0",
         "VLLM_USE_DEEP_GEMM": "0", "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
