@@ -12,6 +12,7 @@ import json
 import shutil
 import stat
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -382,3 +383,45 @@ def test_nothing_changed(serving):
         "head-lockstep", "head-missing-shard", "head-model-in-tmp", "head-unreachable-worker", "worker-any-address"]
     after = sorted(p.name for p in serving["tmp_path"].rglob("*"))
     assert after == serving["before"]
+
+
+# deploy.yml itself: a wrong serving value set by -e or the inventory stops the first play in
+# seconds, naming the variable as the user set it, before any node is read or changed.
+def deploy_inventory(tmp_path, head_vars=None, worker_vars=None):
+    def host(name, **extra):
+        return local_host(gpu_preflight_state_dir=str(tmp_path / name), **extra)
+
+    return {"all": {"children": {"gpu_nodes": {"children": {
+        "inference_head": {"hosts": {"node-a": host("node-a", gpulab_fabric_address="10.0.0.1", **(head_vars or {}))}},
+        "rpc_workers": {"hosts": {"node-b": host("node-b", gpulab_fabric_address="10.0.0.2", **(worker_vars or {}))}},
+    }}}}}
+
+
+DEPLOY_CASES = [
+    ("-e ctx_size=abc", "-e llama_server_ctx_size=abc", {}, {},
+     ["llama_server_ctx_size='abc' on every node is not a whole number: set the context in tokens"]),
+    ("-e parallel=0", "-e llama_server_parallel=0", {}, {},
+     ["llama_server_parallel='0' on every node is below 1: set the number of requests served at once"]),
+    ("inventory: unquoted on, RPC port 0", None, {"llama_server_flash_attn": True}, {"llama_rpc_server_port_base": 0},
+     ["llama_server_flash_attn=True on node-a is a boolean", "llama_rpc_server_port_base=0 on node-b is below 1"]),
+    ("-e context below the slots", "-e llama_server_ctx_size=2", {}, {},
+     ["llama_server_ctx_size=2 on every node over llama_server_parallel=4 (the default) leaves less than one token"]),
+]
+
+
+@pytest.mark.parametrize("cmdline, head_vars, worker_vars, sentences", [c[1:] for c in DEPLOY_CASES],
+                         ids=[c[0] for c in DEPLOY_CASES])
+def test_deploy_refuses_a_wrong_serving_value_first(tmp_path, cmdline, head_vars, worker_vars, sentences):
+    began = time.monotonic()
+    result = run_in(tmp_path / "runner", "deploy.yml", deploy_inventory(tmp_path, head_vars, worker_vars), cmdline=cmdline)
+    took = time.monotonic() - began
+    assert result.status == "failed"
+    (failure, *_others) = result.failures
+    assert failure[1] == "The serving variables are usable", result.failures
+    for sentence in sentences:
+        assert sentence in failure[2]
+    assert len(failure[2].splitlines()) == len(sentences)
+    assert "argument" not in failure[2]
+    assert result.changed_tasks() == []
+    assert not any((tmp_path / name).exists() for name in ("node-a", "node-b"))
+    assert took < 60, took

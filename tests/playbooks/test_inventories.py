@@ -1,5 +1,5 @@
 """The shipped inventories: every playbook parses against them, and they pass gpu_preflight's
-inventory checks (which run on the controller, so no node is contacted)."""
+inventory and serving variable checks (which run on the controller, so no node is contacted)."""
 
 import pytest
 import yaml
@@ -26,10 +26,13 @@ def test_inventory_passes_preflight_checks(tmp_path, inventory):
     book = write_playbook(tmp_path / "check.yml", [{
         "name": "Inventory checks", "hosts": "gpu_nodes", "gather_facts": False,
         "tasks": [{"name": "Run gpu_preflight's inventory checks", "ansible.builtin.include_role": {
-            "name": "gpulab.inference.gpu_preflight", "tasks_from": "inventory.yml"}}],
+            "name": "gpulab.inference.gpu_preflight", "tasks_from": "inventory.yml"}},
+            {"name": "Run gpu_preflight's serving variable checks", "ansible.builtin.include_role": {
+                "name": "gpulab.inference.gpu_preflight", "tasks_from": "variables.yml"}}],
     }])
     result = run_in(tmp_path / "runner", book, str(REPO / inventory))
     assert result.status == "successful", result.failures
     passed = {e["event_data"]["task"] for e in result.events if e.get("event") == "runner_on_ok"}
     assert passed >= {"Exactly one host is the inference head", "The head and the workers are GPU nodes",
-                      "Every worker and the head have a fabric address", "Fabric addresses are unique"}
+                      "Every worker and the head have a fabric address", "Fabric addresses are unique",
+                      "The serving variables are usable"}
