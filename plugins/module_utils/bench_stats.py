@@ -22,6 +22,10 @@ Tokens are counted from the server's usage block, never from chunks.
 from __future__ import annotations
 
 import math
+import os
+import re
+import tempfile
+from urllib.parse import urlsplit
 
 WORDS = (
     'amber', 'basalt', 'cedar', 'delta', 'ember', 'fjord', 'granite', 'harbor', 'island', 'juniper',
@@ -92,6 +96,31 @@ def validate_options(concurrency, requests_per_level, warmup_requests, max_token
         if value < least:
             raise BenchInputError('%s must be %d or more, got %s' % (name, least, value))
     return sorted(set(concurrency))
+
+
+def parse_base_url(base_url):
+    """(scheme, host, port, path prefix) of an OpenAI-compatible server's base URL.
+
+    The host may be an IPv6 address in brackets; the port defaults to the scheme's. A port out of
+    range, spaces, a query or credentials in the URL are refused with the value named.
+    """
+    if not isinstance(base_url, str) or not re.match(r'\A[!-~]+\Z', base_url):
+        raise BenchInputError('base_url %r has spaces, control characters or nothing in it; give http://HOST:PORT'
+                              % (base_url,))
+    parts = urlsplit(base_url)
+    if parts.scheme not in ('http', 'https') or not parts.hostname:
+        raise BenchInputError('base_url must look like http://HOST:PORT, got %r' % base_url)
+    if parts.query or parts.fragment or parts.username is not None:
+        raise BenchInputError('base_url %r has a query, a fragment or credentials; give http://HOST:PORT '
+                              '(the API key goes in api_key)' % base_url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if port is not None and not 0 < port < 65536:
+        raise BenchInputError('base_url %r has a port that is not a number in 1-65535; give http://HOST:PORT, '
+                              'e.g. http://127.0.0.1:8080' % base_url)
+    return parts.scheme, parts.hostname, port, parts.path.rstrip('/')
 
 
 def requests_at_level(level, requests_per_level):
@@ -349,3 +378,38 @@ def model_weights(files):
         'bytes_read_per_token': per_token,
         'bits_per_weight': round(8.0 * total / n_params, 3) if n_params else None,
     }
+
+
+# --------------------------------------------------------------------------- output files
+def output_path_problem(path, option):
+    """Why a file cannot be written at path (None when it can), checked before any work starts.
+
+    option names the module option in the message. The directory must exist and be writable
+    (the file is written through a temporary file beside it), and path must not be a directory.
+    """
+    if not path:
+        return None
+    directory = os.path.dirname(path) or '.'
+    if os.path.isdir(path):
+        return '%s %s is a directory; give the path of a file in it' % (option, path)
+    if not os.path.isdir(directory):
+        return '%s %s: directory %s does not exist; create it first' % (option, path, directory)
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return '%s %s: directory %s is not writable by this user' % (option, path, directory)
+    return None
+
+
+def write_atomic(path, text, prefix, mode=None):
+    """Write text to path through a temporary file beside it, renamed over path; the temporary
+    file is removed on every way out (a full disk, a path that became a directory)."""
+    directory = os.path.dirname(path) or '.'
+    handle, temp = tempfile.mkstemp(prefix=prefix, dir=directory)
+    try:
+        with os.fdopen(handle, 'w') as out:
+            out.write(text)
+        if mode is not None:
+            os.chmod(temp, mode)
+        os.rename(temp, path)
+    finally:
+        if os.path.exists(temp):
+            os.unlink(temp)

@@ -54,6 +54,13 @@ options:
       - The C(nvidia-smi) to run, by name (looked up in E(PATH)) or absolute path.
     type: str
     default: nvidia-smi
+  timeout_s:
+    description:
+      - Longest time one C(nvidia-smi) query may take, in seconds; a query that does not answer
+        in time fails the task naming the GPU that hangs it, instead of sampling nothing. A
+        C(-lms) slice that prints no sample within its slice counts as such a query.
+    type: int
+    default: 30
   gpus:
     description:
       - Indices of the GPUs to fingerprint; omit for all.
@@ -145,16 +152,21 @@ sampler:
 
 import math
 import os
-import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpulab.inference.plugins.module_utils import gpu_trace
+from ansible_collections.gpulab.inference.plugins.module_utils import bench_stats, gpu_trace
 from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi import (
     GPU_QUERY_ARGS,
     NvidiaSmiParseError,
     parse_gpu_query,
+    timeout_message,
+)
+from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi_runner import (
+    KILL_AFTER_S,
+    TIMEOUT_RCS,
+    NvidiaSmiRunner,
 )
 
 MIN_INTERVAL_MS = 50
@@ -172,6 +184,7 @@ class Sampler:
         self.deadline = time.monotonic() + self.params['duration_s']
         self.stopped_by = 'duration'
         self.names = {}
+        self.runner = NvidiaSmiRunner(module, self.params['nvidia_smi_path'], self.params['timeout_s'])
 
     def should_stop(self):
         stop_file = self.params['stop_file']
@@ -181,16 +194,14 @@ class Sampler:
         return time.monotonic() >= self.deadline
 
     def smi(self):
-        path = self.module.get_bin_path(self.params['nvidia_smi_path'])
+        path = self.runner.find()
         if path is None:
             self.module.fail_json(msg='nvidia-smi (%s) not found: sampling GPUs needs the NVIDIA driver; '
                                       'install it or set nvidia_smi_path' % self.params['nvidia_smi_path'])
         return path
 
     def gpu_names(self, smi):
-        rc, stdout, stderr = self.module.run_command([smi] + GPU_QUERY_ARGS)
-        if rc != 0:
-            self.module.fail_json(msg='%s %s failed (rc=%d): %s' % (smi, ' '.join(GPU_QUERY_ARGS), rc, (stdout + stderr).strip()))
+        stdout = self.runner.run(GPU_QUERY_ARGS)[1]
         try:
             return dict((gpu['index'], gpu['name']) for gpu in parse_gpu_query(stdout))
         except NvidiaSmiParseError as exc:
@@ -223,8 +234,13 @@ class Sampler:
         lines = []
         while not self.should_stop():
             slice_s = max(1, min(LOOP_SLICE_S, int(math.ceil(self.deadline - time.monotonic()))))
-            command = [timeout, '--signal=INT', '%ds' % slice_s, smi] + gpu_trace.LOOP_ARGS + ['-lms', str(self.params['interval_ms'])]
+            command = ([timeout, '--signal=INT', '--kill-after=%ds' % KILL_AFTER_S, '%ds' % slice_s, smi]
+                       + gpu_trace.LOOP_ARGS + ['-lms', str(self.params['interval_ms'])])
             rc, stdout, stderr = self.module.run_command(command)
+            # -lms prints its first sample at once: a slice cut off with nothing printed hung.
+            if rc in TIMEOUT_RCS and not stdout.strip():
+                self.module.fail_json(msg=timeout_message([smi] + command[5:], slice_s, self.runner.probe_gpus()),
+                                      rc=rc, stderr=stderr, cmd=command)
             if rc not in (0, TIMEOUT_RC):
                 if not lines and self.params['method'] == 'auto':
                     return None
@@ -240,9 +256,7 @@ class Sampler:
         start = time.monotonic()
         while not self.should_stop():
             now = round(time.monotonic() - start, 3)
-            rc, stdout, stderr = self.module.run_command([smi] + GPU_QUERY_ARGS)
-            if rc != 0:
-                self.module.fail_json(msg='%s %s failed (rc=%d): %s' % (smi, ' '.join(GPU_QUERY_ARGS), rc, (stdout + stderr).strip()))
+            stdout = self.runner.run(GPU_QUERY_ARGS)[1]
             try:
                 gpus = parse_gpu_query(stdout)
             except NvidiaSmiParseError as exc:
@@ -273,9 +287,17 @@ class Sampler:
             if samples is None:
                 used, samples = 'nvidia-smi-poll', self.sample_poll(smi)
         duration = round(time.time() - self.started, 3)
-        write_atomic(self.params['trace_path'], gpu_trace.trace_document(
-            os.uname()[1], used, self.params['interval_ms'], self.started, samples,
-            dict((str(k), v) for k, v in self.names.items())))
+        if not samples:
+            self.module.fail_json(msg='%s took no sample in %.1f s (stopped by %s); nothing was written to %s: check '
+                                      'that the GPUs answer (nvidia-smi) and that stop_file is not created early'
+                                      % (used, duration, self.stopped_by, self.params['trace_path']))
+        try:
+            bench_stats.write_atomic(self.params['trace_path'], gpu_trace.trace_document(
+                os.uname()[1], used, self.params['interval_ms'], self.started, samples,
+                dict((str(k), v) for k, v in self.names.items())), '.trace-', 0o644)
+        except OSError as exc:
+            self.module.fail_json(msg='trace_path %s cannot be written: %s' % (self.params['trace_path'],
+                                                                              exc.strerror or exc))
         gpus = gpu_trace.fingerprint(samples, self.params['gpus'])
         for gpu in gpus:
             gpu['name'] = self.names.get(gpu['index'])
@@ -290,15 +312,6 @@ class Sampler:
         }
 
 
-def write_atomic(path, text):
-    directory = os.path.dirname(path) or '.'
-    handle, temp = tempfile.mkstemp(prefix='.trace-', dir=directory)
-    with os.fdopen(handle, 'w') as out:
-        out.write(text)
-    os.chmod(temp, 0o644)
-    os.rename(temp, path)
-
-
 def build_module():
     return AnsibleModule(
         argument_spec=dict(
@@ -309,6 +322,7 @@ def build_module():
             method=dict(type='str', default='auto', choices=['auto', 'nvml', 'nvidia-smi-loop', 'nvidia-smi-poll']),
             nvidia_smi_path=dict(type='str', default='nvidia-smi'),
             gpus=dict(type='list', elements='int'),
+            timeout_s=dict(type='int', default=30),
         ),
         supports_check_mode=False,
     )
@@ -320,9 +334,15 @@ def main():
         module.fail_json(msg='interval_ms must be %d or more, got %d' % (MIN_INTERVAL_MS, module.params['interval_ms']))
     if module.params['duration_s'] < 1:
         module.fail_json(msg='duration_s must be 1 or more, got %d' % module.params['duration_s'])
-    directory = os.path.dirname(module.params['trace_path']) or '.'
-    if not os.path.isdir(directory):
-        module.fail_json(msg='trace_path: directory %s does not exist; create it first' % directory)
+    problem = bench_stats.output_path_problem(module.params['trace_path'], 'trace_path')
+    if problem:
+        module.fail_json(msg=problem)
+    stop_file = module.params['stop_file']
+    if stop_file and os.path.lexists(stop_file):
+        module.fail_json(msg='stop_file %s exists before sampling started, so nothing would be sampled; remove it '
+                             'first' % stop_file)
+    if module.params['timeout_s'] < 1:
+        module.fail_json(msg='timeout_s must be 1 or more, got %d' % module.params['timeout_s'])
     module.exit_json(changed=True, sampler=Sampler(module).run())
 
 

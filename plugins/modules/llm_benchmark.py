@@ -213,11 +213,8 @@ benchmark:
 
 import http.client as http_client
 import json
-import os
-import tempfile
 import threading
 import time
-from urllib.parse import urlsplit
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -234,14 +231,8 @@ class Endpoint:
     """HTTP to one OpenAI-compatible server (a new connection per request, as clients do)."""
 
     def __init__(self, base_url, api_key, timeout_s):
-        parts = urlsplit(base_url)
-        if parts.scheme not in ('http', 'https') or not parts.hostname:
-            raise BenchInputError('base_url must look like http://HOST:PORT, got %r' % base_url)
+        self.scheme, self.host, self.port, self.prefix = bench_stats.parse_base_url(base_url)
         self.base_url = base_url.rstrip('/')
-        self.scheme = parts.scheme
-        self.host = parts.hostname
-        self.port = parts.port
-        self.prefix = parts.path.rstrip('/')
         self.api_key = api_key
         self.timeout_s = timeout_s
 
@@ -397,11 +388,10 @@ def stream_request(endpoint, body, clock=time.monotonic):
 def write_progress(path, line):
     if not path:
         return
-    directory = os.path.dirname(path) or '.'
-    handle, temp = tempfile.mkstemp(prefix='.progress-', dir=directory)
-    with os.fdopen(handle, 'w') as out:
-        out.write(line + '\n')
-    os.rename(temp, path)
+    try:
+        bench_stats.write_atomic(path, line + '\n', '.progress-')
+    except OSError as exc:
+        raise BenchInputError('progress_path %s cannot be written: %s' % (path, exc.strerror or exc))
 
 
 class Benchmark:
@@ -468,6 +458,9 @@ class Benchmark:
         started = time.monotonic()
         levels = bench_stats.validate_options(params['concurrency'], params['requests_per_level'], params['warmup_requests'],
                                               params['max_tokens'], params['prompt_tokens'], params['timeout_s'])
+        problem = bench_stats.output_path_problem(params['progress_path'], 'progress_path')
+        if problem:
+            raise BenchInputError(problem)
         weights = self.read_weights()
         endpoint = Endpoint(params['base_url'], params['api_key'], params['timeout_s'])
         model = choose_model(params['model'], served_models(endpoint))
@@ -556,7 +549,10 @@ def main():
     try:
         result = bench.run()
     except (BenchInputError, EndpointError) as exc:
-        bench.progress('failed: %s' % exc)
+        try:
+            bench.progress('failed: %s' % exc)
+        except BenchInputError:
+            pass  # the progress file is what failed; the message says so
         module.fail_json(msg=str(exc))
     for warning in result['warnings']:
         module.warn(warning)

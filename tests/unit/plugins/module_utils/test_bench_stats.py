@@ -138,3 +138,27 @@ def test_split_gguf_paths():
     assert bs.split_gguf_paths('/m/x-00001-of-00003.gguf') == [
         '/m/x-00001-of-00003.gguf', '/m/x-00002-of-00003.gguf', '/m/x-00003-of-00003.gguf']
     assert bs.split_gguf_paths('/m/x.gguf') == ['/m/x.gguf']
+
+
+@pytest.mark.parametrize('url, expected', [
+    ('http://127.0.0.1:8080', ('http', '127.0.0.1', 8080, '')),
+    ('http://[fd00::10]:8080/', ('http', 'fd00::10', 8080, '')),
+    ('https://head.lab.example/openai/', ('https', 'head.lab.example', None, '/openai')),
+])
+def test_base_url_parts(url, expected):
+    assert bs.parse_base_url(url) == expected
+
+
+def test_output_path_problems(tmp_path):
+    assert bs.output_path_problem(None, 'x') is None
+    assert bs.output_path_problem(str(tmp_path / 'f'), 'x') is None
+    assert 'is a directory' in bs.output_path_problem(str(tmp_path), 'x')
+    assert 'does not exist' in bs.output_path_problem(str(tmp_path / 'a' / 'f'), 'x')
+
+
+def test_write_atomic_leaves_no_temp_file_when_the_rename_fails(tmp_path):
+    (tmp_path / 'out').mkdir()
+    (tmp_path / 'out' / 'keep').write_text('x')
+    with pytest.raises(OSError):
+        bs.write_atomic(str(tmp_path / 'out'), 'text', '.t-')
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['out']

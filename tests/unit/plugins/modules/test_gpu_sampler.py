@@ -85,3 +85,68 @@ def test_missing_nvidia_smi_and_bad_options(tmp_path):
     assert kind is FailJson and 'does not exist; create it first' in result['msg']
     kind, result = run({'trace_path': str(tmp_path / 't.json'), 'method': 'nvml'})
     assert kind is FailJson and 'nvidia-ml-py' in result['msg']
+
+
+NAMES_ANSWER = ('case "$1" in --query-gpu=index,uuid*) '
+                'echo "0, GPU-x, NVIDIA H200, 00000000:00:06.0, 580.159.04, 9.0, 143771, 0, 143156, 0"; exit 0;; esac\n')
+
+
+def script(tmp_path, body):
+    smi = tmp_path / 'nvidia-smi'
+    smi.write_text('#!/bin/sh\n' + body)
+    smi.chmod(0o755)
+    return str(smi)
+
+
+@pytest.mark.parametrize('method, body', [
+    ('auto', 'exec sleep 60\n'),                        # the first query hangs
+    ('nvidia-smi-poll', 'exec sleep 60\n'),
+    ('nvidia-smi-loop', NAMES_ANSWER + 'exec sleep 60\n'),  # -lms prints nothing
+])
+def test_a_hanging_nvidia_smi_fails_in_bounded_time_instead_of_sampling_nothing(tmp_path, method, body):
+    started = time.monotonic()
+    kind, result = run({'trace_path': str(tmp_path / 'trace.json'), 'duration_s': 30, 'timeout_s': 1,
+                        'method': method, 'nvidia_smi_path': script(tmp_path, body)})
+    assert kind is FailJson, result
+    assert time.monotonic() - started < 15
+    assert 'did not answer within' in result['msg']
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['nvidia-smi']
+
+
+@pytest.mark.parametrize('setup, message', [
+    (lambda t: (t / 'trace.json').mkdir(), 'trace_path %s/trace.json is a directory'),
+    (lambda t: (t / 'stop').touch(), 'stop_file %s/stop exists before sampling started'),
+])
+def test_output_paths_are_checked_before_sampling(tmp_path, setup, message):
+    setup(tmp_path)
+    started = time.monotonic()
+    kind, result = run({'trace_path': str(tmp_path / 'trace.json'), 'stop_file': str(tmp_path / 'stop'),
+                        'duration_s': 30, 'nvidia_smi_path': script(tmp_path, 'exit 1\n')})
+    assert kind is FailJson, result
+    assert time.monotonic() - started < 5
+    assert message % tmp_path in result['msg']
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith('.trace-')]
+
+
+@pytest.mark.parametrize('timeout_s', [0, -5])
+def test_timeout_below_one_second_is_refused(tmp_path, timeout_s):
+    kind, result = run({'trace_path': str(tmp_path / 'trace.json'), 'timeout_s': timeout_s})
+    assert kind is FailJson and result['msg'] == 'timeout_s must be 1 or more, got %d' % timeout_s
+
+
+def test_a_trace_path_that_cannot_be_written_leaves_no_temp_file(tmp_path):
+    # A directory appears at trace_path while sampling (after the check before the work).
+    trace = tmp_path / 'trace.json'
+    stop = tmp_path / 'stop'
+
+    def make_dir_and_stop():
+        trace.mkdir()
+        stop.touch()
+
+    threading.Timer(0.5, make_dir_and_stop).start()
+    kind, result = run({'trace_path': str(trace), 'stop_file': str(stop), 'duration_s': 10, 'interval_ms': 100,
+                        'method': 'nvidia-smi-poll', 'nvidia_smi_path': fake_smi(tmp_path)},
+                       env={'GPULAB_FAKE_NVIDIA_SMI_DIR': str(PROFILES / 'rtx-pro-6000-x2')})
+    assert kind is FailJson, result
+    assert result['msg'].startswith('trace_path %s cannot be written' % trace)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['nvidia-smi', 'stop', 'trace.json']

@@ -154,3 +154,56 @@ def test_check_mode_sends_no_load():
         run = bench({'base_url': server.base_url, '_ansible_check_mode': True, 'max_tokens': 4})
         assert len(server.requests) == 1
     assert run.kind is ExitJson and run.result['benchmark']['levels'] == []
+
+
+@pytest.mark.parametrize('url, message', [
+    ('http://127.0.0.1:99999', "base_url 'http://127.0.0.1:99999' has a port that is not a number in 1-65535"),
+    ('http://127.0.0.1:0', "has a port that is not a number in 1-65535"),
+    ('http://127.0.0.1:80a', "has a port that is not a number in 1-65535"),
+    ('http://[fd00::10]:70000', "has a port that is not a number in 1-65535"),
+    ('http://127.0.0.1:8080 ', "has spaces, control characters"),
+    ('http://127.0.0.1:8080\n', "has spaces, control characters"),
+    ('', "has spaces, control characters or nothing in it"),
+    ('http://user:pw@127.0.0.1:8080', 'has a query, a fragment or credentials'),
+    ('http://127.0.0.1:8080/?x=1', 'has a query, a fragment or credentials'),
+    ('ftp://127.0.0.1:21', 'base_url must look like http://HOST:PORT'),
+    ('http://:8080', 'base_url must look like http://HOST:PORT'),
+])
+def test_base_url_that_cannot_work_is_refused_before_any_request(url, message):
+    run = bench({'base_url': url})
+    assert run.kind is FailJson, run.result
+    assert message in run.result['msg']
+
+
+def _progress_problem(tmp_path, kind):
+    if kind == 'missing directory':
+        return tmp_path / 'absent' / 'progress', 'directory %s does not exist' % (tmp_path / 'absent')
+    if kind == 'a directory':
+        (tmp_path / 'progress').mkdir()
+        return tmp_path / 'progress', 'progress_path %s is a directory' % (tmp_path / 'progress')
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize('kind', ['missing directory', 'a directory'])
+def test_progress_path_that_cannot_be_written_is_refused_before_any_request(tmp_path, kind):
+    path, message = _progress_problem(tmp_path, kind)
+    with OpenAIDouble(ttft_s=0.0, itl_s=0.0) as server:
+        run = bench({'base_url': server.base_url, 'progress_path': str(path), 'max_tokens': 4})
+        assert server.requests == []
+    assert run.kind is FailJson, run.result
+    assert message in run.result['msg']
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith('.progress-')] == []
+
+
+def test_progress_file_that_becomes_a_directory_fails_cleanly_and_leaves_no_temp_file(tmp_path):
+    # The check before the run is bypassed: the path turns into a directory after it.
+    progress = tmp_path / 'progress'
+    progress.mkdir()
+    with OpenAIDouble(ttft_s=0.0, itl_s=0.0) as server:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(llm_benchmark.bench_stats, 'output_path_problem', lambda *a: None)
+            run = bench({'base_url': server.base_url, 'progress_path': str(progress), 'max_tokens': 4,
+                         'concurrency': [1], 'requests_per_level': 1})
+    assert run.kind is FailJson, run.result
+    assert run.result['msg'].startswith('progress_path %s cannot be written' % progress)
+    assert [p.name for p in tmp_path.iterdir()] == ['progress']
