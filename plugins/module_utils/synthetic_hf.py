@@ -32,6 +32,7 @@ import struct
 import tempfile
 
 from ansible_collections.gpulab.inference.plugins.module_utils import vllm_plan as vp
+from ansible_collections.gpulab.inference.plugins.module_utils.synthetic_model import free_space_problem
 
 # bump when the bytes written for the same options change
 GENERATOR_REVISION = 1
@@ -457,6 +458,43 @@ def write_model(directory, plan, mode=0o644):
     for name, content in sorted(plan.json_files().items()):
         _write_atomic(directory, name, [(json.dumps(content, indent=2, sort_keys=True) + "\n").encode("utf-8")], mode)
     _write_atomic(directory, MARKER_NAME, [(json.dumps(plan.marker(), indent=2, sort_keys=True) + "\n").encode("utf-8")], mode)
+
+
+def _json_bytes(content):
+    return len((json.dumps(content, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+
+
+def write_sizes(plan):
+    """[(file name, bytes)] of every file write_model writes, in the order it writes them."""
+    sizes = []
+    for file_name, entries in plan.shards:
+        header, data = safetensors_header(entries)
+        sizes.append((file_name, len(header) + data))
+    for name, content in sorted(plan.json_files().items()):
+        sizes.append((name, _json_bytes(content)))
+    sizes.append((MARKER_NAME, _json_bytes(plan.marker())))
+    return sizes
+
+
+def space_needed(new_sizes, old_sizes):
+    """The most the directory grows while write_model runs: each file is written beside the one it
+    replaces (old_sizes: {name: bytes} now there), which is freed only by the rename."""
+    peak = grown = 0
+    for name, size in new_sizes:
+        peak = max(peak, grown + size)
+        grown += size - old_sizes.get(name, 0)
+    return peak
+
+
+def check_free_space(directory, plan, old_sizes, free_bytes=None):
+    """Refuse before writing when the filesystem of directory cannot take the model; free_bytes
+    (for tests) replaces what statvfs says."""
+    if free_bytes is None:
+        stat = os.statvfs(directory)
+        free_bytes = stat.f_bavail * stat.f_frsize
+    problem = free_space_problem(directory, free_bytes, space_needed(write_sizes(plan), old_sizes))
+    if problem:
+        raise SyntheticHFError(problem)
 
 
 def stale_files(directory, plan):

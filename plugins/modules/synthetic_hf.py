@@ -240,8 +240,14 @@ class SyntheticHF:
         if state == "current" and not self.module.params["force"]:
             return
         self.changed = True
+        old_sizes = {}
         if os.path.isdir(self.path):
             self.removed = sh.stale_files(self.path, self.plan)
+            for name in self.plan.file_names():
+                if os.path.isfile(os.path.join(self.path, name)):
+                    old_sizes[name] = os.path.getsize(os.path.join(self.path, name))
+        # checked in check mode too, so a model that cannot fit is refused before any change
+        sh.check_free_space(self.path if os.path.isdir(self.path) else parent, self.plan, old_sizes)
         if self.module.check_mode:
             return
         if not os.path.isdir(self.path):

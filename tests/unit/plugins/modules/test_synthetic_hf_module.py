@@ -206,3 +206,55 @@ def test_bad_options_name_the_value(tmp_path, capsys, change, message):
 def test_missing_parent(tmp_path, capsys):
     failed, result = run_module(dict(SMALL, path=str(tmp_path / "no" / "m")), capsys)
     assert failed and "does not exist; create it first" in result["msg"]
+
+
+def _tight_disk(monkeypatch, directory, free_bytes):
+    real_statvfs = os.statvfs
+
+    class Tight:
+        f_frsize = 1
+        f_bavail = free_bytes
+
+    monkeypatch.setattr(os, "statvfs", lambda d: Tight() if d == directory else real_statvfs(d))
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_a_model_larger_than_the_free_space_is_refused_before_writing(tmp_path, capsys, monkeypatch, check_mode):
+    path = str(tmp_path / "m")
+    _failed, predicted = run_module(dict(SMALL, path=path), capsys, check_mode=True)
+    _tight_disk(monkeypatch, str(tmp_path), predicted["size_bytes"] - 100)
+    failed, result = run_module(dict(SMALL, path=path), capsys, check_mode=check_mode)
+    assert failed, result
+    assert result["msg"].startswith("%s has " % tmp_path) and "GiB free, the model needs" in result["msg"]
+    assert os.listdir(str(tmp_path)) == []
+
+
+def test_a_model_that_fits_exactly_is_written(tmp_path, capsys, monkeypatch):
+    path = str(tmp_path / "m")
+    needed = sh.space_needed(sh.write_sizes(sh.ModelPlan(sh.validate_options(SMALL))), {})
+    _tight_disk(monkeypatch, str(tmp_path), needed)
+    failed, result = run_module(dict(SMALL, path=path), capsys)
+    assert not failed, result
+    assert sum(os.path.getsize(os.path.join(path, name)) for name in os.listdir(path)) == needed
+
+
+def test_a_rewrite_counts_the_space_of_the_files_it_replaces(tmp_path, capsys, monkeypatch):
+    path = str(tmp_path / "m")
+    run_module(dict(SMALL, path=path), capsys)
+    plan = sh.ModelPlan(sh.validate_options(dict(SMALL, seed=7)))
+    sizes = sh.write_sizes(plan)
+    old = dict((name, os.path.getsize(os.path.join(path, name))) for name, _size in sizes)
+    # Same shapes, other seed: each file replaces one of the same size, so the peak is the largest file.
+    assert sh.space_needed(sizes, old) == max(size for _name, size in sizes)
+    _tight_disk(monkeypatch, path, max(size for _name, size in sizes) - 1)
+    failed, result = run_module(dict(SMALL, path=path, seed=7), capsys)
+    assert failed and "the model needs" in result["msg"], result
+    _tight_disk(monkeypatch, path, max(size for _name, size in sizes))
+    failed, result = run_module(dict(SMALL, path=path, seed=7), capsys)
+    assert not failed, result
+
+
+def test_space_needed_is_the_peak_of_writing_file_by_file():
+    assert sh.space_needed([("a", 10), ("b", 5)], {}) == 15
+    assert sh.space_needed([("a", 10), ("b", 5)], {"a": 10, "b": 5}) == 10
+    assert sh.space_needed([("a", 4), ("b", 10)], {"a": 8}) == 10 - 4
