@@ -1,0 +1,32 @@
+"""playbooks/status.yml on the deployed lab, under systemd: every node's units with state, start time
+and restart count, the build, the model and the endpoints, the last log lines on request."""
+
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[3]))
+sys.path.insert(0, str(REPO / "tests" / "playbooks"))
+from playbook_runner import run_in  # noqa: E402 pylint: disable=wrong-import-position
+
+
+def test_status_playbook_reports_every_node(tmp_path):
+    run = run_in(tmp_path / "status", "playbooks/status.yml", str(REPO / "inventory" / "demo"),
+                 envvars={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "MOLECULE_PROJECT_DIRECTORY": str(REPO)},
+                 cmdline="-e status_log_lines=3")
+    assert run.status == "successful", run.failures
+    assert run.changed_tasks() == []
+    shown = {e["event_data"]["host"]: e["event_data"]["res"]["msg"] for e in run.events
+             if e.get("event") == "runner_on_ok" and e["event_data"].get("task") == "Print the node's status"}
+    assert sorted(shown) == ["node-a", "node-b", "node-c"]
+    head = shown["node-a"]
+    assert head["service_manager"] == "systemd"
+    (unit,) = [s for s in head["services"] if s["name"] == "gpulab-llama-server.service"]
+    assert unit["state"] == "active" and unit["started"] and isinstance(unit["restarts"], int)
+    assert len(unit["log"]) == 3
+    assert head["model"].endswith(".gguf")
+    assert head["endpoints"][0] == "http://127.0.0.1:8080 (llama-server, /health 200)"
+    assert len({node["build_id"] for node in shown.values()}) == 1
+    for worker in ("node-b", "node-c"):
+        assert any(s["name"] == "gpulab-rpc-server@0.service" and s["state"] == "active" for s in shown[worker]["services"])
+        assert ":50052 (RPC, " in shown[worker]["endpoints"][0]

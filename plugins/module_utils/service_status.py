@@ -1,0 +1,155 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to gpulab.inference
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Pure parsers of what systemd and supervisord say about the collection's services.
+
+Each takes the text a command printed (systemctl list-units / show, supervisorctl status) and
+returns plain data, so tests feed captured output and the module only runs the commands.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import fnmatch
+import re
+
+# What `systemctl show` is asked for, per unit.
+SHOW_PROPERTIES = ("Id", "ActiveState", "SubState", "Result", "NRestarts", "MainPID",
+                   "ActiveEnterTimestamp", "ExecMainStartTimestamp")
+
+# supervisorctl status: name, state, then a description ("pid 42, uptime 1 day, 2:03:04").
+_SUPERVISOR_LINE = re.compile(r"^(?P<name>\S+)\s+(?P<state>[A-Z]+)(?:\s+(?P<description>.*))?$")
+_UPTIME = re.compile(r"uptime (?:(?P<days>[0-9]+) days?, )?(?P<h>[0-9]+):(?P<m>[0-9]{2}):(?P<s>[0-9]{2})")
+_PID = re.compile(r"\bpid (?P<pid>[0-9]+)")
+
+
+class ServiceStatusError(ValueError):
+    """Output that does not read as the command's; the message names the line."""
+
+
+def matches(name, patterns):
+    """True when a unit or program name matches one of the shell patterns."""
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def parse_list_units(text, patterns=("*",)):
+    """Unit names from `systemctl list-units --all --plain --no-legend --type=service`, in order,
+    keeping those that match the patterns. A failed unit's line may start with a bullet."""
+    units = []
+    for number, line in enumerate(text.splitlines(), 1):
+        fields = line.split()
+        while fields and fields[0] in ("\u25cf", "*", "\u00d7"):
+            fields = fields[1:]
+        if not fields:
+            continue
+        name = fields[0]
+        if "." not in name:
+            raise ServiceStatusError("list-units line %d does not start with a unit name: %r" % (number, line))
+        if matches(name, patterns) and name not in units:
+            units.append(name)
+    return units
+
+
+def _int_or_none(value):
+    return int(value) if value is not None and re.match(r"^[0-9]+$", value) else None
+
+
+def parse_systemctl_show(text):
+    """{unit: status} from `systemctl show --property=...` of several units (blocks separated by an
+    empty line, each with Id=). Start time: when the unit last became active (empty: never)."""
+    blocks = []
+    current = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            if current:
+                blocks.append(current)
+                current = {}
+            continue
+        if "=" not in line:
+            raise ServiceStatusError("systemctl show line %d is not a property: %r" % (number, line))
+        key, value = line.split("=", 1)
+        current[key] = value
+    if current:
+        blocks.append(current)
+    status = {}
+    for block in blocks:
+        if not block.get("Id"):
+            raise ServiceStatusError("systemctl show block without Id: %r" % (block,))
+        main_pid = _int_or_none(block.get("MainPID"))
+        status[block["Id"]] = {
+            "name": block["Id"],
+            "state": block.get("ActiveState"),
+            "sub_state": block.get("SubState"),
+            "result": block.get("Result"),
+            "restarts": _int_or_none(block.get("NRestarts")),
+            "main_pid": main_pid or None,
+            "started": block.get("ActiveEnterTimestamp") or None,
+        }
+    return status
+
+
+def uptime_s(description):
+    """Seconds of `uptime H:MM:SS` (with `N days, ` before it) in a supervisorctl description, or None."""
+    match = _UPTIME.search(description or "")
+    if not match:
+        return None
+    return (int(match.group("days") or 0) * 86400 + int(match.group("h")) * 3600
+            + int(match.group("m")) * 60 + int(match.group("s")))
+
+
+def parse_supervisorctl_status(text, patterns=("*",)):
+    """[status] from `supervisorctl status`, for programs matching the patterns, in order.
+
+    supervisord counts no restarts (restarts is None); uptime_s is how long a running program has
+    run, from which the caller computes its start time.
+    """
+    programs = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        match = _SUPERVISOR_LINE.match(line.strip())
+        if not match:
+            raise ServiceStatusError("supervisorctl status line %d is not 'name STATE ...': %r" % (number, line))
+        name = match.group("name")
+        if not matches(name, patterns):
+            continue
+        description = (match.group("description") or "").strip()
+        pid = _PID.search(description) if match.group("state") == "RUNNING" else None
+        programs.append({
+            "name": name,
+            "state": match.group("state").lower(),
+            "sub_state": description or None,
+            "result": None,
+            "restarts": None,
+            "main_pid": int(pid.group("pid")) if pid else None,
+            "uptime_s": uptime_s(description) if match.group("state") == "RUNNING" else None,
+        })
+    return programs
+
+
+def tail(text, count):
+    """The last `count` lines of a log text (none for count 0)."""
+    if count <= 0:
+        return []
+    return text.splitlines()[-count:]
+
+
+def node_summary(build_info=None, model=None, rpc_manifest=None, vllm_plan=None):
+    """Build id, model file and endpoints of a node from the files the roles publish
+    (docs/CONTRACTS.md), each None where the node has none: BUILD_INFO.json, model.json (head),
+    servers.json (workers), the vLLM plan.json."""
+    endpoints = []
+    if isinstance(rpc_manifest, dict):
+        address = rpc_manifest.get("address")
+        for endpoint in rpc_manifest.get("endpoints") or []:
+            if isinstance(endpoint, dict) and endpoint.get("port") is not None:
+                where = "[%s]" % address if address and ":" in str(address) else address
+                endpoints.append("%s:%s (RPC, %s)" % (where, endpoint["port"], endpoint.get("device") or "?"))
+    if isinstance(vllm_plan, dict) and vllm_plan.get("url"):
+        endpoints.append("%s (vLLM)" % vllm_plan["url"])
+    return {
+        "build_id": build_info.get("build_id") if isinstance(build_info, dict) else None,
+        "model": model.get("path") if isinstance(model, dict) else None,
+        "endpoints": endpoints,
+    }

@@ -1,0 +1,308 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to gpulab.inference
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: service_status
+short_description: State, start time and restarts of the collection's services, under systemd or supervisord
+version_added: 0.1.0
+description:
+  - Lists the services whose names match O(patterns) and reports for each its state, when it
+    last started, how often the service manager restarted it and its main process, and on
+    request the last lines of its log.
+  - Under systemd it reads C(systemctl list-units) and C(systemctl show) (C(NRestarts)) and the
+    journal; under supervisord (role gpulab.inference.supervisor) C(supervisorctl status) and the
+    programs' log files. supervisord counts no restarts, so RV(services[].restarts) is V(null)
+    there.
+  - Also reads the files the roles publish on the node (docs/CONTRACTS.md): the deployed
+    build's C(BUILD_INFO.json), the head's model manifest, the RPC servers' C(servers.json) and
+    the vLLM plan, for the build id, the model and the endpoints; a missing file is V(null).
+  - Reads only; changes nothing.
+author:
+  - gpulab.inference contributors (@gpulab)
+options:
+  manager:
+    description:
+      - The service manager to ask. V(auto) asks systemd where it runs as the init system
+        (C(/run/systemd/system) exists), else supervisord where O(supervisor_config) exists,
+        else reports no services.
+    type: str
+    choices: [auto, systemd, supervisor]
+    default: auto
+  patterns:
+    description: Shell patterns of the unit (systemd, with C(.service)) or program (supervisord) names to report.
+    type: list
+    elements: str
+    default: ["gpulab-*"]
+  log_lines:
+    description: Lines of each service's log to return (its journal, or its supervisord log file); 0 returns none.
+    type: int
+    default: 0
+  supervisor_config:
+    description: supervisord's configuration, passed to C(supervisorctl -c).
+    type: path
+    default: /etc/gpulab/supervisord.conf
+  supervisorctl_path:
+    description: The C(supervisorctl) to run.
+    type: path
+    default: /opt/gpulab/supervisor/bin/supervisorctl
+  supervisor_log_dir:
+    description: Where the programs log, one C(<program>.log) each.
+    type: path
+    default: /var/log/gpulab
+  build_info:
+    description: The deployed llama.cpp build's record.
+    type: path
+    default: /opt/gpulab/llama.cpp/current/BUILD_INFO.json
+  model_manifest:
+    description: The model manifest the model role writes on the head.
+    type: path
+    default: /etc/gpulab/model.json
+  rpc_manifest:
+    description: What the RPC servers of a worker serve (role llama_rpc_server).
+    type: path
+    default: /etc/gpulab/rpc-server/servers.json
+  vllm_plan:
+    description: The vLLM layout (role vllm_server), for its URL.
+    type: path
+    default: /etc/gpulab/vllm/plan.json
+extends_documentation_fragment:
+  - gpulab.inference.read_only
+seealso:
+  - module: gpulab.inference.gpu_residency
+"""
+
+EXAMPLES = r"""
+- name: Read the collection's services
+  gpulab.inference.service_status:
+  register: status_services
+
+- name: Read them with the last 20 lines of each log
+  gpulab.inference.service_status:
+    log_lines: 20
+
+- name: Ask supervisord for the RPC servers only
+  gpulab.inference.service_status:
+    manager: supervisor
+    patterns: ["gpulab-rpc-server-*"]
+"""
+
+RETURN = r"""
+manager:
+  description: The service manager asked (V(systemd), V(supervisor)), or V(none) when neither runs.
+  returned: success
+  type: str
+  sample: systemd
+services:
+  description: The matching services, in the service manager's order.
+  returned: success
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: Unit or program name.
+      type: str
+      sample: gpulab-llama-server.service
+    state:
+      description: systemd's C(ActiveState) (active, inactive, failed, activating, ...), or supervisord's state in lower case (running, stopped, fatal, backoff, ...).
+      type: str
+      sample: active
+    sub_state:
+      description: systemd's C(SubState), or supervisord's description.
+      type: str
+      sample: running
+    result:
+      description: systemd's C(Result) of the last run (success, exit-code, timeout, ...); V(null) under supervisord.
+      type: str
+      sample: success
+    restarts:
+      description: Restarts by the service manager since the unit was loaded (C(NRestarts)); V(null) under supervisord.
+      type: int
+      sample: 0
+    main_pid:
+      description: The main process, or V(null) when none runs.
+      type: int
+      sample: 4242
+    started:
+      description: When it last started (systemd's C(ActiveEnterTimestamp); under supervisord computed from its uptime, in UTC); V(null) when never.
+      type: str
+      sample: Tue 2026-12-01 08:00:00 UTC
+    log:
+      description: The last O(log_lines) lines of its log.
+      type: list
+      elements: str
+build_id:
+  description: The build id of O(build_info), or V(null) without one.
+  returned: success
+  type: str
+  sample: b8070-4f5c2a1e9b3d
+model:
+  description: The file the head serves (C(path) of O(model_manifest)), or V(null).
+  returned: success
+  type: str
+  sample: /var/lib/gpulab/models/synthetic-minimax-m2-00001-of-00002.gguf
+endpoints:
+  description: The RPC endpoints of O(rpc_manifest) and the vLLM URL of O(vllm_plan).
+  returned: success
+  type: list
+  elements: str
+  sample: ["10.231.77.11:50052 (RPC, CPU)"]
+unreadable:
+  description: Files that exist but do not read as JSON, each with the reason.
+  returned: success
+  type: list
+  elements: str
+"""
+
+import json
+import os
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpulab.inference.plugins.module_utils.service_status import (
+    SHOW_PROPERTIES,
+    ServiceStatusError,
+    node_summary,
+    parse_list_units,
+    parse_supervisorctl_status,
+    parse_systemctl_show,
+    tail,
+)
+
+# A log file's tail is read from its end only: supervisord keeps up to 100 MB per program.
+TAIL_BYTES = 1 << 20
+
+
+class ServiceStatus:
+    """Asks one service manager about the collection's services."""
+
+    def __init__(self, module):
+        self.module = module
+        self.params = module.params
+        self.manager = self.pick_manager(module.params["manager"])
+        self.services = []
+        self.unreadable = []
+
+    @property
+    def result(self):
+        summary = node_summary(*[self.read_json(self.params[name])
+                                 for name in ("build_info", "model_manifest", "rpc_manifest", "vllm_plan")])
+        return dict(summary, changed=False, manager=self.manager, services=self.services, unreadable=self.unreadable)
+
+    def read_json(self, path):
+        """The parsed file, or None when it is absent (or unreadable, noted in unreadable)."""
+        if not os.path.exists(path):
+            return None
+        try:
+            with open(path, encoding="utf-8") as stream:
+                return json.load(stream)
+        except (IOError, OSError, ValueError) as exc:
+            self.unreadable.append("%s: %s" % (path, exc))
+            return None
+
+    def pick_manager(self, manager):
+        if manager != "auto":
+            return manager
+        if os.path.isdir("/run/systemd/system"):
+            return "systemd"
+        if os.path.exists(self.params["supervisor_config"]):
+            return "supervisor"
+        return "none"
+
+    def run(self, argv, ok_rcs=(0,)):
+        rc, stdout, stderr = self.module.run_command(argv)
+        if rc not in ok_rcs:
+            self.module.fail_json(msg="%s failed (rc %d): %s" % (" ".join(argv), rc, (stderr or stdout).strip()),
+                                  rc=rc, stdout=stdout, stderr=stderr)
+        return stdout
+
+    def gather(self):
+        try:
+            if self.manager == "systemd":
+                self.gather_systemd()
+            elif self.manager == "supervisor":
+                self.gather_supervisor()
+        except ServiceStatusError as exc:
+            self.module.fail_json(msg=str(exc))
+
+    def gather_systemd(self):
+        systemctl = self.module.get_bin_path("systemctl", required=True)
+        units = parse_list_units(self.run([systemctl, "list-units", "--all", "--plain", "--no-legend",
+                                           "--type=service", "--"] + self.params["patterns"]), self.params["patterns"])
+        if not units:
+            return
+        shown = parse_systemctl_show(self.run([systemctl, "show", "--property=" + ",".join(SHOW_PROPERTIES), "--"] + units))
+        journalctl = self.module.get_bin_path("journalctl", required=True) if self.params["log_lines"] > 0 else None
+        for unit in units:
+            status = shown.get(unit)
+            if status is None:
+                self.module.fail_json(msg="systemctl show did not report %s" % unit)
+            if journalctl:
+                status["log"] = tail(self.run([journalctl, "--no-pager", "--output=short-iso",
+                                               "--lines=%d" % self.params["log_lines"], "--unit=" + unit]),
+                                     self.params["log_lines"])
+            self.services.append(status)
+
+    def gather_supervisor(self):
+        if not os.path.exists(self.params["supervisor_config"]):
+            return
+        # supervisorctl status exits 3 when a program is not running
+        stdout = self.run([self.params["supervisorctl_path"], "-c", self.params["supervisor_config"], "status"],
+                          ok_rcs=(0, 3))
+        now = time.time()
+        for program in parse_supervisorctl_status(stdout, self.params["patterns"]):
+            uptime = program.pop("uptime_s")
+            program["started"] = (time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now - uptime))
+                                  if uptime is not None else None)
+            if self.params["log_lines"] > 0:
+                program["log"] = tail(self.read_tail(os.path.join(self.params["supervisor_log_dir"],
+                                                                  program["name"] + ".log")), self.params["log_lines"])
+            self.services.append(program)
+
+    @staticmethod
+    def read_tail(path):
+        try:
+            with open(path, "rb") as log:
+                log.seek(0, os.SEEK_END)
+                log.seek(max(0, log.tell() - TAIL_BYTES))
+                return log.read().decode("utf-8", "replace")
+        except (IOError, OSError):
+            return ""
+
+
+def build_module():
+    return AnsibleModule(
+        argument_spec=dict(
+            manager=dict(type="str", choices=["auto", "systemd", "supervisor"], default="auto"),
+            patterns=dict(type="list", elements="str", default=["gpulab-*"]),
+            log_lines=dict(type="int", default=0),
+            supervisor_config=dict(type="path", default="/etc/gpulab/supervisord.conf"),
+            supervisorctl_path=dict(type="path", default="/opt/gpulab/supervisor/bin/supervisorctl"),
+            supervisor_log_dir=dict(type="path", default="/var/log/gpulab"),
+            build_info=dict(type="path", default="/opt/gpulab/llama.cpp/current/BUILD_INFO.json"),
+            model_manifest=dict(type="path", default="/etc/gpulab/model.json"),
+            rpc_manifest=dict(type="path", default="/etc/gpulab/rpc-server/servers.json"),
+            vllm_plan=dict(type="path", default="/etc/gpulab/vllm/plan.json"),
+        ),
+        supports_check_mode=True,
+    )
+
+
+def main():
+    module = build_module()
+    if module.params["log_lines"] < 0:
+        module.fail_json(msg="log_lines is %d; give 0 or more lines" % module.params["log_lines"])
+    status = ServiceStatus(module)
+    status.gather()
+    module.exit_json(**status.result)
+
+
+if __name__ == "__main__":
+    main()

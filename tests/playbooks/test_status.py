@@ -1,0 +1,77 @@
+"""playbooks/status.yml on local hosts under supervisord (a stand-in supervisorctl, the files the roles
+publish under tmp_path, the lab's fake nvidia-smi): services with state and start time, build id,
+model, endpoints, residency, the log lines on request, and nothing changed."""
+
+import json
+import stat
+import sys
+
+from playbook_runner import LAB_FILES, local_host, run_in
+
+STATUS = """\
+gpulab-llama-server   RUNNING   pid 4242, uptime 0:10:00
+gpulab-rpc-server-0   RUNNING   pid 77, uptime 0:10:05
+unrelated             RUNNING   pid 5, uptime 0:01:00
+"""
+
+
+def node(tmp_path, name):
+    """A node's directories and supervisorctl under tmp_path/name, as its host variables."""
+    root = tmp_path / name
+    for directory in ("etc/rpc-server", "llama.cpp/current", "log"):
+        (root / directory).mkdir(parents=True)
+    (root / "etc" / "supervisord.conf").write_text("[supervisord]\n")
+    ctl = root / "supervisorctl"
+    ctl.write_text("#!/bin/sh\ncat <<'END'\n%sEND\nexit 3\n" % STATUS)
+    ctl.chmod(ctl.stat().st_mode | stat.S_IEXEC)
+    smi = root / "nvidia-smi"
+    smi.write_text('#!/bin/sh\nexec %s %s "$@"\n' % (sys.executable, LAB_FILES / "fake-nvidia-smi"))
+    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
+    (root / "llama.cpp" / "current" / "BUILD_INFO.json").write_text(json.dumps({"build_id": "b8070-test"}))
+    (root / "log" / "gpulab-llama-server.log").write_text("first\nload_tensors: offloaded 5/5 layers to GPU\nserving\n")
+    return local_host(gpulab_service_manager="supervisor", gpulab_config_dir=str(root / "etc"),
+                      gpulab_supervisor_config=str(root / "etc" / "supervisord.conf"), gpulab_supervisorctl=str(ctl),
+                      gpulab_log_dir=str(root / "log"), gpulab_llama_cpp_current_link=str(root / "llama.cpp" / "current"),
+                      gpu_preflight_nvidia_smi_path=str(smi), llama_server_port=9)
+
+
+def inventory(tmp_path):
+    head, worker = node(tmp_path, "node-a"), node(tmp_path, "node-b")
+    (tmp_path / "node-a" / "etc" / "model.json").write_text(json.dumps({"path": "/models/m-00001-of-00002.gguf"}))
+    (tmp_path / "node-b" / "etc" / "rpc-server" / "servers.json").write_text(json.dumps(
+        {"host": "node-b", "address": "10.0.0.2", "endpoints": [{"instance": 0, "port": 50052, "device": "CPU"}]}))
+    return {"all": {"children": {"gpu_nodes": {"children": {
+        "inference_head": {"hosts": {"node-a": head}}, "rpc_workers": {"hosts": {"node-b": worker}}}}}}}
+
+
+ENV = {"GPULAB_FAKE_NVIDIA_SMI_DIR": str(LAB_FILES / "nvidia-smi" / "h200")}
+
+
+def statuses(run):
+    return dict((e["event_data"]["host"], e["event_data"]["res"]["msg"]) for e in run.events
+                if e.get("event") == "runner_on_ok" and e["event_data"].get("task") == "Print the node's status")
+
+
+def test_status_per_node_under_supervisord(tmp_path):
+    run = run_in(tmp_path / "runner", "playbooks/status.yml", inventory(tmp_path), envvars=ENV)
+    assert run.status == "successful", run.failures
+    assert run.changed_tasks() == []
+    shown = statuses(run)
+    head, worker = shown["node-a"], shown["node-b"]
+    assert head["service_manager"] == "supervisor"
+    assert [(s["name"], s["state"], s["main_pid"]) for s in head["services"]] == [
+        ("gpulab-llama-server", "running", 4242), ("gpulab-rpc-server-0", "running", 77)]
+    assert head["services"][0]["started"].endswith("Z") and "log" not in head["services"][0]
+    assert (head["build_id"], head["model"]) == ("b8070-test", "/models/m-00001-of-00002.gguf")
+    assert head["endpoints"] == ["http://127.0.0.1:9 (llama-server, /health unreachable)"]
+    assert worker["endpoints"] == ["10.0.0.2:50052 (RPC, CPU)"] and worker["model"] is None
+    assert head["gpus"][0]["name"] == "NVIDIA H200"
+
+
+def test_log_lines_on_request(tmp_path):
+    run = run_in(tmp_path / "runner", "playbooks/status.yml", inventory(tmp_path), envvars=ENV,
+                 cmdline="-e status_log_lines=2")
+    assert run.status == "successful", run.failures
+    head = statuses(run)["node-a"]
+    assert head["services"][0]["log"] == ["load_tensors: offloaded 5/5 layers to GPU", "serving"]
+    assert head["services"][1]["log"] == []

@@ -1,0 +1,104 @@
+"""service_status parsers on the output systemctl and supervisorctl print, and on malformed lines."""
+
+import pytest
+
+from ansible_collections.gpulab.inference.plugins.module_utils import service_status as ss
+
+LIST_UNITS = """\
+gpulab-llama-server.service          loaded active running llama-server inference head (gpulab.inference)
+\u25cf gpulab-rpc-server@1.service    loaded failed failed  ggml RPC server 1 for the llama-server head (gpulab.inference)
+gpulab-rpc-server-firewall.service   loaded active exited  nftables rules of the RPC servers (gpulab.inference)
+ssh.service                          loaded active running OpenBSD Secure Shell server
+"""
+
+SHOW = """\
+Id=gpulab-llama-server.service
+ActiveState=active
+SubState=running
+Result=success
+NRestarts=2
+MainPID=4242
+ActiveEnterTimestamp=Tue 2026-12-01 08:00:00 UTC
+ExecMainStartTimestamp=Tue 2026-12-01 08:00:00 UTC
+
+Id=gpulab-rpc-server@1.service
+ActiveState=failed
+SubState=failed
+Result=exit-code
+NRestarts=0
+MainPID=0
+ActiveEnterTimestamp=
+ExecMainStartTimestamp=
+"""
+
+SUPERVISOR = """\
+gpulab-llama-server              RUNNING   pid 1234, uptime 1 day, 2:03:04
+gpulab-rpc-server-0              RUNNING   pid 77, uptime 0:00:09
+gpulab-rpc-server-1              STOPPED   Dec 01 08:00 AM
+gpulab-vllm                      FATAL     Exited too quickly (process log may have details)
+other                            RUNNING   pid 5, uptime 0:01:00
+"""
+
+
+def test_list_units_keeps_matching_units_in_order_and_drops_the_bullet():
+    assert ss.parse_list_units(LIST_UNITS, ["gpulab-*"]) == [
+        "gpulab-llama-server.service", "gpulab-rpc-server@1.service", "gpulab-rpc-server-firewall.service"]
+    assert ss.parse_list_units(LIST_UNITS, ["gpulab-rpc-server@*.service"]) == ["gpulab-rpc-server@1.service"]
+    assert ss.parse_list_units("", ["gpulab-*"]) == []
+
+
+def test_list_units_refuses_a_line_without_a_unit():
+    with pytest.raises(ss.ServiceStatusError) as raised:
+        ss.parse_list_units("0 loaded units listed.\n")
+    assert "line 1" in str(raised.value)
+
+
+def test_show_reads_state_restarts_and_start_time():
+    status = ss.parse_systemctl_show(SHOW)
+    assert status["gpulab-llama-server.service"] == {
+        "name": "gpulab-llama-server.service", "state": "active", "sub_state": "running", "result": "success",
+        "restarts": 2, "main_pid": 4242, "started": "Tue 2026-12-01 08:00:00 UTC"}
+    failed = status["gpulab-rpc-server@1.service"]
+    assert (failed["state"], failed["result"], failed["main_pid"], failed["started"]) == ("failed", "exit-code", None, None)
+
+
+@pytest.mark.parametrize("text, words", [("Id=a.service\nnot a property\n", "line 2"),
+                                         ("ActiveState=active\n", "without Id")])
+def test_show_refuses_what_it_cannot_read(text, words):
+    with pytest.raises(ss.ServiceStatusError) as raised:
+        ss.parse_systemctl_show(text)
+    assert words in str(raised.value)
+
+
+def test_supervisorctl_status():
+    programs = ss.parse_supervisorctl_status(SUPERVISOR, ["gpulab-*"])
+    assert [p["name"] for p in programs] == ["gpulab-llama-server", "gpulab-rpc-server-0", "gpulab-rpc-server-1", "gpulab-vllm"]
+    head = programs[0]
+    assert (head["state"], head["main_pid"], head["uptime_s"], head["restarts"]) == ("running", 1234, 93784, None)
+    assert programs[1]["uptime_s"] == 9
+    assert (programs[2]["state"], programs[2]["main_pid"], programs[2]["uptime_s"]) == ("stopped", None, None)
+    assert programs[3]["sub_state"] == "Exited too quickly (process log may have details)"
+
+
+def test_supervisorctl_status_refuses_a_line_without_a_state():
+    with pytest.raises(ss.ServiceStatusError) as raised:
+        ss.parse_supervisorctl_status("unix:///run/gpulab/supervisor.sock no such file\n")
+    assert "line 1" in str(raised.value)
+
+
+def test_uptime_and_tail():
+    assert ss.uptime_s("pid 1, uptime 3 days, 0:00:01") == 3 * 86400 + 1
+    assert ss.uptime_s("Exited too quickly") is None
+    assert ss.tail("a\nb\nc\n", 2) == ["b", "c"]
+    assert ss.tail("a\nb\n", 0) == []
+
+
+def test_node_summary_from_the_published_files():
+    worker = {"host": "node-b", "address": "10.0.0.2", "endpoints": [{"port": 50052, "device": "CUDA0"},
+                                                                       {"port": 50053, "device": "CUDA1"}]}
+    assert ss.node_summary({"build_id": "b1-abc"}, None, worker, None) == {
+        "build_id": "b1-abc", "model": None, "endpoints": ["10.0.0.2:50052 (RPC, CUDA0)", "10.0.0.2:50053 (RPC, CUDA1)"]}
+    assert ss.node_summary(None, {"path": "/m.gguf"}, {"address": "fd00::2", "endpoints": [{"port": 1}]},
+                           {"url": "http://127.0.0.1:8000"}) == {
+        "build_id": None, "model": "/m.gguf", "endpoints": ["[fd00::2]:1 (RPC, ?)", "http://127.0.0.1:8000 (vLLM)"]}
+    assert ss.node_summary() == {"build_id": None, "model": None, "endpoints": []}

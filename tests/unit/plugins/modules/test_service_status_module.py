@@ -1,0 +1,89 @@
+"""service_status with run_command and get_bin_path patched: the commands it runs under systemd and
+supervisord, logs on request, and failures named."""
+
+import module_harness
+from module_harness import ExitJson, FailJson
+
+from ansible_collections.gpulab.inference.plugins.modules import service_status
+
+SYSTEMCTL = "/usr/bin/systemctl"
+JOURNALCTL = "/usr/bin/journalctl"
+BINS = {"systemctl": SYSTEMCTL, "journalctl": JOURNALCTL}
+LIST = (SYSTEMCTL, "list-units", "--all", "--plain", "--no-legend", "--type=service", "--", "gpulab-*")
+SHOW = (SYSTEMCTL, "show", "--property=Id,ActiveState,SubState,Result,NRestarts,MainPID,ActiveEnterTimestamp,"
+        "ExecMainStartTimestamp", "--", "gpulab-llama-server.service")
+LISTED = "gpulab-llama-server.service loaded active running llama-server inference head (gpulab.inference)\n"
+SHOWN = ("Id=gpulab-llama-server.service\nActiveState=active\nSubState=running\nResult=success\nNRestarts=1\n"
+         "MainPID=42\nActiveEnterTimestamp=Tue 2026-12-01 08:00:00 UTC\n")
+
+
+def run(args, answers):
+    return module_harness.run_module(service_status.main, args, answers, BINS)
+
+
+def test_systemd_units_with_their_state():
+    result = run({"manager": "systemd"}, {LIST: (0, LISTED, ""), SHOW: (0, SHOWN, "")})
+    assert result.kind is ExitJson
+    assert result.result["manager"] == "systemd"
+    assert result.result["services"] == [{
+        "name": "gpulab-llama-server.service", "state": "active", "sub_state": "running", "result": "success",
+        "restarts": 1, "main_pid": 42, "started": "Tue 2026-12-01 08:00:00 UTC"}]
+    assert result.result["changed"] is False
+
+
+def test_systemd_log_lines_on_request():
+    journal = (JOURNALCTL, "--no-pager", "--output=short-iso", "--lines=2", "--unit=gpulab-llama-server.service")
+    result = run({"manager": "systemd", "log_lines": 2},
+                 {LIST: (0, LISTED, ""), SHOW: (0, SHOWN, ""), journal: (0, "one\ntwo\n", "")})
+    assert result.result["services"][0]["log"] == ["one", "two"]
+
+
+def test_no_units_runs_no_show():
+    result = run({"manager": "systemd"}, {LIST: (0, "", "")})
+    assert result.result["services"] == [] and result.commands == [list(LIST)]
+
+
+def test_a_failing_systemctl_is_named():
+    result = run({"manager": "systemd"}, {LIST: (1, "", "Failed to connect to bus")})
+    assert result.kind is FailJson
+    assert "list-units" in result.result["msg"] and "Failed to connect to bus" in result.result["msg"]
+
+
+def test_supervisor_programs_with_start_time_and_log(tmp_path):
+    config = tmp_path / "supervisord.conf"
+    config.write_text("[supervisord]\n")
+    (tmp_path / "gpulab-llama-server.log").write_text("a\nb\nc\n")
+    ctl = str(tmp_path / "supervisorctl")
+    status = (ctl, "-c", str(config), "status")
+    result = run({"manager": "supervisor", "supervisor_config": str(config), "supervisorctl_path": ctl,
+                  "supervisor_log_dir": str(tmp_path), "log_lines": 2},
+                 {status: (3, "gpulab-llama-server   RUNNING   pid 9, uptime 0:00:10\n"
+                              "gpulab-rpc-server-0   STOPPED   Not started\n", "")})
+    assert result.kind is ExitJson
+    head, worker = result.result["services"]
+    assert (head["state"], head["main_pid"], head["restarts"], head["log"]) == ("running", 9, None, ["b", "c"])
+    assert head["started"].endswith("Z")
+    assert (worker["state"], worker["started"], worker["log"]) == ("stopped", None, [])
+
+
+def test_supervisor_without_its_configuration_reports_nothing(tmp_path):
+    result = run({"manager": "supervisor", "supervisor_config": str(tmp_path / "absent.conf")}, {})
+    assert result.result["services"] == [] and result.commands == []
+
+
+def test_negative_log_lines_are_refused():
+    result = run({"manager": "systemd", "log_lines": -1}, {})
+    assert result.kind is FailJson and "log_lines is -1" in result.result["msg"]
+
+
+def test_build_model_and_endpoints_from_the_node_files(tmp_path):
+    (tmp_path / "BUILD_INFO.json").write_text('{"build_id": "b8070-test"}')
+    (tmp_path / "model.json").write_text('{"path": "/var/lib/gpulab/models/m.gguf"}')
+    (tmp_path / "servers.json").write_text("not json")
+    result = run({"manager": "systemd", "build_info": str(tmp_path / "BUILD_INFO.json"),
+                  "model_manifest": str(tmp_path / "model.json"), "rpc_manifest": str(tmp_path / "servers.json"),
+                  "vllm_plan": str(tmp_path / "absent.json")}, {LIST: (0, "", "")})
+    assert (result.result["build_id"], result.result["model"], result.result["endpoints"]) == (
+        "b8070-test", "/var/lib/gpulab/models/m.gguf", [])
+    (unreadable,) = result.result["unreadable"]
+    assert unreadable.startswith(str(tmp_path / "servers.json") + ": ")
