@@ -303,6 +303,21 @@ def format_endpoint(address, port):
     return "%s:%d" % ("[%s]" % address if ":" in address else address, port)
 
 
+def client_url(host, port, scheme="http"):
+    """Where a client on the server's node reaches a server bound to host:port.
+
+    A server bound to every address (0.0.0.0, ::) is reached over loopback; an IPv6 address is
+    put in brackets (format_endpoint). host and port are checked first (listen_address,
+    port_number), so nothing odd reaches a URL.
+    """
+    if scheme not in ("http", "https"):
+        raise LlamaServerError("scheme %r is not http or https" % (scheme,))
+    address = listen_address(host, "server host")
+    if address in ("0.0.0.0", "::"):
+        address = "127.0.0.1"
+    return "%s://%s" % (scheme, format_endpoint(address, port_number(port, "server port")))
+
+
 def device_order(endpoints, local_gpus):
     """The devices llama.cpp splits layers over, in its own order.
 
