@@ -68,10 +68,11 @@ options:
     type: bool
     default: true
   allowed_sources:
-    description: Addresses or prefixes allowed to reach the RPC ports (the head's fabric address).
+    description:
+      - Addresses or prefixes allowed to reach the RPC ports (the head's fabric address).
+      - Required while O(firewall_enabled) is true.
     type: list
     elements: str
-    default: []
   head_is_local:
     description: Whether the head runs on this node; only then is loopback admitted.
     type: bool
@@ -121,6 +122,7 @@ EXAMPLES = r"""
     cuda: false
     address: 10.231.77.11
     memory_mib: "{{ ansible_facts.memtotal_mb }}"
+    allowed_sources: [10.231.77.10]
 
 - name: Expose only GPUs 1 and 2, from port 51000
   gpulab.inference.llama_rpc_server_plan:
@@ -129,6 +131,7 @@ EXAMPLES = r"""
     gpu_indices: [1, 2]
     address: "{{ gpulab_fabric_address }}"
     port_base: 51000
+    allowed_sources: ["{{ hostvars[groups['inference_head'][0]].gpulab_fabric_address }}"]
 """
 
 RETURN = r"""
@@ -302,7 +305,7 @@ def build_module():
             port_base=dict(type="int", default=50052),
             memory_mib=dict(type="int"),
             firewall_enabled=dict(type="bool", default=True),
-            allowed_sources=dict(type="list", elements="str", default=[]),
+            allowed_sources=dict(type="list", elements="str"),
             head_is_local=dict(type="bool", default=False),
             other_firewall_services=dict(type="list", elements="str", default=["firewalld.service", "ufw.service"]),
             other_firewall=dict(type="str", choices=["fail", "opened"], default="fail"),
@@ -312,6 +315,7 @@ def build_module():
             fabric=dict(type="dict"),
             restart_max_delay_s=dict(type="int", default=60),
         ),
+        required_if=[("firewall_enabled", True, ("allowed_sources",))],
         supports_check_mode=True,
     )
 
