@@ -1,0 +1,49 @@
+"""deploy.yml's tags for partial runs: the preflight always runs, and each tag selects its plays only
+(ansible-playbook --list-tasks, so nothing is contacted)."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from playbook_runner import COLLECTIONS, REPO
+
+PREFLIGHT = "Preflight checks and GPU facts"
+EXPECTED = {
+    "fabric": [PREFLIGHT, "RoCE fabric (nodes with gpulab_fabric_interface)",
+               "Check every node's side of the RoCE fabric", "Measure RDMA write bandwidth from every worker to the head"],
+    "build": [PREFLIGHT, "Build llama.cpp on the build host", "Ship the build to every GPU node"],
+    "bench": [PREFLIGHT, "Benchmark what is served and write the report"],
+    "serving": [PREFLIGHT, "Model on the head", "Memory plan before anything is started, stopped or drained",
+                "Drain the GPU services that are not kept, before serving", "RPC workers", "Inference head",
+                "The vLLM server on the head (and the hosts of vllm_nodes for a multi-node layout, head first)",
+                "Report what is served"],
+}
+
+
+def plays_with_tasks(tags):
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS), ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+               ANSIBLE_NOCOLOR="1")
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    listed = subprocess.run(["ansible-playbook", "deploy.yml", "-i", "inventory/demo", "--list-tasks", "--tags", tags],
+                            cwd=str(REPO), env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert listed.returncode == 0, listed.stderr
+    plays = []
+    current = None  # the play whose tasks follow
+    for line in listed.stdout.splitlines():
+        match = re.match(r"^  play #[0-9]+ \([^)]*\): (.*?)\tTAGS: ", line)
+        if match:
+            current = match.group(1)
+            continue
+        # A role's argument validation is tagged always: it runs with any tag and changes nothing.
+        task = line.startswith("      ") and "Validating arguments against arg spec" not in line
+        if current and task and line.strip() and current not in plays:
+            plays.append(current)
+    return plays
+
+
+@pytest.mark.parametrize("tag", sorted(EXPECTED))
+def test_a_tag_runs_the_preflight_and_its_plays(tag):
+    assert plays_with_tasks(tag) == EXPECTED[tag]
+
