@@ -36,3 +36,19 @@ def test_inventory_passes_preflight_checks(tmp_path, inventory):
     assert passed >= {"Exactly one host is the inference head", "The head and the workers are GPU nodes",
                       "Every worker and the head have a fabric address", "Fabric addresses are unique",
                       "The serving variables are usable"}
+
+
+@pytest.mark.parametrize("extravars, synthetic", [({}, True), ({"model_path": "/srv/models/real-00001-of-00002.gguf"}, False)],
+                         ids=["synthetic", "model_path"])
+def test_demo_inventory_switches_to_a_real_model_with_model_path(tmp_path, extravars, synthetic):
+    book = write_playbook(tmp_path / "model.yml", [{
+        "name": "Model checks", "hosts": "inference_head", "gather_facts": False,
+        "tasks": [{"name": "Run the model role's checks", "ansible.builtin.include_role": {
+            "name": "gpulab.inference.model", "tasks_from": "validate.yml"}},
+            {"name": "Show the model source", "ansible.builtin.debug": {
+                "msg": "{{ [model_synthetic | length > 0, model_vocab_archive | length > 0] }}"}}],
+    }])
+    result = run_in(tmp_path / "runner", book, str(REPO / "inventory" / "demo"), extravars=extravars)
+    assert result.status == "successful", result.failures
+    (shown,) = result.ok_results("Show the model source")
+    assert shown["msg"] == [synthetic, synthetic]

@@ -22,8 +22,7 @@ def test_dry_run_of_the_converged_lab_changes_nothing(tmp_path):
 
 def test_dry_run_fails_on_a_missing_model(tmp_path):
     run = run_in(tmp_path / "missing", "deploy.yml", str(REPO / "inventory" / "demo"), envvars=ENV,
-                 extravars={"model_synthetic": {}, "model_vocab_archive": "", "model_vocab_archive_member": "",
-                            "model_path": "/var/lib/gpulab/models/absent.gguf"},
+                 extravars={"model_path": "/var/lib/gpulab/models/absent.gguf"},
                  cmdline="--check --tags serving")
     assert run.status == "failed"
     (failure,) = run.failures
