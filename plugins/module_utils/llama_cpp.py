@@ -397,11 +397,20 @@ def parse_build_info(text):
     missing = [key for key in BUILD_INFO_REQUIRED_KEYS if key not in info]
     if missing:
         raise LlamaCppError("BUILD_INFO.json lacks %s" % ", ".join(missing))
-    if not BUILD_ID_PATTERN.match(str(info["build_id"])):
+    if not isinstance(info["build_id"], str) or not BUILD_ID_PATTERN.match(info["build_id"]):
         raise LlamaCppError("BUILD_INFO.json build_id %r is not a %d-digit hex id"
                             % (info["build_id"], BUILD_ID_LENGTH))
     if not isinstance(info["binaries"], dict) or not info["binaries"]:
         raise LlamaCppError("BUILD_INFO.json binaries must map each binary to its sha256")
+    for name, digest in info["binaries"].items():
+        # The names become paths under bin/: a plain file name, never ../ or a newline.
+        if not FILE_NAME_PATTERN.match(name):
+            raise LlamaCppError("BUILD_INFO.json binaries has the name %r, which is not a plain file name; rebuild "
+                                "that build" % (name,))
+        if not isinstance(digest, str) or not SHA256_PATTERN.match(digest):
+            raise LlamaCppError("BUILD_INFO.json binaries %s has the checksum %r, not a sha256 (64 hex digits); rebuild "
+                                "that build" % (name, digest))
+    check_lockstep_summary(info, "BUILD_INFO.json")
     return info
 
 
@@ -696,6 +705,45 @@ def source_record(kind, source_id, version=None):
 
 
 LOCKSTEP_FIELDS = ("build_id", "source", "cpu_arch", "glibc_version", "cuda", "nvcc_version")
+
+
+FILE_NAME_PATTERN = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.+-]{0,254}\Z")
+SHA256_PATTERN = re.compile(r"\A[0-9a-f]{64}\Z")
+VERSION_PATTERN = re.compile(r"\A[0-9]{1,6}(?:\.[0-9]{1,6}){0,3}\Z")
+CPU_ARCH_PATTERN = re.compile(r"\A[A-Za-z0-9_]{1,32}\Z")
+# A source id names a git URL and commit or an archive digest: printable, no space or newline.
+SOURCE_ID_PATTERN = re.compile(r"\A[!-~]{1,512}\Z")
+
+
+def check_lockstep_summary(summary, where):
+    """Check the fields lockstep_problem reads, each for its type and shape (None allowed but for
+    build_id), so a worker's servers.json or a BUILD_INFO.json cannot end in a TypeError or put
+    odd text in a message. where names the file in errors; returns summary."""
+    def fail(field, expected):
+        raise LlamaCppError("%s: %s is %r, expected %s; rebuild or redeploy that build"
+                            % (where, field, summary.get(field), expected))
+
+    if not isinstance(summary, dict):
+        raise LlamaCppError("%s: the build summary is %r, expected an object" % (where, summary))
+    build = summary.get("build_id")
+    if not isinstance(build, str) or not BUILD_ID_PATTERN.match(build):
+        fail("build_id", "a %d-digit hex build id" % BUILD_ID_LENGTH)
+    source = summary.get("source")
+    if source is not None:
+        if not isinstance(source, dict):
+            fail("source", "an object with an id")
+        if source.get("id") is not None and not (isinstance(source["id"], str) and SOURCE_ID_PATTERN.match(source["id"])):
+            raise LlamaCppError("%s: source id is %r, expected a commit or archive id; rebuild or redeploy that build"
+                                % (where, source.get("id")))
+    for field, pattern, expected in (("cpu_arch", CPU_ARCH_PATTERN, "a CPU architecture such as x86_64"),
+                                     ("glibc_version", VERSION_PATTERN, "a version such as 2.36"),
+                                     ("nvcc_version", VERSION_PATTERN, "a version such as 12.8.93 or null")):
+        value = summary.get(field)
+        if value is not None and not (isinstance(value, str) and pattern.match(value)):
+            fail(field, expected)
+    if summary.get("cuda") is not None and not isinstance(summary.get("cuda"), bool):
+        fail("cuda", "true or false")
+    return summary
 
 
 def lockstep_summary(build_info):

@@ -19,6 +19,8 @@ import os
 import re
 
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_cpp import (
+    LlamaCppError,
+    check_lockstep_summary,
     lockstep_problem,
     lockstep_summary,
 )
@@ -216,6 +218,11 @@ def worker_manifest(manifest, source="a worker"):
     build_info = manifest.get("build_info")
     if build_info is not None and not isinstance(build_info, dict):
         raise LlamaServerError("%s: build_info must be an object (lockstep_summary of its BUILD_INFO.json)" % where)
+    if build_info:
+        try:
+            check_lockstep_summary(build_info, "%s: servers.json build_info" % where)
+        except LlamaCppError as exc:
+            raise LlamaServerError(str(exc))
     items = manifest.get("endpoints")
     if not isinstance(items, list) or not items:
         raise LlamaServerError("%s exposes no RPC endpoint; run the llama_rpc_server role on it first" % where)

@@ -261,7 +261,7 @@ INFO = {
     "build_id": "0123456789ab", "source": {"kind": "archive"}, "cmake_options": {},
     "cuda": True, "cuda_architectures": ["120a-real"], "nvcc_version": "12.8.93",
     "compiler": "gnu 12.2.0", "cpu_arch": "x86_64", "glibc_version": "2.36",
-    "rpc_server_binary": "ggml-rpc-server", "binaries": {"llama-server": "aa", "ggml-rpc-server": "bb"},
+    "rpc_server_binary": "ggml-rpc-server", "binaries": {"llama-server": "a" * 64, "ggml-rpc-server": "b" * 64},
 }
 
 
@@ -275,6 +275,17 @@ def test_build_info_round_trip():
     (json.dumps({k: v for k, v in INFO.items() if k != "binaries"}), "lacks binaries"),
     (json.dumps(dict(INFO, build_id="XYZ")), "'XYZ'"),
     (json.dumps(dict(INFO, binaries={})), "binaries must map"),
+    (json.dumps(dict(INFO, build_id=123456789012)), "build_id 123456789012 is not"),
+    (json.dumps(dict(INFO, build_id="0123456789ab\n")), "build_id '0123456789ab\\\\n' is not"),
+    (json.dumps(dict(INFO, binaries={"../../bin/sh": "a" * 64})), "name '../../bin/sh', which is not a plain file name"),
+    (json.dumps(dict(INFO, binaries={"llama-server\nx": "a" * 64})), "which is not a plain file name"),
+    (json.dumps(dict(INFO, binaries={"llama-server": "aa"})), "checksum 'aa', not a sha256"),
+    (json.dumps(dict(INFO, binaries={"llama-server": 7})), "checksum 7, not a sha256"),
+    (json.dumps(dict(INFO, source="git")), "BUILD_INFO.json: source is 'git', expected an object"),
+    (json.dumps(dict(INFO, cpu_arch="x86_64; id")), "cpu_arch is 'x86_64; id'"),
+    (json.dumps(dict(INFO, glibc_version=2.36)), "glibc_version is 2.36, expected a version"),
+    (json.dumps(dict(INFO, cuda="yes")), "cuda is 'yes', expected true or false"),
+    (json.dumps(dict(INFO, nvcc_version="12.8\n")), "nvcc_version is '12.8\\\\n'"),
 ])
 def test_bad_build_info(text, message):
     with pytest.raises(lc.LlamaCppError, match=message):
@@ -393,23 +404,23 @@ VERSION = {"version": "b0-0c1e570", "build_number": "0", "commit": "0c1e570"}
 
 
 def test_build_info_records_architectures_as_compiled():
-    info = lc.compose_build_info(PLAN, TOOLCHAIN, VERSION, {"llama-server": "aa"}, ["90-real", "120a-real"],
+    info = lc.compose_build_info(PLAN, TOOLCHAIN, VERSION, {"llama-server": "a" * 64}, ["90-real", "120a-real"],
                                  {"kind": "archive", "id": "archive:sha256:00"}, "node-a")
     assert info["cuda_architectures"] == ["90-real", "120a-real"]
     assert (info["build_id"], info["commit"], info["build_number"]) == ("0123456789ab", "0c1e570", "0")
     assert info["nvcc_version"] == "12.8.93"
-    assert lc.parse_build_info(json.dumps(info))["binaries"] == {"llama-server": "aa"}
+    assert lc.parse_build_info(json.dumps(info))["binaries"] == {"llama-server": "a" * 64}
 
 
 def test_cpu_build_info_has_no_toolkit():
     plan = dict(PLAN, cuda=False, cuda_architectures=[])
-    info = lc.compose_build_info(plan, TOOLCHAIN, VERSION, {"llama-server": "aa"}, None, {"kind": "git"}, "node-a")
+    info = lc.compose_build_info(plan, TOOLCHAIN, VERSION, {"llama-server": "a" * 64}, None, {"kind": "git"}, "node-a")
     assert (info["cuda"], info["cuda_architectures"], info["nvcc_version"]) == (False, [], None)
 
 
 @pytest.mark.parametrize("compiled, binaries, message", [
-    (["120a-real"], {"llama-server": "aa"}, "compiled 120a-real but the plan asked for 90-real;120a-real"),
-    (None, {"llama-server": "aa"}, "without CMAKE_CUDA_ARCHITECTURES"),
+    (["120a-real"], {"llama-server": "a" * 64}, "compiled 120a-real but the plan asked for 90-real;120a-real"),
+    (None, {"llama-server": "a" * 64}, "without CMAKE_CUDA_ARCHITECTURES"),
     (["90-real", "120a-real"], {}, "no binaries"),
 ])
 def test_build_info_refuses_what_was_not_built(compiled, binaries, message):

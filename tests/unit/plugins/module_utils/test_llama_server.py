@@ -417,6 +417,31 @@ def test_lockstep_without_build_info_needs_the_same_id():
         "(playbooks/build.yml) and run llama_rpc_server again"]
 
 
+SUMMARY = {"build_id": "0123456789ab", "source": {"kind": "git", "id": "git:https://github.com/ggml-org/llama.cpp@0c1e570"}, "cpu_arch": "x86_64",
+           "glibc_version": "2.36", "cuda": True, "nvcc_version": "12.8.93"}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"source": "git"}, "source is 'git', expected an object"),
+    ({"source": {"id": ["x"]}}, "source id is ['x']"),
+    ({"source": {"id": "git:https://x@1\nid"}}, "source id is"),
+    ({"build_id": None}, "build_id is None"),
+    ({"cpu_arch": {"x": 1}}, "cpu_arch is {'x': 1}"),
+    ({"glibc_version": "2.36\n#"}, "glibc_version is"),
+    ({"cuda": "true"}, "cuda is 'true', expected true or false"),
+    ({"nvcc_version": 12.8}, "nvcc_version is 12.8"),
+])
+def test_manifest_build_info_fields_are_checked_before_lockstep(change, message):
+    with pytest.raises(LlamaServerError) as raised:
+        worker_manifest(dict(MANIFEST, build_info=dict(SUMMARY, **change)))
+    assert "worker node-b: servers.json build_info: " in str(raised.value)
+    assert message in str(raised.value)
+
+
+def test_manifest_build_info_as_llama_rpc_server_writes_it_passes():
+    assert worker_manifest(dict(MANIFEST, build_info=SUMMARY))["build_info"] == SUMMARY
+
+
 def test_manifest_build_info_must_be_an_object():
     with pytest.raises(LlamaServerError, match="build_info must be an object"):
         worker_manifest(dict(MANIFEST, build_info="0123456789ab"))
