@@ -104,9 +104,16 @@ def rpc_devices(cuda, gpus, gpu_indices=None):
             "instance": instance,
             "device": "CUDA0",
             "gpu_index": index,
-            "memory_mib": by_index[index].get("memory_total_mib"),
+            "memory_mib": memory_mib(by_index[index].get("memory_total_mib"), "gpus entry for GPU %d memory_total_mib" % index),
         })
     return devices
+
+
+def memory_mib(value, what):
+    """A memory figure in MiB: None (unknown) or a whole number >= 0; a negative or odd one is refused."""
+    if value is None:
+        return None
+    return _non_negative_int(value, what)
 
 
 def check_bind_address(address, allow_any=False):

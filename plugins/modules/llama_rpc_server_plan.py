@@ -193,6 +193,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.llama_server impo
     check_bind_address,
     firewall_sources,
     foreign_firewall_problem,
+    memory_mib,
     parse_systemd_version,
     read_deployed_build,
     restart_directives,
@@ -233,7 +234,7 @@ class RpcServerPlan:
         for server in servers:
             server["port"] = params["port_base"] + server["instance"]
             if server["device"] == "CPU":
-                server["memory_mib"] = params["memory_mib"]
+                server["memory_mib"] = memory_mib(params["memory_mib"], "memory_mib")
         ports = [server["port"] for server in servers]
         firewall = {"ipv4": [], "ipv6": [], "admit_loopback": False, "ip_address_allow": []}
         if params["firewall_enabled"]:

@@ -127,3 +127,42 @@ def test_fabric_value_that_is_not_a_device_is_refused(build):
     result = run({"build_link": str(build), "fabric": fabric})
     assert result.kind is FailJson
     assert "fabric.json names GGML_RDMA_DEV='$(reboot)'" in result.result["msg"]
+
+
+GPU = {"index": 0, "memory_total_mib": 97000}
+
+
+# Bad input, each refused with the value named, before any change (the plan changes nothing anyway).
+@pytest.mark.parametrize("args, message", [
+    ({"memory_mib": -1}, "memory_mib -1 is negative"),
+    ({"cuda": True, "gpus": [dict(GPU, memory_total_mib=-97000)]}, "memory_total_mib -97000 is negative"),
+    ({"cuda": True, "gpus": [dict(GPU, memory_total_mib="lots")]}, "memory_total_mib 'lots' is not a whole number"),
+    ({"cuda": True, "gpus": [{"memory_total_mib": 1}]}, "gpus entry 0"),
+    ({"cuda": True, "gpus": [GPU, GPU]}, "list GPU index 0 twice"),
+    ({"cuda": True, "gpus": [GPU], "gpu_indices": [3]}, "GPU indices [3] are not present"),
+    ({"address": "255.255.255.255"}, "is a multicast, broadcast or reserved address"),
+    ({"address": "224.0.0.1"}, "is a multicast, broadcast or reserved address"),
+    ({"address": "10.231.77.11; id"}, "bind address '10.231.77.11; id' is not an IP address"),
+    ({"address": "$(hostname -I)"}, "is not an IP address"),
+    ({"address": "10.231.77.11\n"}, "is not an IP address"),
+    ({"address": "0.0.0.0"}, "refusing to bind the RPC server to 0.0.0.0"),
+    ({"address": "::"}, "refusing to bind the RPC server to ::"),
+    ({"address": ""}, "no bind address"),
+    ({"port_base": 0}, "ports 0..0 are out of range"),
+    ({"port_base": 65536}, "ports 65536..65536 are out of range"),
+    ({"allowed_sources": []}, "llama_rpc_server_allowed_sources is empty"),
+    ({"allowed_sources": ["10.231.77.10; id"]}, "entry '10.231.77.10; id' is not an IP address or prefix"),
+    ({"allowed_sources": ["999.1.1.1"]}, "entry '999.1.1.1' is not an IP address or prefix"),
+    ({"restart_sec": 0}, "restart_sec is 0"),
+    ({"restart_max_delay_s": 1}, "restart_max_delay_s (1 s) is below restart_sec (5 s)"),
+])
+def test_bad_input_is_refused_naming_the_value(args, message):
+    result = run(args)
+    assert result.kind is FailJson, result.result
+    assert message in result.result["msg"]
+
+
+def test_allowed_sources_left_out_while_the_firewall_is_on_is_refused():
+    result = module_harness.run_module(llama_rpc_server_plan.main, {"address": "10.231.77.11"}, {}, {})
+    assert result.kind is FailJson
+    assert "firewall_enabled is True but all of the following are missing: allowed_sources" in result.result["msg"]
