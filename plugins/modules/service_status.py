@@ -20,9 +20,9 @@ description:
     journal; under supervisord (role gpulab.inference.supervisor) C(supervisorctl status) and the
     programs' log files. supervisord counts no restarts, so RV(services[].restarts) is V(null)
     there.
-  - Also reads the files the roles publish on the node (docs/CONTRACTS.md): the deployed
+  - Also reads the files the roles publish on the node (docs/CONTRACTS.md), the deployed
     build's C(BUILD_INFO.json), the head's model manifest, the RPC servers' C(servers.json) and
-    the vLLM plan, for the build id, the model and the endpoints; a missing file is V(null).
+    the vLLM plan, for the build id, the model and the endpoints; a missing file gives V(null).
   - Reads only; changes nothing.
 author:
   - gpulab.inference contributors (@gpulab)

@@ -87,3 +87,19 @@ def test_build_model_and_endpoints_from_the_node_files(tmp_path):
         "b8070-test", "/var/lib/gpulab/models/m.gguf", [])
     (unreadable,) = result.result["unreadable"]
     assert unreadable.startswith(str(tmp_path / "servers.json") + ": ")
+
+
+def test_documentation_parses_and_matches_the_argument_spec():
+    import yaml
+    from unittest import mock
+
+    options = yaml.safe_load(service_status.DOCUMENTATION)["options"]
+    yaml.safe_load(service_status.RETURN)
+    yaml.safe_load(service_status.EXAMPLES)
+    with mock.patch.object(service_status, "AnsibleModule") as module:
+        service_status.build_module()
+    spec = module.call_args.kwargs["argument_spec"]
+    assert set(options) == set(spec)
+    for name, entry in spec.items():
+        assert (options[name]["type"], options[name].get("default"), options[name].get("choices")) == (
+            entry["type"], entry.get("default"), entry.get("choices")), name
