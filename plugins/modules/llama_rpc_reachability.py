@@ -66,6 +66,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.llama_server impo
     LlamaServerError,
     established_peers,
     format_endpoint,
+    listen_address,
     port_number,
 )
 
@@ -101,7 +102,7 @@ def main():
         targets = []
         for position, item in enumerate(params["endpoints"]):
             port = port_number(item.get("port"), "endpoints entry %d port" % position)
-            address = str(item.get("address") or "")
+            address = listen_address(item.get("address"), "endpoints entry %d address" % position)
             targets.append((str(item.get("host") or address), address, port, format_endpoint(address, port)))
     except LlamaServerError as exc:
         module.fail_json(msg=str(exc))

@@ -69,6 +69,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
+from ansible_collections.gpulab.inference.plugins.module_utils.bench_stats import BenchInputError, parse_base_url
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import (
     parse_unit_properties,
     unit_failure,
@@ -144,6 +145,11 @@ def main():
     for name in ("timeout_s", "poll_s", "journal_lines"):
         if module.params[name] <= 0:
             module.fail_json(msg="%s is %d; give a number > 0" % (name, module.params[name]))
+    # A URL that cannot be opened would only time out after timeout_s: refuse it at once.
+    try:
+        parse_base_url(module.params["url"])
+    except BenchInputError as exc:
+        module.fail_json(msg=str(exc).replace("base_url", "url", 1))
     if module.check_mode:
         module.exit_json(changed=False, waited_s=0)
     waited = HealthWait(module).run()

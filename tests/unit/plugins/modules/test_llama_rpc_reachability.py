@@ -2,6 +2,8 @@
 
 from unittest import mock
 
+import pytest
+
 from ansible_collections.gpulab.inference.plugins.modules import llama_rpc_reachability
 import module_harness
 from module_harness import ExitJson, FailJson
@@ -44,3 +46,28 @@ def test_bad_port_is_named():
     assert result.kind is FailJson
     assert result.result["msg"] == "endpoints entry 0 port 'abc' is not a port number (1-65535)"
     assert probed == []
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"port": 70000}, "endpoints entry 0 port 70000 is out of range"),
+    ({"port": 0}, "endpoints entry 0 port 0 is out of range"),
+    ({"port": None}, "endpoints entry 0 port None is not a port number"),
+    ({"address": ""}, "endpoints entry 0 address '' is empty"),
+    ({"address": None}, "endpoints entry 0 address None is empty"),
+    ({"address": "10.231.77.12\nx"}, "is neither an IP address nor a host name"),
+    ({"address": "10.231.77.12 -p 1"}, "is neither an IP address nor a host name"),
+    ({"address": "255.255.255.255"}, "is a multicast, broadcast or reserved address"),
+    ({"address": "999.1.1.1"}, "is neither an IP address nor a host name"),
+])
+def test_bad_endpoint_is_named_before_any_probe(change, message):
+    result, probed = run({"endpoints": [dict(ENDPOINTS[1], **change)]}, accepts=True)
+    assert result.kind is FailJson, result.result
+    assert message in result.result["msg"]
+    assert probed == []
+
+
+def test_ipv6_endpoint_is_probed_and_named_with_brackets():
+    result, probed = run({"endpoints": [dict(ENDPOINTS[1], address="fd00::12")]}, accepts=False)
+    assert result.kind is FailJson
+    assert "[fd00::12]:50052 (node-c)" in result.result["msg"]
+    assert [p[:2] for p in probed] == [("fd00::12", 50052)]

@@ -2,6 +2,8 @@
 
 from unittest import mock
 
+import pytest
+
 from ansible_collections.gpulab.inference.plugins.modules import llama_server_health
 import module_harness
 from module_harness import ExitJson, FailJson
@@ -43,3 +45,18 @@ def test_stops_at_once_when_the_service_exited_and_shows_the_journal():
     assert len(result.result["journal"]) == 2
     # One show for the baseline, one after the first poll: no waiting out the timeout.
     assert result.commands.count(list(SHOW)) == 2
+
+
+@pytest.mark.parametrize("url, message", [
+    ("http://127.0.0.1:99999", "url 'http://127.0.0.1:99999' has a port that is not a number in 1-65535"),
+    ("http://127.0.0.1:80a", "has a port that is not a number in 1-65535"),
+    ("127.0.0.1:8080", "url must look like http://HOST:PORT"),
+    ("http://127.0.0.1:8080\n", "has spaces, control characters"),
+    ("http://fd00::10:8080", "has a port that is not a number"),
+])
+def test_a_url_that_cannot_be_opened_is_refused_at_once(url, message):
+    result = module_harness.run_module(llama_server_health.main, dict(ARGS, url=url), {},
+                                       {"systemctl": SYSTEMCTL, "journalctl": JOURNALCTL})
+    assert result.kind is FailJson, result.result
+    assert message in result.result["msg"]
+    assert result.commands == []
