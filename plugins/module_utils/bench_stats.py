@@ -359,8 +359,18 @@ def model_weights(files):
     of every shard (the first holds the metadata)."""
     first = files[0]
     arch = first.get('general.architecture')
+    if arch is not None and not isinstance(arch, str):
+        raise BenchInputError('%s: metadata general.architecture is %r, expected a name; the file is damaged'
+                              % (first.path, arch))
     expert_count = first.get('%s.expert_count' % arch) if arch else None
     expert_used = first.get('%s.expert_used_count' % arch) if arch else None
+    for key, value in (('expert_count', expert_count), ('expert_used_count', expert_used)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise BenchInputError('%s: metadata %s.%s is %r, expected a whole number >= 0; the file is damaged or '
+                                  'not written for llama.cpp' % (first.path, arch, key, value))
+    if expert_count is not None and expert_used is not None and expert_used > expert_count:
+        raise BenchInputError('%s: metadata %s.expert_used_count %d is above expert_count %d'
+                              % (first.path, arch, expert_used, expert_count))
     tensors = [(info.name, info.nbytes) for gfile in files for info in gfile.tensors]
     names = set(name for name, _nbytes in tensors)
     per_token, total = weight_bytes_per_token(tensors, expert_count, expert_used)

@@ -162,3 +162,29 @@ def test_write_atomic_leaves_no_temp_file_when_the_rename_fails(tmp_path):
     with pytest.raises(OSError):
         bs.write_atomic(str(tmp_path / 'out'), 'text', '.t-')
     assert sorted(p.name for p in tmp_path.iterdir()) == ['out']
+
+
+class _Shard:
+    path = '/models/m.gguf'
+    tensors = []
+
+    def __init__(self, **metadata):
+        self.metadata = dict({'general.architecture': 'minimax-m2'}, **metadata)
+
+    def get(self, key, default=None):
+        return self.metadata.get(key, default)
+
+
+@pytest.mark.parametrize('metadata, message', [
+    ({'minimax-m2.expert_count': 'many'}, "minimax-m2.expert_count is 'many', expected a whole number >= 0"),
+    ({'minimax-m2.expert_count': -8}, 'expert_count is -8'),
+    ({'minimax-m2.expert_used_count': 2.5}, 'expert_used_count is 2.5'),
+    ({'minimax-m2.expert_used_count': True}, 'expert_used_count is True'),
+    ({'minimax-m2.expert_count': 8, 'minimax-m2.expert_used_count': 9}, 'expert_used_count 9 is above expert_count 8'),
+    ({'general.architecture': ['minimax-m2']}, "general.architecture is ['minimax-m2']"),
+])
+def test_gguf_metadata_of_the_wrong_type_is_named(metadata, message):
+    with pytest.raises(bs.BenchInputError) as raised:
+        bs.model_weights([_Shard(**metadata)])
+    assert str(raised.value).startswith('/models/m.gguf: metadata ')
+    assert message in str(raised.value)
