@@ -252,6 +252,24 @@ def tensor_nbytes(dtype, dims):
     return count * DTYPE_BYTES[dtype]
 
 
+SAFETENSORS_NAME_PATTERN = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.+-]{0,250}\.safetensors\Z")
+
+
+def index_files(index, where):
+    """The weight files a model.safetensors.index.json names, sorted; each must be a plain file name
+    in the model directory (the index comes with a download: no path, no ../)."""
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise VllmPlanError("%s has no weight_map" % where)
+    files = set()
+    for tensor, name in weight_map.items():
+        if not isinstance(name, str) or not SAFETENSORS_NAME_PATTERN.match(name):
+            raise VllmPlanError("%s: weight_map names %r for tensor %r, which is not a .safetensors file name in the "
+                                "model directory; re-download the model" % (where, name, tensor))
+        files.add(name)
+    return sorted(files)
+
+
 def parse_safetensors_header(data, where):
     """Parse a safetensors header: 8 bytes little-endian length, then that much JSON.
 

@@ -297,13 +297,12 @@ def read_model(model_path):
     index_path = os.path.join(model_path, INDEX_NAME)
     if os.path.isfile(index_path):
         index = read_json(index_path, "safetensors index")
-        weight_map = index.get("weight_map") if isinstance(index, dict) else None
-        if not isinstance(weight_map, dict) or not weight_map:
-            raise vp.VllmPlanError("%s has no weight_map" % index_path)
-        files = sorted(set(weight_map.values()))
+        files = vp.index_files(index, index_path)
         missing = [f for f in files if not os.path.isfile(os.path.join(model_path, f))]
         if missing:
-            return config, None, "index", index.get("metadata", {}).get("total_size"), missing
+            metadata = index.get("metadata")
+            total = metadata.get("total_size") if isinstance(metadata, dict) else None
+            return config, None, "index", total if isinstance(total, int) and not isinstance(total, bool) else None, missing
     else:
         files = sorted(f for f in os.listdir(model_path) if f.endswith(".safetensors"))
     if not files:

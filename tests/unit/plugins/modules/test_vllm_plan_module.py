@@ -9,6 +9,7 @@ __metaclass__ = type
 
 import json
 import os
+import struct
 
 import pytest
 
@@ -204,3 +205,36 @@ def test_listen_hosts_that_work_are_accepted(tmp_path, host):
     run = plan_module({"model_path": model, "gpus": H200, "host": host})
     assert run.kind is ExitJson, run.result
     assert run.result["serve_args"][3] == host
+
+
+def _index(model, weight_map):
+    with open(os.path.join(model, "model.safetensors.index.json"), "w") as handle:
+        json.dump({"metadata": {"total_size": 1}, "weight_map": weight_map}, handle)
+
+
+@pytest.mark.parametrize("weight_map, message", [
+    ({"lm_head.weight": "../../../etc/shadow"}, "weight_map names '../../../etc/shadow' for tensor 'lm_head.weight'"),
+    ({"lm_head.weight": "/etc/passwd"}, "weight_map names '/etc/passwd'"),
+    ({"lm_head.weight": "model.safetensors\n"}, "is not a .safetensors file name"),
+    ({"lm_head.weight": 7}, "weight_map names 7"),
+    ({"lm_head.weight": "sub/model.safetensors"}, "is not a .safetensors file name"),
+    ({}, "has no weight_map"),
+    ([], "has no weight_map"),
+])
+def test_index_naming_a_file_outside_the_model_directory_is_refused(tmp_path, weight_map, message):
+    model = str(tmp_path / "mm2")
+    write_model(model)
+    _index(model, weight_map)
+    run = plan_module({"model_path": model, "gpus": H200})
+    assert run.kind is FailJson, run.result
+    assert message in run.result["msg"]
+
+
+def test_safetensors_header_that_is_a_json_array_is_named(tmp_path):
+    model = str(tmp_path / "mm2")
+    write_model(model)
+    with open(os.path.join(model, "model.safetensors"), "wb") as handle:
+        handle.write(struct.pack("<Q", 2) + b"[]")
+    run = plan_module({"model_path": model, "gpus": H200})
+    assert run.kind is FailJson, run.result
+    assert "model.safetensors: safetensors header is a JSON list, not an object of tensors" in run.result["msg"]
