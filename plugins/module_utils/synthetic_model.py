@@ -196,6 +196,13 @@ def load_vocab(vocab_gguf):
     if tokens is None or tokens.value_type != gguf.ARRAY or not tokens.value:
         raise SyntheticModelError("vocab_gguf=%r has no tokenizer.ggml.tokens array; it is not a vocabulary GGUF"
                                   % (vocab_gguf,))
+    if tokens.item_type != gguf.STRING:
+        raise SyntheticModelError("vocab_gguf=%r: metadata tokenizer.ggml.tokens is an array of GGUF %s, not of strings; "
+                                  "it is not a vocabulary GGUF" % (vocab_gguf, gguf.VALUE_TYPE_NAMES[tokens.item_type]))
+    template = parsed.metadata.get("tokenizer.chat_template")
+    if template is not None and template.value_type != gguf.STRING:
+        raise SyntheticModelError("vocab_gguf=%r: metadata tokenizer.chat_template is a GGUF %s, not a string"
+                                  % (vocab_gguf, gguf.VALUE_TYPE_NAMES[template.value_type]))
     return vocab
 
 

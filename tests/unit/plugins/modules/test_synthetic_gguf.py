@@ -290,3 +290,20 @@ def test_check_mode_tolerates_a_directory_not_yet_created(tmp_path, capsys):
     assert not failed, result
     assert result["changed"] is True
     assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("metadata, message", [
+    ([("tokenizer.ggml.tokens", gguf.GGUFValue(gguf.ARRAY, [1, 2, 3], gguf.UINT32))],
+     "tokenizer.ggml.tokens is an array of GGUF UINT32, not of strings"),
+    ([("tokenizer.ggml.tokens", gguf.GGUFValue(gguf.STRING, "abc"))], "has no tokenizer.ggml.tokens array"),
+    ([("tokenizer.ggml.tokens", gguf.GGUFValue(gguf.ARRAY, ["a", "b"], gguf.STRING)),
+      ("tokenizer.chat_template", gguf.GGUFValue(gguf.UINT32, 7))], "tokenizer.chat_template is a GGUF UINT32"),
+])
+def test_vocab_gguf_metadata_of_the_wrong_type_is_named(tmp_path, capsys, metadata, message):
+    vocab = str(tmp_path / "vocab.gguf")
+    with open(vocab, "wb") as stream:
+        gguf.write_gguf(stream, [("general.architecture", gguf.GGUFValue(gguf.STRING, "qwen2"))] + metadata, [], None)
+    failed, result = run_module(dict(SMALL, path=str(tmp_path / "m.gguf"), vocab_gguf=vocab), capsys=capsys)
+    assert failed, result
+    assert "vocab_gguf=%r" % vocab in result["msg"] and message in result["msg"]
+    assert sorted(os.listdir(str(tmp_path))) == ["vocab.gguf"]
