@@ -245,7 +245,7 @@ class ServiceStatus:
             if status is None:
                 self.module.fail_json(msg="systemctl show did not report %s" % unit)
             if journalctl:
-                status["log"] = tail(self.run([journalctl, "--no-pager", "--output=short-iso",
+                status["log"] = tail(self.run([journalctl, "--no-pager", "--quiet", "--output=short-iso",
                                                "--lines=%d" % self.params["log_lines"], "--unit=" + unit]),
                                      self.params["log_lines"])
             self.services.append(status)

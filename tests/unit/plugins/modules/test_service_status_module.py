@@ -32,7 +32,7 @@ def test_systemd_units_with_their_state():
 
 
 def test_systemd_log_lines_on_request():
-    journal = (JOURNALCTL, "--no-pager", "--output=short-iso", "--lines=2", "--unit=gpulab-llama-server.service")
+    journal = (JOURNALCTL, "--no-pager", "--quiet", "--output=short-iso", "--lines=2", "--unit=gpulab-llama-server.service")
     result = run({"manager": "systemd", "log_lines": 2},
                  {LIST: (0, LISTED, ""), SHOW: (0, SHOWN, ""), journal: (0, "one\ntwo\n", "")})
     assert result.result["services"][0]["log"] == ["one", "two"]
