@@ -241,6 +241,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.llama_server impo
     format_tensor_split,
     gguf_magic_problem,
     health_timeout_s,
+    listen_address,
     lockstep_problems,
     missing_shards,
     model_shards,
@@ -309,6 +310,7 @@ class LlamaServerPlan:
 
     def run(self):
         params = self.params
+        listen_address(params["host"], "llama_server_host")
         check_health_settings(params["health_timeout_s"], params["health_timeout_floor_s"], params["health_load_rate_mib_s"])
         rdma = rpc_rdma_settings(params["fabric"])
         unit_directives, service_directives = restart_directives(
