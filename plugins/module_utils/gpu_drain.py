@@ -494,6 +494,10 @@ def validate_state(data, path):
             raise _entry_error(path, index, 'was_enabled is %r, expected a string or null' % (entry['was_enabled'],))
         if not isinstance(entry.get('key'), str) or entry['key'] in keys:
             raise _entry_error(path, index, 'key is %r, missing or listed twice' % (entry.get('key'),))
+        gpus_mib = entry.get('gpus_mib', {})
+        if not isinstance(gpus_mib, dict) or not all(
+                isinstance(mib, int) and not isinstance(mib, bool) and mib >= 0 for mib in gpus_mib.values()):
+            raise _entry_error(path, index, 'gpus_mib is %r, expected GPU uuids with whole MiB >= 0' % (gpus_mib,))
         keys.add(entry['key'])
     return data
 

@@ -351,6 +351,9 @@ def mutated(change):
     (mutated(lambda s: s['entries'][0].update(name='gpu embed.service')), "entries[0] name is 'gpu embed.service'"),
     (mutated(lambda s: s['entries'][0].update(name='')), "entries[0] name is ''"),
     (mutated(lambda s: s['entries'][0].update(name=7)), 'entries[0] name is 7'),
+    (mutated(lambda s: s['entries'][0].update(gpus_mib={'GPU-x': -512})), "entries[0] gpus_mib is {'GPU-x': -512}"),
+    (mutated(lambda s: s['entries'][0].update(gpus_mib={'GPU-x': '512'})), 'entries[0] gpus_mib is'),
+    (mutated(lambda s: s['entries'][0].update(gpus_mib=[512])), 'entries[0] gpus_mib is [512]'),
     (b'{"schema": "\xff"}', 'byte 12 is not UTF-8'),
     (b'\xfe\xff{}', 'byte 0 is not UTF-8'),
 ])
