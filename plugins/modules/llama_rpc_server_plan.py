@@ -166,6 +166,14 @@ stale_units:
   returned: success
   type: list
   elements: str
+firewall_unit_directives:
+  description:
+    - Directives of the firewall unit's C([Unit]) section that stop it, and the servers that require
+      it, when C(nftables.service) stops (its stop flushes the ruleset), as C([key, value]) pairs;
+      empty without O(firewall_enabled).
+  returned: success
+  type: list
+  elements: list
 unit_directives:
   description: Restart-related directives of the C([Unit]) section, as C([key, value]) pairs.
   returned: success
@@ -192,6 +200,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.llama_server impo
     LlamaServerError,
     check_bind_address,
     firewall_sources,
+    firewall_unit_directives,
     foreign_firewall_problem,
     memory_mib,
     parse_systemd_version,
@@ -245,8 +254,9 @@ class RpcServerPlan:
             if problem and params["other_firewall"] == "fail":
                 raise LlamaServerError(problem)
         rdma = rpc_rdma_settings(params["fabric"])
+        systemd_version = self.systemd_version()
         unit_directives, service_directives = restart_directives(
-            self.systemd_version(), params["restart_sec"], params["restart_max_delay_s"])
+            systemd_version, params["restart_sec"], params["restart_max_delay_s"])
         self.plan = {
             "address": address,
             "servers": servers,
@@ -254,6 +264,8 @@ class RpcServerPlan:
             "firewall": firewall,
             "stale_units": stale_units(params["unit_names"], params["unit"], [s["instance"] for s in servers]),
             "unit_directives": [list(d) for d in unit_directives],
+            "firewall_unit_directives": [list(d) for d in firewall_unit_directives(systemd_version)]
+            if params["firewall_enabled"] else [],
             "service_directives": [list(d) for d in service_directives] + rdma["service_directives"],
             "rdma": rdma,
         }

@@ -1,0 +1,103 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The RPC firewall unit and the server unit (roles/llama_rpc_server/templates), rendered with the
+plan's directives: a stop of nftables.service (its stop flushes the ruleset, the RPC table with it)
+stops the firewall unit and so every server that requires it, and a start of nftables.service
+starts them again. molecule proves the same on a live systemd; these tests guard the rendering."""
+
+from pathlib import Path
+
+import jinja2
+import pytest
+from ansible.plugins.filter.core import FilterModule
+
+from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import firewall_unit_directives
+
+REPO = Path(__file__).resolve().parents[3]
+TEMPLATES = REPO / 'roles' / 'llama_rpc_server' / 'templates'
+FIREWALL_UNIT = 'gpulab-rpc-server-firewall.service'
+
+
+def render(name, systemd_version=252, firewall_enabled=True):
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                             loader=jinja2.FileSystemLoader(str(TEMPLATES)))
+    env.filters.update(FilterModule().filters())
+    plan = {
+        'firewall_unit_directives': [list(d) for d in firewall_unit_directives(systemd_version)] if firewall_enabled else [],
+        'unit_directives': [['StartLimitIntervalSec', '0']],
+        'service_directives': [['Restart', 'always'], ['RestartSec', '5']],
+        'firewall': {'ip_address_allow': ['10.231.77.10']},
+        'servers': [{'instance': 0, 'gpu_index': None, 'port': 50052}],
+    }
+    values = {
+        '__llama_rpc_server_plan': plan,
+        '__llama_rpc_server_firewall_unit': FIREWALL_UNIT,
+        '__llama_rpc_server_hardening': {'NoNewPrivileges': 'yes', 'PrivateTmp': None},
+        'llama_rpc_server_firewall_enabled': firewall_enabled,
+        'llama_rpc_server_nft_file': '/etc/nftables.d/gpulab-rpc.nft',
+        'llama_rpc_server_nft_table': 'gpulab_rpc',
+        'llama_rpc_server_bin_dir': '/opt/gpulab/bin',
+        'llama_rpc_server_unit_name': 'gpulab-rpc-server',
+        'llama_rpc_server_user': 'gpulab-rpc',
+        'llama_rpc_server_group': 'gpulab-rpc',
+        'llama_rpc_server_cache_enabled': False,
+        'llama_rpc_server_cache_dir': '/var/cache/gpulab',
+        'llama_rpc_server_cuda_devices': [],
+    }
+    return env.get_template(name).render(**values)
+
+
+def sections(text):
+    """{section: [(key, value)]} of a unit file, comments and blank lines left out."""
+    found = {}
+    current = None
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith('#'):
+            continue
+        if line.startswith('['):
+            current = line.strip('[]')
+            found[current] = []
+            continue
+        key, sep, value = line.partition('=')
+        assert sep, 'not a key=value line: %r' % line
+        found[current].append((key, value))
+    return found
+
+
+def test_a_stop_of_nftables_stops_the_firewall_unit_but_a_restart_does_not():
+    unit = sections(render('gpulab-rpc-firewall.service.j2', systemd_version=252))
+    assert ('StopPropagatedFrom', 'nftables.service') in unit['Unit']
+    assert ('After', 'nftables.service') in unit['Unit']
+    assert not [key for key, _value in unit['Unit'] if key in ('PartOf', 'BindsTo')]
+
+
+def test_before_systemd_249_the_firewall_unit_is_part_of_nftables():
+    unit = sections(render('gpulab-rpc-firewall.service.j2', systemd_version=247))
+    assert ('PartOf', 'nftables.service') in unit['Unit']
+    assert 'StopPropagatedFrom' not in dict(unit['Unit'])
+
+
+def test_a_start_of_nftables_starts_the_firewall_unit_again():
+    unit = sections(render('gpulab-rpc-firewall.service.j2'))
+    assert ('WantedBy', 'sysinit.target nftables.service') in unit['Install']
+
+
+def test_every_server_requires_the_firewall_unit_and_comes_back_with_it():
+    unit = sections(render('gpulab-rpc-server@.service.j2'))
+    assert ('Requires', FIREWALL_UNIT) in unit['Unit']
+    assert ('After', FIREWALL_UNIT) in unit['Unit']
+    assert ('WantedBy', 'multi-user.target ' + FIREWALL_UNIT) in unit['Install']
+    assert ('IPAddressDeny', 'any') in unit['Service']
+
+
+def test_without_the_firewall_the_server_unit_names_no_firewall_unit():
+    text = render('gpulab-rpc-server@.service.j2', firewall_enabled=False)
+    assert FIREWALL_UNIT not in text
+    assert ('WantedBy', 'multi-user.target') in sections(text)['Install']
+
+
+@pytest.mark.parametrize('version, expected', [(249, 'StopPropagatedFrom'), (255, 'StopPropagatedFrom'),
+                                               (248, 'PartOf'), (0, 'PartOf')])
+def test_firewall_unit_directives_follow_the_systemd_version(version, expected):
+    assert firewall_unit_directives(version) == [(expected, 'nftables.service')]
