@@ -451,6 +451,7 @@ def plan_layout(model, devices, split="equal", n_gpu_layers="all", ctx_size=0, p
             "name": device["name"],
             "host": device["host"],
             "kind": device["kind"],
+            "gpu_index": device.get("gpu_index"),
             "layers": layers,
             "layer_range": _ranges(layers),
             "output_layer": holds_output,
@@ -726,8 +727,8 @@ def devices_from_nodes(head, workers, cuda, residency=None, servers=None,
 
 # ---------------------------------------------------------------- the record for the report
 
-RECORD_DEVICE_FIELDS = ("name", "host", "kind", "layer_range", "output_layer", "split", "weights_mib", "kv_cache_mib",
-                        "compute_mib_estimate", "context_mib", "total_mib")
+RECORD_DEVICE_FIELDS = ("name", "host", "kind", "gpu_index", "layer_range", "output_layer", "split", "weights_mib",
+                        "kv_cache_mib", "compute_mib_estimate", "context_mib", "total_mib")
 
 
 def plan_record(path, facts, plan, options, smallest_set=None, single_node=None):

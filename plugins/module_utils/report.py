@@ -100,6 +100,40 @@ def residency_totals(rows):
     }
 
 
+# The process that holds a planned device's memory: an RPC device is its worker's rpc-server, a
+# local one the head's llama-server.
+PLAN_KIND_PROCESS = {'rpc': 'rpc-server', 'local': 'llama-server'}
+
+
+def plan_against_measured(memory_plan, rows):
+    """Each planned device next to what its process holds on its GPU after the start.
+
+    memory_plan: memory-plan.json (devices with host, kind, gpu_index and the planned MiB);
+    rows: residency_table's rows. measured_mib is None where the device has no GPU (a CPU RPC
+    server) or its GPU was not read; error_percent is (measured - planned) / planned.
+    """
+    by_gpu = dict(((row['host'], row['index']), row) for row in rows)
+    result = []
+    for device in (memory_plan or {}).get('devices') or []:
+        process = PLAN_KIND_PROCESS.get(device.get('kind'))
+        row = by_gpu.get((device.get('host'), device.get('gpu_index')))
+        measured = None
+        if row is not None and process is not None and device.get('gpu_index') is not None:
+            measured = row['by_process_mib'].get(process)
+        planned = device.get('total_mib')
+        error = None
+        if measured is not None and planned:
+            error = round(100.0 * (measured - planned) / planned, 1)
+        result.append({
+            'device': device.get('name'), 'host': device.get('host'), 'gpu_index': device.get('gpu_index'),
+            'process': process, 'layers': device.get('layer_range'),
+            'planned_weights_mib': device.get('weights_mib'), 'planned_kv_cache_mib': device.get('kv_cache_mib'),
+            'planned_compute_mib': device.get('compute_mib_estimate'), 'planned_context_mib': device.get('context_mib'),
+            'planned_mib': planned, 'measured_mib': measured, 'error_percent': error,
+        })
+    return result
+
+
 def bandwidth_limit(decode_tok_s, bytes_per_token, rows):
     """Share of the memory-bandwidth limit a decode rate reaches, or why it is omitted.
 
@@ -202,6 +236,7 @@ def build_document(inventory, created, benchmark=None, residency=None, sampler=N
         'utilisation': utilisation_table(sampler or {}),
         'bandwidth': bandwidth_limit((head or {}).get('decode_tok_s'), weights.get('bytes_read_per_token'), rows),
         'memory_plan': memory_plan or None,
+        'plan_against_measured': plan_against_measured(memory_plan, rows),
         'vllm': vllm or None,
     }
 
@@ -325,8 +360,24 @@ def render_markdown(doc, images):
                     weights.get('architecture'), weights.get('parameters'), weights.get('weights_bytes', 0) / 2.0 ** 30,
                     weights.get('bits_per_weight'), weights.get('bytes_read_per_token', 0) / 1e9,
                     weights.get('expert_used_count') or '-', weights.get('expert_count') or '-')]
-    out += ['', '## Memory plan', '']
-    out.append('```\n%s\n```' % _pretty(doc['memory_plan']) if doc.get('memory_plan') else 'No memory plan was given for this run.')
+    out += ['', '## Memory plan against measured', '']
+    plan = doc.get('memory_plan')
+    if plan:
+        options = plan.get('options') or {}
+        out += ['Planned for %s: context %s over %s slots (%s KV cells x %s streams), tensor split %s, '
+                'n_gpu_layers %s. Measured: what the device\'s process holds on its GPU after the start.' % (
+                    plan.get('model_path') or 'n/a', options.get('ctx_size', 'n/a'), options.get('parallel', 'n/a'),
+                    plan.get('kv_cells', 'n/a'), plan.get('kv_streams', 'n/a'), plan.get('tensor_split', 'n/a'),
+                    plan.get('n_gpu_layers', 'n/a')), '']
+        out += _table(('device', 'host', 'GPU', 'process', 'layers', 'weights MiB', 'KV MiB', 'compute MiB (est.)',
+                       'context MiB', 'planned MiB', 'measured MiB', 'error %'),
+                      [(r['device'], r['host'] or '-', '-' if r['gpu_index'] is None else r['gpu_index'],
+                        r['process'] or '-', r['layers'] or '-', _fmt(r['planned_weights_mib'], 0),
+                        _fmt(r['planned_kv_cache_mib'], 0), _fmt(r['planned_compute_mib'], 0),
+                        _fmt(r['planned_context_mib'], 0), _fmt(r['planned_mib'], 0), _fmt(r['measured_mib'], 0),
+                        _fmt(r['error_percent'], 1)) for r in doc.get('plan_against_measured') or []])
+    else:
+        out.append('No memory plan was given for this run.')
     out += ['', '## vLLM', '']
     out.append('```\n%s\n```' % _pretty(doc['vllm']) if doc.get('vllm') else 'vLLM is not part of this run.')
     out += ['', '## Build and command lines', '']

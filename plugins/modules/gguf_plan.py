@@ -41,7 +41,7 @@ options:
     description:
       - The devices llama.cpp splits over, in its order (RPC devices in C(--rpc) order, then local
         GPUs). Each a dict with C(name), C(free_mib) (V(null) when unknown, and then that device is not
-        checked), optional C(total_mib), C(host), C(kind) and C(cuda) (V(false) for a device that is
+        checked), optional C(total_mib), C(host), C(kind), C(gpu_index) and C(cuda) (V(false) for a device that is
         not a GPU, such as an RPC server of a CPU build; default V(true)).
       - Exactly one of O(devices) and O(nodes).
     type: list
@@ -170,7 +170,8 @@ model:
   sample: {architecture: minimax-m2, layers: 62, experts: 256, experts_used: 8, files: 6}
 devices:
   description: >-
-    Per device in llama.cpp's order: name, host, kind, layers (indices), layer_range,
+    Per device in llama.cpp's order: name, host, kind, gpu_index (the nvidia-smi index of its
+    GPU, V(null) for a CPU device or one given without it), layers (indices), layer_range,
     output_layer, split, weights_mib, kv_cache_mib, compute_mib_estimate, context_mib (see
     O(cuda_context_mib)), total_mib, free_mib,
     margin_mib, headroom_mib and fits (V(null) when the free memory is unknown).

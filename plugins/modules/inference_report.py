@@ -59,7 +59,9 @@ options:
     description: Host name to the command lines of the serving processes on it.
     type: dict
   memory_plan:
-    description: A memory plan to print with the report, when one was made.
+    description:
+      - The memory plan (C(memory-plan.json)), when one was made; the report puts each planned
+        device next to what its process holds on its GPU (MiB and error %).
     type: raw
   vllm:
     description: Facts of a vLLM deployment, when there is one.

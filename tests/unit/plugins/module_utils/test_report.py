@@ -113,3 +113,36 @@ def test_markdown_without_any_input():
 def test_report_dir_name_is_safe():
     assert report.report_dir_name('lab', '20261130T120000Z') == 'lab-20261130T120000Z'
     assert report.report_dir_name('../x y', 't') == '.._x_y-t'
+
+
+PLAN = {'model_path': '/m-00001-of-00002.gguf', 'options': {'ctx_size': 8192, 'parallel': 4}, 'tensor_split': [1.0, 1.0, 1.0],
+        'n_gpu_layers': 63, 'kv_cells': 2048, 'kv_streams': 4,
+        'devices': [
+            {'name': 'RPC0', 'host': 'node-b', 'kind': 'rpc', 'gpu_index': 0, 'layer_range': '0-30', 'weights_mib': 70000.0,
+             'kv_cache_mib': 4000.0, 'compute_mib_estimate': 800.0, 'context_mib': 720.0, 'total_mib': 75520.0},
+            {'name': 'RPC1', 'host': 'node-c', 'kind': 'rpc', 'gpu_index': None, 'layer_range': '31-40', 'weights_mib': 100.0,
+             'kv_cache_mib': 10.0, 'compute_mib_estimate': 5.0, 'context_mib': 0.0, 'total_mib': 115.0},
+            {'name': 'CUDA0', 'host': 'node-a', 'kind': 'local', 'gpu_index': 0, 'layer_range': '41-61', 'weights_mib': 76000.0,
+             'kv_cache_mib': 3000.0, 'compute_mib_estimate': 900.0, 'context_mib': 720.0, 'total_mib': 80620.0}]}
+
+
+def test_plan_against_measured_per_device_and_process():
+    rows = report.residency_table(RESIDENCY)
+    compared = report.plan_against_measured(PLAN, rows)
+    assert [(c['device'], c['process'], c['planned_mib'], c['measured_mib'], c['error_percent']) for c in compared] == [
+        ('RPC0', 'rpc-server', 75520.0, 77000, 2.0),
+        ('RPC1', 'rpc-server', 115.0, None, None),      # a CPU RPC server: no GPU to measure
+        ('CUDA0', 'llama-server', 80620.0, 81000, 0.5)]
+    assert report.plan_against_measured(None, rows) == []
+    # a planned GPU the residency did not read is not measured, not zero
+    assert report.plan_against_measured(PLAN, [])[0]['measured_mib'] is None
+
+
+def test_markdown_puts_planned_next_to_measured():
+    doc = report.build_document('lab', 'now', residency=RESIDENCY, memory_plan=PLAN)
+    text = report.render_markdown(doc, {'residency': 'r.png', 'utilisation': 'u.png', 'throughput': 't.png'})
+    assert '## Memory plan against measured' in text
+    assert 'context 8192 over 4 slots (2048 KV cells x 4 streams)' in text
+    assert '| RPC0 | node-b | 0 | rpc-server | 0-30 | 70000 | 4000 | 800 | 720 | 75520 | 77000 | 2.0 |' in text
+    assert '| RPC1 | node-c | - | rpc-server | 31-40 | 100 | 10 | 5 | 0 | 115 | n/a | n/a |' in text
+    assert '"kv_cells"' not in text  # no raw JSON any more

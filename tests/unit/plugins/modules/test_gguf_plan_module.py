@@ -116,7 +116,7 @@ def test_record_leaves_out_live_free_memory(split_model):
     second = plan({"path": split_model.paths[0], "devices": moved, "ctx_size": 2048}).result["record"]
     assert first == second
     assert first["devices"][0] == {
-        "name": "RPC0", "host": "node-b", "kind": None, "layer_range": "0-2", "output_layer": False, "split": 1.0,
+        "name": "RPC0", "host": "node-b", "kind": None, "gpu_index": None, "layer_range": "0-2", "output_layer": False, "split": 1.0,
         "weights_mib": 13.62, "kv_cache_mib": 6.0, "compute_mib_estimate": first["devices"][0]["compute_mib_estimate"],
         "context_mib": 720.0, "total_mib": first["devices"][0]["total_mib"]}
     row = first["devices"][0]
