@@ -347,7 +347,7 @@ def split_gguf_paths(first_path):
     """Every shard of a gguf-split model given its first shard (`<stem>-00001-of-0000N.gguf`,
     llama.cpp's naming in src/llama.cpp llama_split_path), or [first_path] for one file."""
     import re
-    match = re.match(r'^(.*)-00001-of-(\d{5})\.gguf$', first_path)
+    match = re.match(r'^(.*)-00001-of-(\d{5})\.gguf\Z', first_path)
     if not match:
         return [first_path]
     count = int(match.group(2))

@@ -660,7 +660,7 @@ def established_peers(ss_text):
             raise LlamaServerError("ss line %d has %d columns, expected Recv-Q Send-Q Local Peer: %r"
                                    % (number, len(fields), line))
         peer = fields[3]
-        mapped = re.match(r"^\[::ffff:([0-9.]+)\]:([0-9]+)$", peer)
+        mapped = re.match(r"\A\[::ffff:([0-9.]+)\]:([0-9]+)\Z", peer)
         if mapped:
             peer = "%s:%s" % mapped.groups()
         if peer not in peers:

@@ -19,7 +19,7 @@ __metaclass__ = type
 
 import re
 
-_WHOLE = re.compile(r"^[+-]?[0-9]+$")
+_WHOLE = re.compile(r"\A[+-]?[0-9]+\Z")
 # What Ansible's `type: bool` accepts (ansible.module_utils.parsing.convert_bool).
 _TRUE = frozenset(("y", "yes", "on", "1", "true", "t"))
 _FALSE = frozenset(("n", "no", "off", "0", "false", "f"))

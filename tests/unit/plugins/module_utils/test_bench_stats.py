@@ -188,3 +188,8 @@ def test_gguf_metadata_of_the_wrong_type_is_named(metadata, message):
         bs.model_weights([_Shard(**metadata)])
     assert str(raised.value).startswith('/models/m.gguf: metadata ')
     assert message in str(raised.value)
+
+
+def test_split_gguf_paths_needs_the_whole_name():
+    assert bs.split_gguf_paths('/m/x-00001-of-00002.gguf') == ['/m/x-00001-of-00002.gguf', '/m/x-00002-of-00002.gguf']
+    assert bs.split_gguf_paths('/m/x-00001-of-00002.gguf\n') == ['/m/x-00001-of-00002.gguf\n']
