@@ -133,10 +133,15 @@ def record(module):
                               params["built_on"])
     target = os.path.join(params["path"], "BUILD_INFO.json")
     handle, temporary = tempfile.mkstemp(prefix=".BUILD_INFO.", dir=params["path"])
-    with os.fdopen(handle, "w") as stream:
-        stream.write(json.dumps(info, indent=2, sort_keys=True) + "\n")
-    os.chmod(temporary, 0o644)
-    module.atomic_move(temporary, target)
+    try:
+        with os.fdopen(handle, "w") as stream:
+            stream.write(json.dumps(info, indent=2, sort_keys=True) + "\n")
+        os.chmod(temporary, 0o644)
+        module.atomic_move(temporary, target)
+    finally:
+        # A full disk or a failed move leaves no temporary file in the build directory.
+        if os.path.exists(temporary):
+            os.unlink(temporary)
     return info
 
 

@@ -4,8 +4,11 @@ option or field, no traceback, nothing written."""
 import json
 import os
 import stat
+from unittest import mock
 
 import pytest
+
+from ansible.module_utils import basic
 
 from ansible_collections.gpulab.inference.plugins.modules import (
     llama_cpp_build_plan,
@@ -94,3 +97,17 @@ def test_record_refuses_a_missing_staging_directory(tmp_path):
     run = record(tmp_path / "missing", tmp_path)
     assert run.kind is FailJson
     assert run.result["msg"] == "path %s is not a directory" % (tmp_path / "missing")
+
+
+def test_a_failed_move_leaves_no_temporary_file(tmp_path):
+    stage, tree = staged(tmp_path, "CMAKE_CUDA_ARCHITECTURES:STRING=90-real;120-real\n")
+
+    def refuse(self, src, dest, **unused):
+        self.fail_json(msg="Could not replace file: %s to %s: [Errno 28] No space left on device" % (src, dest))
+
+    with mock.patch.object(basic.AnsibleModule, "atomic_move", refuse):
+        run = record(stage, tree)
+    assert run.kind is FailJson
+    assert "No space left on device" in run.result["msg"]
+    assert [p.name for p in stage.iterdir() if p.name.startswith(".BUILD_INFO")] == []
+    assert not (stage / "BUILD_INFO.json").exists()
