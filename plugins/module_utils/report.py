@@ -134,6 +134,30 @@ def plan_against_measured(memory_plan, rows):
     return result
 
 
+def rpc_transport_table(transport_by_host):
+    """One row per RPC server: connections over RDMA and TCP since it started, whether its build
+    negotiates RDMA, and the warning when RDMA was expected and a connection stayed on TCP.
+
+    transport_by_host: host -> what the bench step registered for gpulab.inference.roce_rpc_transport
+    looped over the host's RPC servers ({'results': [{<loop var>: {'name': ...}, 'rdma': ..., ...}]}),
+    or a skipped result for a host without RPC servers.
+    """
+    rows = []
+    for host in transport_by_host or {}:
+        for result in (transport_by_host[host] or {}).get('results') or []:
+            if not isinstance(result, dict) or result.get('skipped') or 'rdma' not in result:
+                continue
+            rows.append({
+                'host': host,
+                'server': (result.get(result.get('ansible_loop_var') or 'item') or {}).get('name'),
+                'rdma': result.get('rdma'),
+                'tcp': result.get('tcp'),
+                'rdma_capable': result.get('rdma_capable'),
+                'warning': result.get('warning') or '',
+            })
+    return rows
+
+
 def bandwidth_limit(decode_tok_s, bytes_per_token, rows):
     """Share of the memory-bandwidth limit a decode rate reaches, or why it is omitted.
 
@@ -217,7 +241,7 @@ def _ratio(numerator, denominator):
 
 
 def build_document(inventory, created, benchmark=None, residency=None, sampler=None, build_info=None,
-                   commands=None, memory_plan=None, vllm=None):
+                   commands=None, memory_plan=None, vllm=None, rpc_transport=None):
     """Everything the report says, as one JSON-able dict (report.json)."""
     rows = residency_table(residency or {})
     weights = (benchmark or {}).get('model_weights') or {}
@@ -237,6 +261,7 @@ def build_document(inventory, created, benchmark=None, residency=None, sampler=N
         'bandwidth': bandwidth_limit((head or {}).get('decode_tok_s'), weights.get('bytes_read_per_token'), rows),
         'memory_plan': memory_plan or None,
         'plan_against_measured': plan_against_measured(memory_plan, rows),
+        'rpc_transport': rpc_transport_table(rpc_transport),
         'vllm': vllm or None,
     }
 
@@ -260,6 +285,14 @@ def _table(header, rows):
     return lines
 
 
+def _transport_summary(rows):
+    if not rows:
+        return 'n/a'
+    text = '%d / %d' % (sum(r['rdma'] or 0 for r in rows), sum(r['tcp'] or 0 for r in rows))
+    warned = sum(1 for r in rows if r['warning'])
+    return text + (' (%d warning%s, see RPC transport)' % (warned, '' if warned == 1 else 's') if warned else '')
+
+
 def summary_lines(doc):
     """The short table `make demo` prints: what was served and how fast."""
     head = doc.get('headline') or {}
@@ -279,6 +312,7 @@ def summary_lines(doc):
             _fmt(head.get('aggregate_gain'), 2), head.get('concurrency', 1))),
         ('memory-bandwidth limit reached', _fmt(100.0 * bandwidth['fraction'], 1, ' %') if 'fraction' in bandwidth
          else 'omitted: %s' % bandwidth.get('omitted', 'n/a')),
+        ('RPC connections over RDMA / TCP', _transport_summary(doc.get('rpc_transport') or [])),
     ]
     return _table(('figure', 'value'), rows)
 
@@ -378,6 +412,19 @@ def render_markdown(doc, images):
                         _fmt(r['error_percent'], 1)) for r in doc.get('plan_against_measured') or []])
     else:
         out.append('No memory plan was given for this run.')
+    out += ['', '## RPC transport', '']
+    transport = doc.get('rpc_transport') or []
+    if transport:
+        out += _table(('host', 'RPC server', 'RDMA connections', 'TCP connections', 'build negotiates RDMA'),
+                      [(t['host'], t['server'] or '-', _fmt(t['rdma']), _fmt(t['tcp']),
+                        'n/a' if t['rdma_capable'] is None else ('yes' if t['rdma_capable'] else 'no'))
+                       for t in transport])
+        out += ['', 'Connections since each RPC server started, from its log.']
+        for row in transport:
+            if row['warning']:
+                out += ['', '**Warning:** %s' % row['warning']]
+    else:
+        out.append('No RPC server log was read.')
     out += ['', '## vLLM', '']
     out.append('```\n%s\n```' % _pretty(doc['vllm']) if doc.get('vllm') else 'vLLM is not part of this run.')
     out += ['', '## Build and command lines', '']

@@ -16,7 +16,7 @@ import re
 
 # What `systemctl show` is asked for, per unit.
 SHOW_PROPERTIES = ("Id", "ActiveState", "SubState", "Result", "NRestarts", "MainPID",
-                   "ActiveEnterTimestamp", "ExecMainStartTimestamp")
+                   "ActiveEnterTimestamp", "ExecMainStartTimestamp", "InvocationID")
 
 # supervisorctl status: name, state, then a description ("pid 42, uptime 1 day, 2:03:04").
 _SUPERVISOR_LINE = re.compile(r"^(?P<name>\S+)\s+(?P<state>[A-Z]+)(?:\s+(?P<description>.*))?$")
@@ -85,6 +85,7 @@ def parse_systemctl_show(text):
             "restarts": _int_or_none(block.get("NRestarts")),
             "main_pid": main_pid or None,
             "started": block.get("ActiveEnterTimestamp") or None,
+            "invocation_id": block.get("InvocationID") or None,
         }
     return status
 
@@ -126,6 +127,14 @@ def parse_supervisorctl_status(text, patterns=("*",)):
             "uptime_s": uptime_s(description) if match.group("state") == "RUNNING" else None,
         })
     return programs
+
+
+def since_last(lines, pattern):
+    """The lines from the last one matching the regular expression on (a program's log file holds
+    every start; its start line marks the current one); all lines when none matches."""
+    marker = re.compile(pattern)
+    starts = [index for index, line in enumerate(lines) if marker.search(line)]
+    return lines[starts[-1]:] if starts else lines
 
 
 def tail(text, count):

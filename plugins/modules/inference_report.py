@@ -66,6 +66,13 @@ options:
   vllm:
     description: Facts of a vLLM deployment, when there is one.
     type: raw
+  rpc_transport:
+    description:
+      - Host name to what M(gpulab.inference.roce_rpc_transport) registered, looped over the host's
+        RPC servers (C(results), one per server with its C(name) under the loop variable); hosts without RPC servers may
+        give a skipped result. The report lists the RDMA and TCP connections per server and the
+        warning when a RoCE fabric fell back to TCP.
+    type: raw
 attributes:
   check_mode:
     support: full
@@ -278,6 +285,7 @@ def main():
             build_info=dict(type='dict'),
             commands=dict(type='dict'),
             memory_plan=dict(type='raw'),
+            rpc_transport=dict(type='raw'),
             vllm=dict(type='raw'),
         ),
         supports_check_mode=True,
@@ -292,7 +300,8 @@ def main():
     doc = report.build_document(params['inventory_name'], now.strftime('%Y-%m-%d %H:%M:%S UTC'),
                                 benchmark=params['benchmark'], residency=params['residency'], sampler=params['sampler'],
                                 build_info=params['build_info'], commands=params['commands'],
-                                memory_plan=params['memory_plan'], vllm=params['vllm'])
+                                memory_plan=params['memory_plan'], vllm=params['vllm'],
+                                rpc_transport=params['rpc_transport'])
     traces = read_traces(module, params['traces'])
     report_dir = os.path.join(params['output_dir'], report.report_dir_name(params['inventory_name'], timestamp))
     files = dict((key, os.path.join(report_dir, name)) for key, name in

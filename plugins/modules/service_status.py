@@ -44,6 +44,17 @@ options:
     description: Lines of each service's log to return (its journal, or its supervisord log file); 0 returns none.
     type: int
     default: 0
+  log_since_start:
+    description:
+      - Return each service's log since its current start (under systemd its journal of the
+        current invocation; under supervisord its log file from the last line matching
+        O(log_start_pattern)), the last O(log_lines) of it when O(log_lines) is above 0.
+    type: bool
+    default: false
+  log_start_pattern:
+    description: The regular expression of a program's first log line, for O(log_since_start) under supervisord.
+    type: str
+    default: "^Starting "
   supervisor_config:
     description: supervisord's configuration, passed to C(supervisorctl -c).
     type: path
@@ -133,8 +144,11 @@ services:
       description: When it last started (systemd's C(ActiveEnterTimestamp); under supervisord computed from its uptime, in UTC); V(null) when never.
       type: str
       sample: Tue 2026-12-01 08:00:00 UTC
+    invocation_id:
+      description: systemd's C(InvocationID) of the current run; not returned under supervisord.
+      type: str
     log:
-      description: The last O(log_lines) lines of its log.
+      description: The last O(log_lines) lines of its log, or its log since its start with O(log_since_start).
       type: list
       elements: str
 build_id:
@@ -173,6 +187,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.service_status im
     parse_list_units,
     parse_supervisorctl_status,
     parse_systemctl_show,
+    since_last,
     tail,
 )
 
@@ -239,15 +254,20 @@ class ServiceStatus:
         if not units:
             return
         shown = parse_systemctl_show(self.run([systemctl, "show", "--property=" + ",".join(SHOW_PROPERTIES), "--"] + units))
-        journalctl = self.module.get_bin_path("journalctl", required=True) if self.params["log_lines"] > 0 else None
+        lines = self.params["log_lines"]
+        since_start = self.params["log_since_start"]
+        journalctl = self.module.get_bin_path("journalctl", required=True) if lines > 0 or since_start else None
         for unit in units:
             status = shown.get(unit)
             if status is None:
                 self.module.fail_json(msg="systemctl show did not report %s" % unit)
-            if journalctl:
+            if since_start:
+                text = self.run([journalctl, "--no-pager", "--quiet", "--output=cat",
+                                 "_SYSTEMD_INVOCATION_ID=" + status["invocation_id"]]) if status["invocation_id"] else ""
+                status["log"] = tail(text, lines) if lines > 0 else text.splitlines()
+            elif journalctl:
                 status["log"] = tail(self.run([journalctl, "--no-pager", "--quiet", "--output=short-iso",
-                                               "--lines=%d" % self.params["log_lines"], "--unit=" + unit]),
-                                     self.params["log_lines"])
+                                               "--lines=%d" % lines, "--unit=" + unit]), lines)
             self.services.append(status)
 
     def gather_supervisor(self):
@@ -261,9 +281,12 @@ class ServiceStatus:
             uptime = program.pop("uptime_s")
             program["started"] = (time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now - uptime))
                                   if uptime is not None else None)
-            if self.params["log_lines"] > 0:
-                program["log"] = tail(self.read_tail(os.path.join(self.params["supervisor_log_dir"],
-                                                                  program["name"] + ".log")), self.params["log_lines"])
+            lines = self.params["log_lines"]
+            if lines > 0 or self.params["log_since_start"]:
+                text = self.read_tail(os.path.join(self.params["supervisor_log_dir"], program["name"] + ".log"))
+                if self.params["log_since_start"]:
+                    text = "\n".join(since_last(text.splitlines(), self.params["log_start_pattern"]))
+                program["log"] = tail(text, lines) if lines > 0 else text.splitlines()
             self.services.append(program)
 
     @staticmethod
@@ -283,6 +306,8 @@ def build_module():
             manager=dict(type="str", choices=["auto", "systemd", "supervisor"], default="auto"),
             patterns=dict(type="list", elements="str", default=["gpulab-*"]),
             log_lines=dict(type="int", default=0),
+            log_since_start=dict(type="bool", default=False),
+            log_start_pattern=dict(type="str", default="^Starting "),
             supervisor_config=dict(type="path", default="/etc/gpulab/supervisord.conf"),
             supervisorctl_path=dict(type="path", default="/opt/gpulab/supervisor/bin/supervisorctl"),
             supervisor_log_dir=dict(type="path", default="/var/log/gpulab"),

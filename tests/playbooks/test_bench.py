@@ -96,3 +96,35 @@ def test_check_mode_does_not_benchmark(tmp_path):
     assert 'only without --check' in said['msg']
     assert not (tmp_path / 'reports').exists()
     assert not (tmp_path / 'work').exists()
+
+
+def test_report_tells_rdma_from_tcp_per_rpc_server(tmp_path):
+    """localhost is also a worker under supervisord (a stand-in supervisorctl), its RPC server's log a
+    real capture that stayed on TCP, and its fabric.json found a RoCE v2 GID: the report warns."""
+    fixture = Path(__file__).resolve().parents[1] / 'unit' / 'fixtures' / 'roce' / 'llama-rpc' / 'rpc-server-h200-tcp.log'
+    (tmp_path / 'BUILD_INFO.json').write_text(json.dumps({'build_id': 'b8070-test', 'cuda': False}))
+    (tmp_path / 'etc' / 'roce').mkdir(parents=True)
+    (tmp_path / 'etc' / 'roce' / 'fabric.json').write_text(json.dumps({'rdma': {'found': True}}))
+    (tmp_path / 'etc' / 'supervisord.conf').write_text('[supervisord]\n')
+    (tmp_path / 'log').mkdir()
+    (tmp_path / 'log' / 'gpulab-rpc-server-0.log').write_text('Starting RPC server v7.0.0\nAccepted client connection\n'
+                                                             + fixture.read_text())
+    ctl = tmp_path / 'supervisorctl'
+    ctl.write_text("#!/bin/sh\necho 'gpulab-rpc-server-0   RUNNING   pid 77, uptime 0:10:05'\n")
+    ctl.chmod(ctl.stat().st_mode | stat.S_IEXEC)
+    host = local_host(gpulab_service_manager='supervisor', gpulab_config_dir=str(tmp_path / 'etc'),
+                      gpulab_supervisor_config=str(tmp_path / 'etc' / 'supervisord.conf'), gpulab_supervisorctl=str(ctl),
+                      gpulab_log_dir=str(tmp_path / 'log'))
+    both = {'all': {'children': {'gpu_nodes': {'children': {'inference_head': {'hosts': {'localhost': host}},
+                                                            'rpc_workers': {'hosts': {'localhost': {}}}}}}}}
+    with OpenAIDouble(ttft_s=0.01, itl_s=0.005) as server:
+        run = run_in(tmp_path / 'runner', 'playbooks/bench.yml', both,
+                     bench_vars(tmp_path, server.base_url, bench_concurrency=[1]), envvars=ENV)
+    assert run.status == 'successful', run.failures
+    (report_dir,) = list((tmp_path / 'reports').iterdir())
+    doc = json.loads((report_dir / 'report.json').read_text())
+    (row,) = doc['rpc_transport']
+    # only the connections since the last start count: the capture's own, not the older one above it
+    assert (row['server'], row['rdma'], row['tcp'], row['rdma_capable']) == ('gpulab-rpc-server-0', 0, 15, True)
+    assert 'stayed on TCP' in row['warning']
+    assert '**Warning:** localhost gpulab-rpc-server-0: 15 of 15 RPC connections stayed on TCP' in (report_dir / 'report.md').read_text()

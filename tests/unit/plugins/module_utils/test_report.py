@@ -146,3 +146,27 @@ def test_markdown_puts_planned_next_to_measured():
     assert '| RPC0 | node-b | 0 | rpc-server | 0-30 | 70000 | 4000 | 800 | 720 | 75520 | 77000 | 2.0 |' in text
     assert '| RPC1 | node-c | - | rpc-server | 31-40 | 100 | 10 | 5 | 0 | 115 | n/a | n/a |' in text
     assert '"kv_cells"' not in text  # no raw JSON any more
+
+
+TRANSPORT = {
+    'node-a': {'skipped': True, 'changed': False},
+    'node-b': {'results': [
+        {'ansible_loop_var': '__bench_rpc_server', '__bench_rpc_server': {'name': 'gpulab-rpc-server@0.service'},
+         'rdma_capable': True, 'rdma': 2, 'tcp': 0, 'warning': '', 'connections': []},
+        {'ansible_loop_var': '__bench_rpc_server', '__bench_rpc_server': {'name': 'gpulab-rpc-server@1.service'},
+         'rdma_capable': True, 'rdma': 0, 'tcp': 2, 'connections': [],
+         'warning': 'node-b gpulab-rpc-server@1.service: 2 of 2 RPC connections stayed on TCP; check GGML_RDMA_DEV'}]},
+}
+
+
+def test_rpc_transport_per_server_with_the_fallback_warned():
+    rows = report.rpc_transport_table(TRANSPORT)
+    assert [(r['host'], r['server'], r['rdma'], r['tcp']) for r in rows] == [
+        ('node-b', 'gpulab-rpc-server@0.service', 2, 0), ('node-b', 'gpulab-rpc-server@1.service', 0, 2)]
+    doc = report.build_document('lab', 'now', rpc_transport=TRANSPORT)
+    text = report.render_markdown(doc, {'residency': 'r.png', 'utilisation': 'u.png', 'throughput': 't.png'})
+    assert '| node-b | gpulab-rpc-server@1.service | 0 | 2 | yes |' in text
+    assert '**Warning:** node-b gpulab-rpc-server@1.service: 2 of 2 RPC connections stayed on TCP' in text
+    assert '| RPC connections over RDMA / TCP | 2 / 2 (1 warning, see RPC transport) |' in report.summary_lines(doc)
+    assert report.rpc_transport_table({}) == [] and 'No RPC server log was read.' in report.render_markdown(
+        report.build_document('lab', 'now'), {'residency': 'r', 'utilisation': 'u', 'throughput': 't'})

@@ -20,6 +20,7 @@ NRestarts=2
 MainPID=4242
 ActiveEnterTimestamp=Tue 2026-12-01 08:00:00 UTC
 ExecMainStartTimestamp=Tue 2026-12-01 08:00:00 UTC
+InvocationID=5f0e2c2d7a8b4c1e9d3f6a7b8c9d0e1f
 
 Id=gpulab-rpc-server@1.service
 ActiveState=failed
@@ -57,7 +58,8 @@ def test_show_reads_state_restarts_and_start_time():
     status = ss.parse_systemctl_show(SHOW)
     assert status["gpulab-llama-server.service"] == {
         "name": "gpulab-llama-server.service", "state": "active", "sub_state": "running", "result": "success",
-        "restarts": 2, "main_pid": 4242, "started": "Tue 2026-12-01 08:00:00 UTC"}
+        "restarts": 2, "main_pid": 4242, "started": "Tue 2026-12-01 08:00:00 UTC",
+        "invocation_id": "5f0e2c2d7a8b4c1e9d3f6a7b8c9d0e1f"}
     failed = status["gpulab-rpc-server@1.service"]
     assert (failed["state"], failed["result"], failed["main_pid"], failed["started"]) == ("failed", "exit-code", None, None)
 
@@ -84,6 +86,12 @@ def test_supervisorctl_status_refuses_a_line_without_a_state():
     with pytest.raises(ss.ServiceStatusError) as raised:
         ss.parse_supervisorctl_status("unix:///run/gpulab/supervisor.sock no such file\n")
     assert "line 1" in str(raised.value)
+
+
+def test_since_last_start():
+    lines = ["Starting RPC server v7.0.0", "Accepted client connection", "Starting RPC server v7.0.0", "transport : TCP"]
+    assert ss.since_last(lines, "^Starting RPC server") == lines[2:]
+    assert ss.since_last(lines[1:2], "^Starting RPC server") == lines[1:2]
 
 
 def test_uptime_and_tail():

@@ -11,10 +11,10 @@ JOURNALCTL = "/usr/bin/journalctl"
 BINS = {"systemctl": SYSTEMCTL, "journalctl": JOURNALCTL}
 LIST = (SYSTEMCTL, "list-units", "--all", "--plain", "--no-legend", "--type=service", "--", "gpulab-*")
 SHOW = (SYSTEMCTL, "show", "--property=Id,ActiveState,SubState,Result,NRestarts,MainPID,ActiveEnterTimestamp,"
-        "ExecMainStartTimestamp", "--", "gpulab-llama-server.service")
+        "ExecMainStartTimestamp,InvocationID", "--", "gpulab-llama-server.service")
 LISTED = "gpulab-llama-server.service loaded active running llama-server inference head (gpulab.inference)\n"
 SHOWN = ("Id=gpulab-llama-server.service\nActiveState=active\nSubState=running\nResult=success\nNRestarts=1\n"
-         "MainPID=42\nActiveEnterTimestamp=Tue 2026-12-01 08:00:00 UTC\n")
+         "MainPID=42\nActiveEnterTimestamp=Tue 2026-12-01 08:00:00 UTC\nInvocationID=abc123\n")
 
 
 def run(args, answers):
@@ -27,7 +27,7 @@ def test_systemd_units_with_their_state():
     assert result.result["manager"] == "systemd"
     assert result.result["services"] == [{
         "name": "gpulab-llama-server.service", "state": "active", "sub_state": "running", "result": "success",
-        "restarts": 1, "main_pid": 42, "started": "Tue 2026-12-01 08:00:00 UTC"}]
+        "restarts": 1, "main_pid": 42, "started": "Tue 2026-12-01 08:00:00 UTC", "invocation_id": "abc123"}]
     assert result.result["changed"] is False
 
 
@@ -36,6 +36,24 @@ def test_systemd_log_lines_on_request():
     result = run({"manager": "systemd", "log_lines": 2},
                  {LIST: (0, LISTED, ""), SHOW: (0, SHOWN, ""), journal: (0, "one\ntwo\n", "")})
     assert result.result["services"][0]["log"] == ["one", "two"]
+
+
+def test_systemd_log_since_the_current_start():
+    journal = (JOURNALCTL, "--no-pager", "--quiet", "--output=cat", "_SYSTEMD_INVOCATION_ID=abc123")
+    result = run({"manager": "systemd", "log_since_start": True},
+                 {LIST: (0, LISTED, ""), SHOW: (0, SHOWN, ""), journal: (0, "Starting RPC server\nAccepted client connection\n", "")})
+    assert result.result["services"][0]["log"] == ["Starting RPC server", "Accepted client connection"]
+
+
+def test_supervisor_log_since_the_last_start(tmp_path):
+    config = tmp_path / "supervisord.conf"
+    config.write_text("[supervisord]\n")
+    (tmp_path / "gpulab-rpc-server-0.log").write_text("Starting RPC server\nold\nStarting RPC server\nnew\n")
+    ctl = str(tmp_path / "supervisorctl")
+    result = run({"manager": "supervisor", "supervisor_config": str(config), "supervisorctl_path": ctl,
+                  "supervisor_log_dir": str(tmp_path), "log_since_start": True, "log_start_pattern": "^Starting RPC"},
+                 {(ctl, "-c", str(config), "status"): (0, "gpulab-rpc-server-0   RUNNING   pid 9, uptime 0:00:10\n", "")})
+    assert result.result["services"][0]["log"] == ["Starting RPC server", "new"]
 
 
 def test_no_units_runs_no_show():
