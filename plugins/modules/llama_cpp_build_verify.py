@@ -84,6 +84,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_cpp import (
     LlamaCppError,
+    check_lockstep_summary,
     checksum_mismatches,
     lockstep_problem,
     parse_build_info,
@@ -123,6 +124,12 @@ def main():
         ),
         supports_check_mode=True,
     )
+    if module.params["reference"] is not None:
+        # The build host's BUILD_INFO.json, read there: checked like any file from another host.
+        try:
+            check_lockstep_summary(module.params["reference"], "reference (the build host's BUILD_INFO.json)")
+        except LlamaCppError as exc:
+            module.fail_json(msg=str(exc))
     result = inspect(module, module.params["path"])
     result["lockstep_problem"] = None
     if module.params["reference"] is not None:

@@ -47,12 +47,20 @@ def test_verify_names_a_node_out_of_lockstep(tmp_path):
     assert "could run the cluster's build bbbbbbbbbbbb" in run.result["lockstep_problem"]
 
 
+FULL = dict(REFERENCE, cmake_options={}, cuda_architectures=[], compiler="gnu 12.2.0", rpc_server_binary="ggml-rpc-server",
+            binaries={"llama-server": "a" * 64})
+
 VERIFY_BAD = [
     (b"\xff\xfe{", None, "is not UTF-8"),
     (b"{", None, "is not valid JSON"),
     (b"[]", None, "must hold a JSON object"),
     (b'{"build_id": "0123456789ab"}', None, "lacks source"),
     (None, b"tampered\n", "checksum differs or file missing"),
+    (json.dumps(dict(FULL, binaries={"../../../bin/sh": "a" * 64})).encode(), None, "is not a plain file name"),
+    (json.dumps(dict(FULL, binaries={"llama-server": "x"})).encode(), None, "checksum 'x', not a sha256"),
+    (json.dumps(dict(FULL, build_id=123456789012)).encode(), None, "build_id 123456789012 is not"),
+    (json.dumps(dict(FULL, source="git")).encode(), None, "source is 'git', expected an object"),
+    (json.dumps(dict(FULL, cuda="no")).encode(), None, "cuda is 'no', expected true or false"),
 ]
 
 
@@ -67,3 +75,17 @@ def test_verify_bad_build_info(tmp_path, info_bytes, binary, fragment):
     assert lenient.kind is ExitJson
     assert lenient.result["valid"] is False
     assert "has no valid llama.cpp build" in lenient.result["lockstep_problem"]
+
+
+@pytest.mark.parametrize("change, fragment", [
+    ({"source": "archive"}, "reference (the build host's BUILD_INFO.json): source is 'archive', expected an object"),
+    ({"source": {"id": 7}}, "source id is 7"),
+    ({"build_id": None}, "build_id is None"),
+    ({"cpu_arch": ["x86_64"]}, "cpu_arch is ['x86_64']"),
+    ({"glibc_version": "2.36; id"}, "glibc_version is '2.36; id'"),
+    ({"cuda": 1}, "cuda is 1, expected true or false"),
+])
+def test_verify_refuses_a_reference_it_cannot_compare(tmp_path, change, fragment):
+    run = verify(installed_build(tmp_path), reference=dict(REFERENCE, **change))
+    assert run.kind is FailJson, run.result
+    assert fragment in run.result["msg"]
