@@ -13,7 +13,7 @@ short_description: What is wrong with the serving variables an operator set, as 
 version_added: 0.1.0
 description:
   - Reads, for every given host, the serving variables of roles C(llama_server),
-    C(llama_rpc_server) and C(memory_plan) that the inventory or C(-e) set (role defaults are
+    C(llama_rpc_server), C(memory_plan) and C(bench) that the inventory or C(-e) set (role defaults are
     not visible here, so only what the user set is checked) and returns one sentence per
     problem, naming the variable, its value, the hosts and what to set instead.
   - Types and ranges (a whole number, a port, a boolean, a choice) and the combinations that

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to gpulab.inference
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Pure checks of the serving variables an operator sets, before any node is touched.
+"""Pure checks of the serving and benchmark variables an operator sets, before any node is touched.
 
 The serving roles check their arguments when they run, minutes into a deployment and under
 derived names (llama_server_ctx_size reaches the memory plan as memory_plan_ctx_size). These
@@ -133,6 +133,19 @@ def _whole_list(value):
     return None
 
 
+def _levels(value):
+    if isinstance(value, str):
+        # -e name=1,2,4 gives a string; a list needs JSON: -e '{"name": [1, 2, 4]}'
+        return "is a string, not a list (on the command line give JSON, -e '{\"bench_concurrency\": [1, 2, 4]}')"
+    if not isinstance(value, (list, tuple)) or not value:
+        return "is not a non-empty list"
+    for entry in value:
+        number = as_whole(entry)
+        if number is None or number < 1:
+            return "has an entry %r that is not a concurrency of 1 or more" % (entry,)
+    return None
+
+
 _PORT = _whole(1, 65535)
 
 # name -> (check, what to set). Every name is an option of its role's meta/argument_specs.yml
@@ -178,6 +191,19 @@ RULES = {
     "memory_plan_cuda_context_mib": (_whole(0), "MiB per process and GPU for the CUDA context, e.g. 720"),
     "memory_plan_enforce": (_boolean, "true or false"),
     "memory_plan_count_drain": (_boolean, "true or false"),
+    "bench_concurrency": (_levels, "the concurrency levels, e.g. [1, 2, 4]"),
+    "bench_requests_per_level": (_whole(1), "requests per level, 1 or more, e.g. 8"),
+    "bench_warmup_requests": (_whole(0), "warm-up requests, e.g. 2"),
+    "bench_prompt_tokens": (_whole(1), "prompt tokens per request, e.g. 512"),
+    "bench_max_tokens": (_whole(2), "output tokens per request, 2 or more, e.g. 256"),
+    "bench_ignore_eos": (_boolean, "true or false"),
+    "bench_greedy": (_boolean, "true or false"),
+    "bench_request_timeout_s": (_whole(1), "seconds per request, e.g. 300"),
+    "bench_timeout_s": (_whole(1), "seconds for the whole benchmark, e.g. 1800"),
+    "bench_progress_interval_s": (_whole(1), "seconds between progress lines, e.g. 10"),
+    "bench_sampler_interval_ms": (_whole(1), "milliseconds between GPU samples, e.g. 200"),
+    "bench_sampler_method": (_choice("auto", "nvml", "nvidia-smi-loop", "nvidia-smi-poll"),
+                             "auto, nvml, nvidia-smi-loop or nvidia-smi-poll"),
 }
 
 # Defaults of the roles (defaults/main.yml, checked by the unit test) for the combinations below,

@@ -404,6 +404,8 @@ DEPLOY_CASES = [
      ["llama_server_parallel='0' on every node is below 1: set the number of requests served at once"]),
     ("inventory: unquoted on, RPC port 0", None, {"llama_server_flash_attn": True}, {"llama_rpc_server_port_base": 0},
      ["llama_server_flash_attn=True on node-a is a boolean", "llama_rpc_server_port_base=0 on node-b is below 1"]),
+    ("-e bench_max_tokens=1", "-e bench_max_tokens=1", {}, {},
+     ["bench_max_tokens='1' on every node is below 2: set output tokens per request"]),
     ("-e context below the slots", "-e llama_server_ctx_size=2", {}, {},
      ["llama_server_ctx_size=2 on every node over llama_server_parallel=4 (the default) leaves less than one token"]),
 ]

@@ -2,6 +2,7 @@
 and what to set; the values -e gives (strings) accepted where Ansible's types accept them; the
 table agrees with the roles' argument specs and defaults."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ import yaml
 from ansible_collections.gpulab.inference.plugins.module_utils import serving_checks as sc
 
 REPO = Path(__file__).resolve().parents[4]
-ROLES = ("llama_server", "llama_rpc_server", "memory_plan")
+ROLES = ("llama_server", "llama_rpc_server", "memory_plan", "bench")
 
 
 def role_of(name):
@@ -37,6 +38,12 @@ def test_every_rule_names_an_option_of_its_role(name):
 def test_role_defaults_pass(name):
     defaults = role_file(role_of(name), "defaults", "main.yml")
     value = defaults[name]
+    profile = re.match(r"^\{\{ bench_profiles\[bench_profile\]\.(\w+) \}\}$", str(value))
+    if profile:
+        # the benchmark's sizes come from its profiles: every profile's value must pass
+        for entry in defaults["bench_profiles"].values():
+            assert sc.value_problem(name, entry[profile.group(1)]) is None
+        return
     if isinstance(value, str) and "{{" in value:
         pytest.fail("%s defaults to a template; give the rule's test a literal" % name)
     assert sc.value_problem(name, value) is None
@@ -83,6 +90,11 @@ BAD = [
     ("llama_rpc_server_gpu_indices", "0,1", "is not a list"),
     ("llama_rpc_server_other_firewall", "ignore", "is not one of fail, opened"),
     ("memory_plan_margin_mib", "lots", "is not a whole number"),
+    ("bench_concurrency", [1, 0], "has an entry 0 that is not a concurrency of 1 or more"),
+    ("bench_concurrency", [], "is not a non-empty list"),
+    ("bench_concurrency", "1,2,4", "is a string, not a list (on the command line give JSON"),
+    ("bench_max_tokens", "1", "is below 2"),
+    ("bench_sampler_method", "dcgm", "is not one of auto, nvml, nvidia-smi-loop, nvidia-smi-poll"),
 ]
 
 
