@@ -612,6 +612,33 @@ def rdma_problems(host, fabric):
     return problems
 
 
+# Connection setup and the report take seconds beyond -D; a client whose server never answers the
+# exchange, or a wedged device, would otherwise wait for ever.
+IB_WRITE_BW_GRACE_S = 30
+_RDMA_DEVICE_RE = re.compile(r'\A[A-Za-z0-9_.-]{1,64}\Z')
+
+
+def check_ib_write_bw_options(device, gid_index, tcp_port, duration_s, rate_gbps, min_fraction):
+    """Refuse options ib_write_bw cannot run with, or a verdict cannot use, naming the option."""
+    if not _RDMA_DEVICE_RE.match(str(device)):
+        raise RoceError('device %r is not an RDMA device name (e.g. mlx5_0)' % (device,))
+    if gid_index < 0:
+        raise RoceError('gid_index %d is negative; give the GID index roce_facts selected' % gid_index)
+    if not 0 < tcp_port < 65536:
+        raise RoceError('tcp_port %d is out of range (1-65535)' % tcp_port)
+    if duration_s < 1:
+        raise RoceError('duration_s %d must be 1 or more' % duration_s)
+    if not rate_gbps >= 0:
+        raise RoceError('rate_gbps %r is negative; give the port rate from roce_facts' % (rate_gbps,))
+    if not 0 < min_fraction <= 1:
+        raise RoceError('min_fraction %r is not a fraction in (0, 1]' % (min_fraction,))
+
+
+def ib_write_bw_timeout_s(duration_s):
+    """How long one ib_write_bw run may take before it is stopped."""
+    return duration_s + IB_WRITE_BW_GRACE_S
+
+
 def ib_write_bw_command(device, gid_index, tcp_port, duration_s, server=None, ib_port=1):
     """perftest's ib_write_bw as server (server=None) or as client of `server`; Gbit/s reports."""
     command = ['ib_write_bw', '-d', device, '-i', str(ib_port), '-x', str(gid_index), '-F', '--report_gbits',

@@ -14,7 +14,9 @@ description:
   - Runs perftest's C(ib_write_bw) as the client of an C(ib_write_bw) server already started on
     O(server) (the playbook starts it), with Gbit/s reports, and compares the average bandwidth
     with O(min_fraction) of O(rate_gbps).
-  - Retries the connection while the server is still starting.
+  - Retries the connection while the server is still starting. Each run is stopped after
+    O(duration_s) plus 30 seconds (a server that never answers, a wedged device), which fails the
+    task naming the server.
   - Does not fail on a low bandwidth; returns C(ok) and a C(message) for the playbook.
   - Sends RDMA traffic; changes nothing on the host.
 author:
@@ -99,9 +101,15 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpulab.inference.plugins.module_utils.roce import (
     RoceError,
     check_bandwidth,
+    check_ib_write_bw_options,
     ib_write_bw_command,
+    ib_write_bw_timeout_s,
     parse_ib_write_bw,
 )
+
+# coreutils timeout: 124 the command was stopped, 137 it had to be killed
+TIMEOUT_RCS = (124, 137)
+KILL_AFTER_S = 5
 
 
 def build_module():
@@ -123,23 +131,37 @@ def build_module():
 def main():
     module = build_module()
     params = module.params
+    try:
+        check_ib_write_bw_options(params['device'], params['gid_index'], params['tcp_port'], params['duration_s'],
+                                  params['rate_gbps'], params['min_fraction'])
+    except RoceError as exc:
+        module.fail_json(msg=str(exc))
     binary = module.get_bin_path('ib_write_bw', required=True)
+    timeout = module.get_bin_path('timeout', required=True)
     try:
         command = ib_write_bw_command(params['device'], params['gid_index'], params['tcp_port'],
                                       params['duration_s'], server=params['server'])
     except ValueError:
         module.fail_json(msg='server %r is not an IPv4 address' % (params['server'],))
     command[0] = binary
+    limit_s = ib_write_bw_timeout_s(params['duration_s'])
+    bounded = [timeout, '--kill-after=%ds' % KILL_AFTER_S, '%ds' % limit_s] + command
     rc, stdout, stderr = 1, '', ''
     for attempt in range(max(1, params['connect_attempts'])):
-        rc, stdout, stderr = module.run_command(command)
+        rc, stdout, stderr = module.run_command(bounded)
         if rc == 0 or "Couldn't connect" not in stdout + stderr:
             break
         if attempt + 1 < params['connect_attempts']:
             time.sleep(1)
+    if rc in TIMEOUT_RCS:
+        module.fail_json(msg='%s did not finish within %d s (duration_s + %d s): the server at %s does not answer the '
+                             'exchange or the device hangs; check that ib_write_bw runs there and the fabric passes '
+                             'TCP port %d' % (' '.join(command), limit_s, limit_s - params['duration_s'],
+                                              params['server'], params['tcp_port']),
+                         rc=rc, stdout=stdout, stderr=stderr, cmd=bounded)
     if rc != 0:
         module.fail_json(msg='%s failed (rc=%d): %s' % (' '.join(command), rc, (stdout + stderr).strip()[-2000:]),
-                         rc=rc, stdout=stdout, stderr=stderr, cmd=command)
+                         rc=rc, stdout=stdout, stderr=stderr, cmd=bounded)
     try:
         gbps = parse_ib_write_bw(stdout)
     except RoceError as exc:

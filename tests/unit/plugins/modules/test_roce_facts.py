@@ -207,7 +207,8 @@ def test_fabric_check_without_ping():
 # --- roce_ib_write_bw ------------------------------------------------------------------------
 
 BW = '/usr/bin/ib_write_bw'
-BW_CLIENT = (BW, '-d', 'mlx5_0', '-i', '1', '-x', '3', '-F', '--report_gbits', '-D', '5', '-p', '18515',
+TIMEOUT = '/usr/bin/timeout'
+BW_CLIENT = (TIMEOUT, '--kill-after=5s', '35s', BW, '-d', 'mlx5_0', '-i', '1', '-x', '3', '-F', '--report_gbits', '-D', '5', '-p', '18515',
              '10.231.77.10')
 BW_REPORT = (' #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n'
              ' 65536      5000             184.21             183.96             0.350880\n')
@@ -217,7 +218,8 @@ def run_bw(answer, **args):
     params = {'server': '10.231.77.10', 'device': 'mlx5_0', 'gid_index': 3, 'rate_gbps': 200.0,
               'connect_attempts': 1}
     params.update(args)
-    return module_harness.run_module(roce_ib_write_bw.main, params, {BW_CLIENT: answer}, BW)
+    return module_harness.run_module(roce_ib_write_bw.main, params, {BW_CLIENT: answer},
+                                     {'ib_write_bw': BW, 'timeout': TIMEOUT})
 
 
 def test_bandwidth_reached():

@@ -11,11 +11,14 @@ import module_harness
 from module_harness import ExitJson, FailJson
 
 BW = '/usr/bin/ib_write_bw'
+TIMEOUT = '/usr/bin/timeout'
 SERVER = '10.231.77.10'
 
 
 def client(device='mlx5_0', gid_index='3', tcp_port='18515', duration_s='5', server=SERVER):
-    return (BW, '-d', device, '-i', '1', '-x', gid_index, '-F', '--report_gbits', '-D', duration_s, '-p', tcp_port,
+    """The client command, bounded by coreutils timeout at duration_s + 30 s."""
+    return (TIMEOUT, '--kill-after=5s', '%ds' % (int(duration_s) + 30),
+            BW, '-d', device, '-i', '1', '-x', gid_index, '-F', '--report_gbits', '-D', duration_s, '-p', tcp_port,
             server)
 
 
@@ -78,13 +81,13 @@ def sleeps(monkeypatch):
 def run(answers, **args):
     params = {'server': SERVER, 'device': 'mlx5_0', 'gid_index': 3, 'rate_gbps': 200.0}
     params.update(args)
-    return module_harness.run_module(roce_ib_write_bw.main, params, answers, BW)
+    return module_harness.run_module(roce_ib_write_bw.main, params, answers, {'ib_write_bw': BW, 'timeout': TIMEOUT})
 
 
 def test_measures_with_the_exact_client_command(sleeps):
     run_ = run({client(): (0, GBITS_REPORT, '')})
     assert run_.kind is ExitJson
-    run_.get_bin_path.assert_called_once_with('ib_write_bw', required=True)
+    assert [c.args[0] for c in run_.get_bin_path.call_args_list] == ['ib_write_bw', 'timeout']
     assert run_.commands == [list(client())]
     assert run_.result == {
         'changed': False, 'gbps': 183.96, 'ok': True,
@@ -144,7 +147,7 @@ def test_gives_up_after_the_last_attempt_without_sleeping_again(sleeps):
     assert sleeps == [1]
     assert run_.result['msg'] == ("%s failed (rc=1): Couldn't connect to 10.231.77.10:18515\nUnable to open file "
                                   "descriptor for socket connection Unable to init the socket connection"
-                                  % ' '.join(client()))
+                                  % ' '.join(client()[3:]))
     assert run_.result['rc'] == 1 and run_.result['cmd'] == list(client())
 
 
@@ -206,3 +209,29 @@ def test_check_mode_measures_nothing(sleeps):
     assert run_.kind is ExitJson
     assert run_.result['skipped'] is True
     assert run_.commands == []
+
+
+@pytest.mark.parametrize('args, message', [
+    ({'device': 'mlx5_0; reboot'}, "device 'mlx5_0; reboot' is not an RDMA device name"),
+    ({'device': 'mlx5_0\n'}, 'is not an RDMA device name'),
+    ({'gid_index': -1}, 'gid_index -1 is negative'),
+    ({'tcp_port': 0}, 'tcp_port 0 is out of range'),
+    ({'tcp_port': 70000}, 'tcp_port 70000 is out of range'),
+    ({'duration_s': 0}, 'duration_s 0 must be 1 or more'),
+    ({'rate_gbps': -200.0}, 'rate_gbps -200.0 is negative'),
+    ({'min_fraction': 0.0}, 'min_fraction 0.0 is not a fraction in (0, 1]'),
+    ({'min_fraction': 1.5}, 'min_fraction 1.5 is not a fraction'),
+])
+def test_options_that_cannot_work_are_refused_before_anything_runs(sleeps, args, message):
+    run_ = run({}, **args)
+    assert run_.kind is FailJson, run_.result
+    assert message in run_.result['msg']
+    assert run_.commands == []
+
+
+@pytest.mark.parametrize('rc', [124, 137])
+def test_a_run_that_does_not_finish_is_stopped_and_named(sleeps, rc):
+    run_ = run({client(): (rc, '', '')})
+    assert run_.kind is FailJson, run_.result
+    assert 'did not finish within 35 s (duration_s + 30 s): the server at 10.231.77.10 does not answer' in run_.result['msg']
+    assert run_.commands == [list(client())]
