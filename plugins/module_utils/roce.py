@@ -569,6 +569,18 @@ def choose_network_manager(requested, netplan, networkmanager_active, networkd_a
 
 # --- reachability at full MTU ----------------------------------------------------------------
 
+# IPv4's smallest MTU (RFC 791) and the largest an interface can have.
+PING_MTU_RANGE = (68, 65535)
+
+
+def ping_mtu_problem(mtu):
+    """Why a full-MTU ping cannot be built for mtu (None when it can)."""
+    low, high = PING_MTU_RANGE
+    if isinstance(mtu, bool) or not isinstance(mtu, int) or not low <= mtu <= high:
+        return 'mtu %r is not an MTU in %d-%d bytes; give the fabric MTU (roce_mtu, e.g. 9000)' % (mtu, low, high)
+    return None
+
+
 def ping_command(address, mtu, count=3, timeout_s=2):
     """ping that sends full-MTU packets with Don't Fragment set (-M do): payload = MTU - 28."""
     ip = str(ipaddress.IPv4Address(address))

@@ -92,6 +92,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.roce import (
     RoceError,
     fabric_facts,
     ping_command,
+    ping_mtu_problem,
     ping_verdict,
     rdma_problems,
     read_devices,
@@ -120,6 +121,9 @@ def main():
     if ping is None:
         module.fail_json(msg='%s: ping not found; install iputils-ping (the roce role installs it with '
                              'roce_packages)' % params['host'])
+    problem = ping_mtu_problem(params['mtu'])
+    if problem:
+        module.fail_json(msg='%s: %s' % (params['host'], problem))
     problems = []
     pings = []
     for peer, address in sorted(params['peers'].items()):

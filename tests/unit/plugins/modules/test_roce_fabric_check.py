@@ -211,3 +211,19 @@ def test_check_mode_checks_the_same_way():
     assert run_.kind is ExitJson
     assert run_.commands == [list(ping('10.231.77.11'))]
     assert run_.result['problems'] == []
+
+
+@pytest.mark.parametrize('mtu', [0, 27, 67, -9000, 70000])
+def test_an_mtu_no_ping_can_carry_is_refused_before_any_ping(mtu):
+    run_ = run({}, mtu=mtu)
+    assert run_.kind is FailJson, run_.result
+    assert run_.result['msg'] == 'node-a: mtu %d is not an MTU in 68-65535 bytes; give the fabric MTU (roce_mtu, e.g. 9000)' % mtu
+    assert run_.commands == []
+
+
+@pytest.mark.parametrize('address', ['10.231.77.11\n', '10.231.77.11; reboot', '', '999.1.1.1', 'fd00::11'])
+def test_a_peer_address_that_is_not_ipv4_is_refused_before_any_ping(address):
+    run_ = run({}, peers={'node-b': address})
+    assert run_.kind is FailJson, run_.result
+    assert run_.result['msg'] == 'peer node-b has fabric address %r, not an IPv4 address' % address
+    assert run_.commands == []
