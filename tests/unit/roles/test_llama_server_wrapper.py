@@ -108,8 +108,8 @@ def test_stop_while_serving_ends_llama_server_and_the_watch_sleep(tmp_path, work
     script = render(tmp_path, [port], watch_s=300)
     process = start(script, tmp_path)
     wait_for(lambda: (tmp_path / 'pid').exists(), 15, 'the fake llama-server did not start')
-    time.sleep(0.3)
-    assert len(session_processes(process.pid)) >= 3  # wrapper, llama-server, sleep
+    # wrapper, llama-server (and its own sleep), the watch's sleep
+    wait_for(lambda: len(session_processes(process.pid)) >= 4, 15, 'the watch loop did not start its sleep')
     status, took, leftovers, output = stop(process)
     assert status == 0, output
     assert took < 3, took
