@@ -107,6 +107,9 @@ from ansible_collections.gpulab.inference.plugins.module_utils.llama_cpp import 
 )
 
 
+VERSION_TIMEOUT_S = 60
+
+
 def _read_text(path):
     try:
         with open(path, "rb") as handle:
@@ -122,7 +125,14 @@ def record(module):
     if missing:
         raise LlamaCppError("binaries missing under %s: %s" % (bin_dir, ", ".join(missing)))
     binaries = dict((name, module.digest_from_file(os.path.join(bin_dir, name), "sha256")) for name in params["binaries"])
-    rc, out, err = module.run_command([os.path.join(bin_dir, params["version_binary"]), "--version"])
+    # --version loads the backends (CUDA initialises every GPU): a wedged GPU would hang it.
+    command = [os.path.join(bin_dir, params["version_binary"]), "--version"]
+    timeout = module.get_bin_path("timeout", required=True)
+    rc, out, err = module.run_command([timeout, "--kill-after=5s", "%ds" % VERSION_TIMEOUT_S] + command)
+    if rc in (124, 137):
+        raise LlamaCppError("%s did not answer within %d s: the CUDA backend waits on a GPU that does not answer "
+                            "(check nvidia-smi, reset the GPU or reboot the node), nothing was recorded"
+                            % (" ".join(command), VERSION_TIMEOUT_S))
     version = parse_llama_version((out or "") + "\n" + (err or ""))
     cache = _read_text(os.path.join(params["build_tree"], "CMakeCache.txt"))
     if cache is None:

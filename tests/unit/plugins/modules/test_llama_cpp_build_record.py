@@ -52,8 +52,15 @@ def record(stage, tree, version_out=VERSION_OUT, **changes):
             "plan": RECORD_PLAN, "toolchain": TOOLCHAIN, "source_kind": "archive",
             "source_id": "archive:sha256:" + "ab" * 32, "built_on": "node-a"}
     args.update(changes)
-    answers = {(str(stage / "bin" / "llama-cli"), "--version"): (0, "", version_out)}
-    return run_module(llama_cpp_build_record.main, args, answers, None)
+    answers = {version_command(stage): (0, "", version_out)}
+    return run_module(llama_cpp_build_record.main, args, answers, {"timeout": TIMEOUT})
+
+
+TIMEOUT = "/usr/bin/timeout"
+
+
+def version_command(stage):
+    return (TIMEOUT, "--kill-after=5s", "60s", str(stage / "bin" / "llama-cli"), "--version")
 
 
 def test_record_writes_build_info_with_architectures_as_compiled(tmp_path):
@@ -110,4 +117,16 @@ def test_a_failed_move_leaves_no_temporary_file(tmp_path):
     assert run.kind is FailJson
     assert "No space left on device" in run.result["msg"]
     assert [p.name for p in stage.iterdir() if p.name.startswith(".BUILD_INFO")] == []
+    assert not (stage / "BUILD_INFO.json").exists()
+
+
+@pytest.mark.parametrize("rc", [124, 137])
+def test_a_version_call_that_hangs_is_stopped_and_nothing_is_recorded(tmp_path, rc):
+    stage, tree = staged(tmp_path, "CMAKE_CUDA_ARCHITECTURES:STRING=90-real;120-real\n")
+    args = {"path": str(stage), "build_tree": str(tree), "binaries": ["llama-cli", "ggml-rpc-server"],
+            "plan": RECORD_PLAN, "toolchain": TOOLCHAIN, "source_kind": "archive",
+            "source_id": "archive:sha256:" + "ab" * 32, "built_on": "node-a"}
+    run = run_module(llama_cpp_build_record.main, args, {version_command(stage): (rc, "", "")}, {"timeout": TIMEOUT})
+    assert run.kind is FailJson, run.result
+    assert "llama-cli --version did not answer within 60 s" in run.result["msg"]
     assert not (stage / "BUILD_INFO.json").exists()
