@@ -145,6 +145,7 @@ import platform
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_cpp import (
+    BUILD_ID_PATTERN,
     LlamaCppError,
     run_problems,
     sharing_problems,
@@ -164,13 +165,23 @@ LIBIBVERBS_GLOBS = (
 )
 
 
+COMMAND_TIMEOUT_S = 30
+
+
 class Toolchain(object):
     def __init__(self, module):
         self.module = module
         self.params = module.params
 
     def _run(self, argv):
-        rc, out, err = self.module.run_command(argv)
+        # Bounded: nvidia-smi waits on a wedged GPU, nvcc or a compiler on a hung network mount.
+        timeout = self.module.get_bin_path("timeout")
+        command = [timeout, "--kill-after=5s", "%ds" % COMMAND_TIMEOUT_S] + list(argv) if timeout else list(argv)
+        rc, out, err = self.module.run_command(command)
+        if timeout and rc in (124, 137):
+            self.module.fail_json(msg="%s did not answer within %d s: for nvidia-smi, a GPU the driver waits on (reset it "
+                                      "or reboot the node); otherwise check the tool and the file system it is on"
+                                  % (" ".join(argv), COMMAND_TIMEOUT_S), rc=rc, cmd=command)
         return out if rc == 0 else ""
 
     def _nvcc_path(self):
@@ -188,10 +199,13 @@ class Toolchain(object):
     def _installed_build_id(self):
         path = os.path.join(self.params["install_dir"], "current", "BUILD_INFO.json")
         try:
-            with open(path) as handle:
-                return json.load(handle).get("build_id")
+            with open(path, "rb") as handle:
+                info = json.loads(handle.read().decode("utf-8"))
         except (IOError, OSError, ValueError):
             return None
+        # A damaged BUILD_INFO.json counts as no build: the build plan then builds again.
+        build_id = info.get("build_id") if isinstance(info, dict) else None
+        return build_id if isinstance(build_id, str) and BUILD_ID_PATTERN.match(build_id) else None
 
     def gather(self):
         compiler_path = self.module.get_bin_path("c++")

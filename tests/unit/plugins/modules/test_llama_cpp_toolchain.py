@@ -47,6 +47,8 @@ def run_module(args, capsys, binaries=None, outputs=None):
     def run_command(self, argv, **kwargs):
         calls.append(list(argv))
         text = outputs.get(tuple(argv))
+        if isinstance(text, tuple):
+            return text  # (rc, stdout, stderr) as given
         return (0, text, "") if text is not None else (1, "", "not found")
 
     with patch_module_args(args), \
@@ -120,6 +122,32 @@ def test_reads_installed_build_id(tmp_path, capsys):
     failed, result = run_module({"install_dir": str(tmp_path)}, capsys)[:2]
     assert not failed, result
     assert result["toolchain"]["installed_build_id"] == "0123456789ab"
+
+
+@pytest.mark.parametrize("content", [b"[]", b'"0123456789ab"', b'{"build_id": 123456789012}',
+                                     b'{"build_id": "0123456789ab\\n"}', b'{"build_id": "\xff"}', b"\xff\xfe", b"{"])
+def test_a_damaged_installed_build_info_counts_as_no_build(tmp_path, capsys, content):
+    build = tmp_path / "0123456789ab"
+    build.mkdir()
+    (build / "BUILD_INFO.json").write_bytes(content)
+    (tmp_path / "current").symlink_to("0123456789ab")
+    failed, result = run_module({"install_dir": str(tmp_path)}, capsys)[:2]
+    assert not failed, result
+    assert result["toolchain"]["installed_build_id"] is None
+
+
+def test_every_command_is_bounded_and_a_hanging_nvidia_smi_is_named(tmp_path, capsys):
+    bound = ("/usr/bin/timeout", "--kill-after=5s", "30s")
+    outputs = dict((bound + argv, text) for argv, text in OUTPUTS.items())
+    binaries = dict(BINARIES, timeout="/usr/bin/timeout")
+    failed, result, calls = run_module({"install_dir": str(tmp_path)}, capsys, binaries=binaries, outputs=outputs)
+    assert not failed, result
+    assert all(tuple(call[:3]) == bound for call in calls)
+    hanging = dict(outputs)
+    hanging[bound + ("/usr/bin/nvidia-smi", "--version")] = (124, "", "")
+    failed, result = run_module({"install_dir": str(tmp_path)}, capsys, binaries=binaries, outputs=hanging)[:2]
+    assert failed
+    assert result["msg"].startswith("/usr/bin/nvidia-smi --version did not answer within 30 s")
 
 
 BUILD_INFO = {"build_id": "0123456789ab", "cpu_arch": "x86_64", "glibc_version": "2.36", "cuda": True,
