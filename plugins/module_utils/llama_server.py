@@ -614,22 +614,19 @@ def restart_directives(systemd_version, restart_sec, max_delay_s, steps=5):
     return unit, service
 
 
-# StopPropagatedFrom= appeared in systemd 249 (NEWS of v249).
-STOP_PROPAGATION_SYSTEMD = 249
 NFTABLES_UNIT = "nftables.service"
 
 
-def firewall_unit_directives(systemd_version, nftables_unit=NFTABLES_UNIT):
-    """[Unit] directives that stop the RPC firewall unit, and so the servers that require it, when
-    nftables.service stops: Debian's unit flushes the whole ruleset on stop, our table with it, and
-    the servers must not listen without it.
+def firewall_unit_directives(nftables_unit=NFTABLES_UNIT):
+    """[Unit] directives that tie the RPC firewall unit, and so the servers that require it, to
+    nftables.service: Debian's unit flushes the whole ruleset when it stops, our table with it.
 
-    StopPropagatedFrom= passes on the stop only; a restart of nftables.service loads the table again
-    through the include, so the servers keep running. Before systemd 249, PartOf= passes on the stop
-    and the restart (the servers restart too). Returns a list of (key, value).
+    PartOf= passes on a stop and a restart: `systemctl stop nftables` stops the servers, and a
+    restart (a flush, then /etc/nftables.conf with our table) stops them for the moment the
+    ruleset is empty and starts them again after it is loaded, so no RPC port is ever open
+    without its rules. (StopPropagatedFrom= would not do better: a restart is propagated too.)
+    Returns a list of (key, value).
     """
-    if systemd_version >= STOP_PROPAGATION_SYSTEMD:
-        return [("StopPropagatedFrom", nftables_unit)]
     return [("PartOf", nftables_unit)]
 
 

@@ -169,8 +169,8 @@ stale_units:
 firewall_unit_directives:
   description:
     - Directives of the firewall unit's C([Unit]) section that stop it, and the servers that require
-      it, when C(nftables.service) stops (its stop flushes the ruleset), as C([key, value]) pairs;
-      empty without O(firewall_enabled).
+      it, when C(nftables.service) stops or restarts (both flush the ruleset), as C([key, value])
+      pairs; empty without O(firewall_enabled).
   returned: success
   type: list
   elements: list
@@ -264,7 +264,7 @@ class RpcServerPlan:
             "firewall": firewall,
             "stale_units": stale_units(params["unit_names"], params["unit"], [s["instance"] for s in servers]),
             "unit_directives": [list(d) for d in unit_directives],
-            "firewall_unit_directives": [list(d) for d in firewall_unit_directives(systemd_version)]
+            "firewall_unit_directives": [list(d) for d in firewall_unit_directives()]
             if params["firewall_enabled"] else [],
             "service_directives": [list(d) for d in service_directives] + rdma["service_directives"],
             "rdma": rdma,

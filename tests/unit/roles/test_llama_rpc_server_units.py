@@ -1,14 +1,13 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The RPC firewall unit and the server unit (roles/llama_rpc_server/templates), rendered with the
-plan's directives: a stop of nftables.service (its stop flushes the ruleset, the RPC table with it)
-stops the firewall unit and so every server that requires it, and a start of nftables.service
+plan's directives: a stop or restart of nftables.service (both flush the ruleset, the RPC table with
+it) stops the firewall unit and so every server that requires it, and a start of nftables.service
 starts them again. molecule proves the same on a live systemd; these tests guard the rendering."""
 
 from pathlib import Path
 
 import jinja2
-import pytest
 from ansible.plugins.filter.core import FilterModule
 
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import firewall_unit_directives
@@ -18,12 +17,12 @@ TEMPLATES = REPO / 'roles' / 'llama_rpc_server' / 'templates'
 FIREWALL_UNIT = 'gpulab-rpc-server-firewall.service'
 
 
-def render(name, systemd_version=252, firewall_enabled=True):
+def render(name, firewall_enabled=True):
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              loader=jinja2.FileSystemLoader(str(TEMPLATES)))
     env.filters.update(FilterModule().filters())
     plan = {
-        'firewall_unit_directives': [list(d) for d in firewall_unit_directives(systemd_version)] if firewall_enabled else [],
+        'firewall_unit_directives': [list(d) for d in firewall_unit_directives()] if firewall_enabled else [],
         'unit_directives': [['StartLimitIntervalSec', '0']],
         'service_directives': [['Restart', 'always'], ['RestartSec', '5']],
         'firewall': {'ip_address_allow': ['10.231.77.10']},
@@ -65,17 +64,12 @@ def sections(text):
     return found
 
 
-def test_a_stop_of_nftables_stops_the_firewall_unit_but_a_restart_does_not():
-    unit = sections(render('gpulab-rpc-firewall.service.j2', systemd_version=252))
-    assert ('StopPropagatedFrom', 'nftables.service') in unit['Unit']
-    assert ('After', 'nftables.service') in unit['Unit']
-    assert not [key for key, _value in unit['Unit'] if key in ('PartOf', 'BindsTo')]
-
-
-def test_before_systemd_249_the_firewall_unit_is_part_of_nftables():
-    unit = sections(render('gpulab-rpc-firewall.service.j2', systemd_version=247))
+def test_a_stop_or_restart_of_nftables_stops_the_firewall_unit_first():
+    # nftables.service flushes the ruleset on stop and on restart: PartOf= passes both on, and
+    # After= orders this unit's stop (and the servers', which are After= it) before the flush.
+    unit = sections(render('gpulab-rpc-firewall.service.j2'))
     assert ('PartOf', 'nftables.service') in unit['Unit']
-    assert 'StopPropagatedFrom' not in dict(unit['Unit'])
+    assert ('After', 'nftables.service') in unit['Unit']
 
 
 def test_a_start_of_nftables_starts_the_firewall_unit_again():
@@ -97,7 +91,6 @@ def test_without_the_firewall_the_server_unit_names_no_firewall_unit():
     assert ('WantedBy', 'multi-user.target') in sections(text)['Install']
 
 
-@pytest.mark.parametrize('version, expected', [(249, 'StopPropagatedFrom'), (255, 'StopPropagatedFrom'),
-                                               (248, 'PartOf'), (0, 'PartOf')])
-def test_firewall_unit_directives_follow_the_systemd_version(version, expected):
-    assert firewall_unit_directives(version) == [(expected, 'nftables.service')]
+def test_the_plan_ties_the_firewall_unit_to_nftables():
+    assert firewall_unit_directives() == [('PartOf', 'nftables.service')]
+    assert firewall_unit_directives('nftables-custom.service') == [('PartOf', 'nftables-custom.service')]
