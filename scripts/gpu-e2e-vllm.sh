@@ -75,12 +75,13 @@ PY
 log "== vLLM: $vllm_model, wheelhouse $vllm_wheelhouse ($(find "$vllm_wheelhouse" -name '*.whl' | wc -l) wheels)"
 vinv=$vdir/hosts.json
 vsup() { sup status gpulab-vllm 2>&1 | tr -s ' '; }
+vpid() { sup status gpulab-vllm 2>&1 | grep -o 'pid [0-9]*' || echo 'no pid'; }
 if deploy "$vinv" "$vdir/deploy-1.log"; then
   grep -E 'tokens from|answer:' "$vdir/deploy-1.log" | tail -n 2 | sed 's/^ *//' | while read -r line; do log "  $line"; done || true
-  before=$(vsup)
+  before=$(vpid)
   deploy "$vinv" "$vdir/deploy-2.log" || true
-  after=$(vsup)
-  log "  second deploy: before [$before] after [$after]; $( [ "$before" = "$after" ] || echo 'RESTARTED')"
+  after=$(vpid)
+  log "  second deploy: vLLM $before before, $after after: $( [ "$before" = "$after" ] && echo 'not restarted' || echo 'RESTARTED')"
   start=$SECONDS
   playbook -i "$vinv" "$repo/playbooks/bench.yml" >"$vdir/bench-playbook.log" 2>&1 || log "bench.yml failed: $(tail -n 5 "$vdir/bench-playbook.log")"
   log "bench.yml: $((SECONDS - start)) s, $(recap "$vdir/bench-playbook.log")"

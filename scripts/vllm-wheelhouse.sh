@@ -19,7 +19,9 @@ RUNTIME=(fastapi starlette pydantic pydantic-core annotated-types annotated-doc 
   "typing-extensions>=4.16" uvicorn pyzmq msgspec cbor2 pybase64 openai jiter sniffio httpx2 httpcore2
   truststore openai-harmony "llguidance>=1.7,<1.8" xgrammar==0.2.9 apache-tvm-ffi watchfiles
   model-hosting-container-standards prometheus-fastapi-instrumentator partial-json-parser cachetools
-  jmespath compressed-tensors==0.17.0 loguru)
+  jmespath compressed-tensors==0.17.0 loguru
+  # fastapi 0.165 (2026-11) imports opentelemetry
+  opentelemetry-api importlib-metadata zipp lazy-importer)
 PLATFORMS=(manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux_2_24_x86_64 manylinux_2_27_x86_64
   manylinux_2_28_x86_64 manylinux_2_31_x86_64 manylinux_2_34_x86_64 manylinux_2_35_x86_64 manylinux1_x86_64)
 
