@@ -416,7 +416,8 @@ class GpuDrain:
 
     def read_proc(self, pid, name):
         try:
-            with open(os.path.join(self.proc_root, str(pid), name)) as handle:
+            # A process names itself (comm, stat): any bytes, not necessarily UTF-8.
+            with open(os.path.join(self.proc_root, str(pid), name), encoding='utf-8', errors='replace') as handle:
                 return handle.read()
         except (IOError, OSError):
             return None

@@ -179,6 +179,16 @@ def test_drain_stops_what_is_not_kept_after_writing_the_state(tmp_path):
     assert result['summary'][-1] == 'GPU 0 freed 4096 MiB (24096 -> 20000 MiB used)'
 
 
+def test_a_process_with_a_name_that_is_not_utf8_is_read_without_a_traceback(tmp_path):
+    args = drain_args(tmp_path)
+    for stat in Path(args['proc_root']).glob('*/stat'):
+        pid = stat.parent.name
+        stat.write_bytes(b'%s (py\xff\xfethon) S 1 %s' % (pid.encode(), pid.encode()))
+    kind, result, commands, unused_warnings = run(args, drain_answers(args['state_file']))
+    assert kind is ExitJson, result
+    assert result['stopped'] == ['systemd:gpu-embed.service']
+
+
 def test_second_drain_changes_nothing(tmp_path):
     args = drain_args(tmp_path)
     state_file = tmp_path / 'drain-state.json'
