@@ -10,12 +10,13 @@ import pytest
 from playbook_runner import COLLECTIONS, REPO
 
 PREFLIGHT = "Preflight checks and GPU facts"
+DRY_RUN = "A dry run of a lab without a llama.cpp build plans no further"
 EXPECTED = {
     "fabric": [PREFLIGHT, "RoCE fabric (nodes with gpulab_fabric_interface)",
                "Check every node's side of the RoCE fabric", "Measure RDMA write bandwidth from every worker to the head"],
-    "build": [PREFLIGHT, "Build llama.cpp on the build host", "Ship the build to every GPU node"],
-    "bench": [PREFLIGHT, "Benchmark what is served and write the report"],
-    "serving": [PREFLIGHT, "Model on the head", "Memory plan before anything is started, stopped or drained",
+    "build": [PREFLIGHT, DRY_RUN, "Build llama.cpp on the build host", "Ship the build to every GPU node"],
+    "bench": [PREFLIGHT, DRY_RUN, "Benchmark what is served and write the report"],
+    "serving": [PREFLIGHT, DRY_RUN, "Model on the head", "Memory plan before anything is started, stopped or drained",
                 "Drain the GPU services that are not kept, before serving", "RPC workers", "Inference head",
                 "The vLLM server on the head (and the hosts of vllm_nodes for a multi-node layout, head first)",
                 "Report what is served"],
