@@ -52,7 +52,8 @@ def trace_file_name(host):
 def process_kind(process):
     """llama-server, rpc-server, vllm or other, from the systemd unit or the executable's name."""
     unit = process.get('systemd_unit') or ''
-    name = os.path.basename(process.get('process_name') or '')
+    path = process.get('process_name') or ''
+    name = os.path.basename(path)
     for text in (unit, name):
         if 'rpc-server' in text:
             return 'rpc-server'
@@ -60,6 +61,10 @@ def process_kind(process):
             return 'llama-server'
         if 'vllm' in text.lower():
             return 'vllm'
+    # vLLM's engine holds the GPU memory as the Python of its environment
+    # (/opt/gpulab/vllm/venv-0.24.0/bin/python3.12 under supervisord, where no unit names it).
+    if re.search(r'(\A|/)[^/]*vllm[^/]*/', path.lower()):
+        return 'vllm'
     return 'other'
 
 

@@ -75,3 +75,6 @@ def test_benchmark_and_report_ran_against_vllm():
         assert level["output_tokens"] > 0
     for png in ("residency.png", "utilisation.png", "throughput.png"):
         assert (reports[-1].parent / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The report describes vLLM's plan and checkpoint, not a llama.cpp model or build of the head.
+    assert report["vllm"]["label"] == "TP=2+EP", report["vllm"]
+    assert report["build"] is None, report["build"]

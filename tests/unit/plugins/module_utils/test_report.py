@@ -170,3 +170,17 @@ def test_rpc_transport_per_server_with_the_fallback_warned():
     assert '| RPC connections over RDMA / TCP | 2 / 2 (1 warning, see RPC transport) |' in report.summary_lines(doc)
     assert report.rpc_transport_table({}) == [] and 'No RPC server log was read.' in report.render_markdown(
         report.build_document('lab', 'now'), {'residency': 'r', 'utilisation': 'u', 'throughput': 't'})
+
+
+@pytest.mark.parametrize('process, kind', [
+    # vLLM's engine core under supervisord, as nvidia-smi named it on an H200 (2026-12-01)
+    ({'process_name': '/opt/gpulab/vllm/venv-0.24.0/bin/python3.12', 'systemd_unit': None}, 'vllm'),
+    ({'process_name': '/usr/bin/python3', 'systemd_unit': 'gpulab-vllm.service'}, 'vllm'),
+    ({'process_name': '/opt/vllm-test-double/bin/vllm', 'systemd_unit': None}, 'vllm'),
+    ({'process_name': '/opt/gpulab/llama.cpp/builds/b1/bin/llama-server', 'systemd_unit': None}, 'llama-server'),
+    ({'process_name': '/usr/bin/python3', 'systemd_unit': None}, 'other'),
+    ({'process_name': '/home/u/vllm_notes.py', 'systemd_unit': None}, 'vllm'),
+    ({'process_name': '/srv/asr/bin/python3', 'systemd_unit': 'whisper.service'}, 'other'),
+])
+def test_process_kind_finds_vllm_by_its_environment(process, kind):
+    assert report.process_kind(process) == kind
