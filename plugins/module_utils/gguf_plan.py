@@ -119,6 +119,9 @@ def model_facts(model):
     arch = model.get("general.architecture")
     if not arch:
         raise PlanError("%s has no general.architecture: not a model (a vocabulary-only GGUF?)" % (model.path,))
+    if not isinstance(arch, str) or not re.match(r"\A[A-Za-z0-9_.-]{1,64}\Z", arch):
+        raise PlanError("%s: metadata general.architecture is %r, not an architecture name; the file is damaged or "
+                        "not written for llama.cpp" % (model.path, arch))
 
     def key(name, default=None, required=False):
         value = model.get("%s.%s" % (arch, name), default)

@@ -272,6 +272,14 @@ def test_gguf_metadata_of_the_wrong_type_or_value_is_named(metadata, message):
     assert message in str(raised.value)
 
 
+@pytest.mark.parametrize("arch", [7, ["minimax-m2"], "minimax m2", "minimax-m2\n"])
+def test_an_architecture_that_is_not_a_name_is_named(arch):
+    model = shaped()
+    model.metadata["general.architecture"] = arch
+    with pytest.raises(gp.PlanError, match="metadata general.architecture is"):
+        gp.model_facts(model)
+
+
 def test_per_layer_head_counts_with_attention_free_layers_are_read():
     facts = gp.model_facts(shaped(attention__head_count=[0, 4], attention__head_count_kv=[0, 2]))
     assert (facts["attention_heads"], facts["kv_heads"]) == (4, [0, 2])
