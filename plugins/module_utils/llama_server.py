@@ -787,6 +787,8 @@ def backend_sampling_choice(setting, devices, split, n_layer=None, n_gpu_layers=
         device["name"], "a GPU of the head" if device["kind"] == "local" else "RPC " + str(device["endpoint"]))
     if any(str(a) in BACKEND_SAMPLING_FLAGS for a in extra_args):
         return {"enabled": True, "reason": "given in llama_server_extra_args", "output_device": where}
+    if isinstance(setting, str) and setting.strip().lower() in ("true", "yes", "on", "false", "no", "off"):
+        setting = setting.strip().lower() in ("true", "yes", "on")
     if setting is True or setting is False:
         return {"enabled": setting, "reason": "llama_server_backend_sampling is %s" % str(setting).lower(),
                 "output_device": where}
@@ -815,7 +817,7 @@ SERVER_OPTION_DEFAULTS = {
     "threads": 0,
     "log_verbosity": None,
     "api_key_file": "",
-    "backend_sampling": "auto",
+    "backend_sampling": False,
     "extra_args": [],
 }
 

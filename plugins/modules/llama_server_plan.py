@@ -118,7 +118,7 @@ options:
         renders that list and decides nothing).
       - Keys C(host), C(port), C(gpu_layers), C(ctx_size), C(parallel), C(flash_attn), C(jinja), C(reasoning_format),
         C(reasoning_budget), C(metrics), C(threads), C(log_verbosity), C(api_key_file), C(extra_args) and
-        C(backend_sampling) (V(auto), V(true) or V(false)); a key left out takes llama-server's role default.
+        C(backend_sampling) (V(auto), V(true) or V(false)); a key left out takes the llama_server role's default (C(backend_sampling=false)).
       - C(backend_sampling=auto) samples on the GPU where the output layer is on one of the head's own GPUs, and
         on the CPU where it is on an RPC device or the CPU (RV(backend_sampling) says why).
     type: dict

@@ -740,3 +740,12 @@ def test_server_argv_without_rpc_or_backend_sampling_and_no_duplicate_flag():
 def test_server_argv_refuses_bad_options(options, message):
     with pytest.raises(ls.LlamaServerError, match=message):
         ls.server_argv("ls", "m.gguf", options, "", "1", False)
+
+
+def test_backend_sampling_off_by_default_and_strings_from_the_command_line():
+    # The role's default: off even with the output layer on the head's GPU (docs/benchmarks.md).
+    assert ls.SERVER_OPTION_DEFAULTS["backend_sampling"] is False
+    assert ls.backend_sampling_choice(False, _devices(0, 1), [1])["enabled"] is False
+    # -e llama_server_backend_sampling=true arrives as a string
+    assert ls.backend_sampling_choice("true", _devices(2, 0), [1, 1])["enabled"] is True
+    assert ls.backend_sampling_choice("off", _devices(0, 1), [1])["enabled"] is False

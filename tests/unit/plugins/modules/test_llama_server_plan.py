@@ -99,7 +99,8 @@ def test_argv_turns_backend_sampling_on_for_a_local_output_layer(head, tmp_path)
     build = tmp_path / "0123456789ab"
     (build / "BUILD_INFO.json").write_text(json.dumps({"build_id": "0123456789ab", "cuda": True}))
     result = run(dict(head, workers=[manifest("node-b", "10.231.77.11")],
-                      local_gpus=[{"index": 0, "memory_total_mib": 97887}], server={"port": 8080}))
+                      local_gpus=[{"index": 0, "memory_total_mib": 97887}],
+                      server={"port": 8080, "backend_sampling": "auto"}))
     assert result.kind is ExitJson, result.result
     assert result.result["backend_sampling"]["enabled"] is True
     assert result.result["argv"][-1] == "--backend-sampling"
@@ -108,7 +109,7 @@ def test_argv_turns_backend_sampling_on_for_a_local_output_layer(head, tmp_path)
 
 def test_argv_keeps_backend_sampling_off_for_an_output_layer_on_a_worker(head):
     result = run(dict(head, workers=[manifest("node-b", "10.231.77.11"), manifest("node-c", "10.231.77.12")],
-                      server={}))
+                      server={"backend_sampling": "auto"}))
     assert result.kind is ExitJson, result.result
     assert result.result["backend_sampling"]["enabled"] is False
     assert "RPC 10.231.77.12:50052" in result.result["backend_sampling"]["reason"]
