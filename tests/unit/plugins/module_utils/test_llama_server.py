@@ -708,8 +708,8 @@ def test_backend_sampling_forced_either_way_or_given_as_an_extra_argument():
     assert ls.backend_sampling_choice(False, _devices(0, 1), [1])["enabled"] is False
     extra = ls.backend_sampling_choice("auto", devices, [1, 1], extra_args=["-bs"])
     assert extra["enabled"] is True and "extra_args" in extra["reason"]
-    with pytest.raises(ls.LlamaServerError, match="llama_server_backend_sampling is 'yes'"):
-        ls.backend_sampling_choice("yes", devices, [1, 1])
+    with pytest.raises(ls.LlamaServerError, match="llama_server_backend_sampling is 'sometimes'"):
+        ls.backend_sampling_choice("sometimes", devices, [1, 1])
 
 
 def test_server_argv_is_the_whole_command_line():
