@@ -12,7 +12,7 @@ name: serving_problems
 short_description: What is wrong with the serving variables an operator set, as sentences
 version_added: 0.1.0
 description:
-  - Reads, for every given host, the serving variables of roles C(llama_server),
+  - Reads, for every given host, the variables of roles C(llama_cpp_build), C(llama_server),
     C(llama_rpc_server), C(memory_plan) and C(bench) that the inventory or C(-e) set (role defaults are
     not visible here, so only what the user set is checked) and returns one sentence per
     problem, naming the variable, its value, the hosts and what to set instead.

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to gpulab.inference
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Pure checks of the serving and benchmark variables an operator sets, before any node is touched.
+"""Pure checks of the build, serving and benchmark variables an operator sets, before any node is touched.
 
 The serving roles check their arguments when they run, minutes into a deployment and under
 derived names (llama_server_ctx_size reaches the memory plan as memory_plan_ctx_size). These
@@ -191,6 +191,12 @@ RULES = {
     "memory_plan_cuda_context_mib": (_whole(0), "MiB per process and GPU for the CUDA context, e.g. 720"),
     "memory_plan_enforce": (_boolean, "true or false"),
     "memory_plan_count_drain": (_boolean, "true or false"),
+    "llama_cpp_source": (_choice("git", "archive"), "git or archive"),
+    "llama_cpp_cuda": (_choice("auto", "on", "off"), "auto, on or off (quoted in YAML)"),
+    "llama_cpp_rpc_rdma": (_choice("auto", "on", "off"), "auto, on or off (quoted in YAML)"),
+    "llama_cpp_native": (_boolean, "true or false"),
+    "llama_cpp_keep_builds": (_whole(2), "builds to keep, 2 or more (the current one and the previous for a rollback)"),
+    "llama_cpp_build_timeout_s": (_whole(1), "seconds the build may take, e.g. 7200"),
     "bench_concurrency": (_levels, "the concurrency levels, e.g. [1, 2, 4]"),
     "bench_requests_per_level": (_whole(1), "requests per level, 1 or more, e.g. 8"),
     "bench_warmup_requests": (_whole(0), "warm-up requests, e.g. 2"),

@@ -15,6 +15,9 @@ ROLES = ("llama_server", "llama_rpc_server", "memory_plan", "bench")
 
 
 def role_of(name):
+    # llama_cpp_* are llama_cpp_build's options (shared with llama_cpp_distribute)
+    if name.startswith("llama_cpp_"):
+        return "llama_cpp_build"
     # the longest prefix first: llama_rpc_server_* is not llama_server's
     return next(role for role in sorted(ROLES, key=len, reverse=True) if name.startswith(role + "_"))
 
@@ -90,6 +93,8 @@ BAD = [
     ("llama_rpc_server_gpu_indices", "0,1", "is not a list"),
     ("llama_rpc_server_other_firewall", "ignore", "is not one of fail, opened"),
     ("memory_plan_margin_mib", "lots", "is not a whole number"),
+    ("llama_cpp_cuda", False, "is a boolean (YAML reads an unquoted on or off as true or false)"),
+    ("llama_cpp_keep_builds", 1, "is below 2: set builds to keep, 2 or more"),
     ("bench_concurrency", [1, 0], "has an entry 0 that is not a concurrency of 1 or more"),
     ("bench_concurrency", [], "is not a non-empty list"),
     ("bench_concurrency", "1,2,4", "is a string, not a list (on the command line give JSON"),
