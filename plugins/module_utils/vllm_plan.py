@@ -110,6 +110,9 @@ def model_shape(config, where="the model"):
         raise VllmPlanError("config.json of %s is not a JSON object" % where)
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
     architectures = config.get("architectures") or []
+    if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
+        raise VllmPlanError("config.json of %s: architectures is %r, expected a list of class names such as "
+                            "[\"MiniMaxM2ForCausalLM\"]" % (where, architectures))
     architecture = architectures[0] if architectures else ""
     heads = _int(text, "num_attention_heads", where)
     hidden = _int(text, "hidden_size", where)
@@ -123,7 +126,8 @@ def model_shape(config, where="the model"):
         "head_dim": _int(text, "head_dim", where, hidden // heads if hidden % heads == 0 else None),
         "vocab_size": _int(text, "vocab_size", where),
         "tie_word_embeddings": bool(config.get("tie_word_embeddings", text.get("tie_word_embeddings", False))),
-        "max_position_embeddings": text.get("max_position_embeddings"),
+        "max_position_embeddings": _int(text, "max_position_embeddings", where) if text.get("max_position_embeddings")
+        is not None else None,
         "attention_bias": bool(text.get("attention_bias", architecture == "Qwen2ForCausalLM")),
         "qk_norm": architecture in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "MiniMaxM2ForCausalLM"),
     }
@@ -135,7 +139,11 @@ def model_shape(config, where="the model"):
     # Experts: MiniMax-M2 and Mixtral name them num_local_experts with intermediate_size per
     # expert; Qwen3-MoE names them num_experts with moe_intermediate_size.
     experts = text.get("num_local_experts") or text.get("num_experts") or 0
-    shape["experts"] = experts if isinstance(experts, int) and experts > 0 else 0
+    if isinstance(experts, bool) or not isinstance(experts, int) or experts < 0:
+        # A count in quotes would otherwise plan an MoE model as a dense one.
+        raise VllmPlanError("config.json of %s: num_local_experts / num_experts is %r, expected a whole number "
+                            "(0 or absent for a dense model)" % (where, experts))
+    shape["experts"] = experts
     if shape["experts"]:
         shape["experts_used"] = _int(text, "num_experts_per_tok", where)
         key = "moe_intermediate_size" if "moe_intermediate_size" in text else "intermediate_size"

@@ -306,6 +306,14 @@ def test_bad_layout_sizes():
     ({'num_hidden_layers': 'x'}, "num_hidden_layers is 'x'"),
     ({'torch_dtype': 'int8'}, "torch_dtype 'int8'"),
     ({'quantization_config': {'quant_method': 'fp8', 'weight_block_size': [128]}}, 'weight_block_size is \\[128\\]'),
+    ({'num_attention_heads': -48}, 'num_attention_heads is -48'),
+    ({'hidden_size': 3072.5}, 'hidden_size is 3072.5'),
+    ({'num_local_experts': '256'}, "num_local_experts / num_experts is '256'"),
+    ({'num_local_experts': -1}, 'num_local_experts / num_experts is -1'),
+    ({'architectures': 'MiniMaxM2ForCausalLM'}, "architectures is 'MiniMaxM2ForCausalLM', expected a list"),
+    ({'architectures': [7]}, 'architectures is \\[7\\]'),
+    ({'max_position_embeddings': '196608'}, "max_position_embeddings is '196608'"),
+    ({'max_position_embeddings': 0}, 'max_position_embeddings is 0'),
 ])
 def test_bad_config_values_name_the_key(change, match):
     cfg = dict(config('minimax-m2.5-config.json'), **change)
