@@ -29,8 +29,10 @@ export PYTHONUNBUFFERED := 1
 step = @echo "==> $(1)"
 
 .PHONY: help
+# Target names may hold digits and hyphens (gpu-e2e); -h keeps file names out when several
+# makefiles are read.
 help: ## List the targets
-	@grep -E '^[a-z][a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9][a-zA-Z0-9_-]*:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
 # ---- installation -----------------------------------------------------------------------
 .PHONY: deps host-deps venv collection
@@ -91,7 +93,7 @@ facts: deps ## GPU facts table of an inventory: make facts INVENTORY=inventory/l
 
 # ---- checks ---------------------------------------------------------------------------------
 .PHONY: test lint sanity unit molecule build integration-llama
-test: deps ## Everything CI checks: lint, sanity, unit tests, molecule scenarios
+test: deps ## Everything CI checks: lint, sanity, unit, molecule, integration-llama
 	@bash scripts/timed.sh "ansible-lint (production profile)" $(MAKE) --no-print-directory lint
 	@bash scripts/timed.sh "ansible-test sanity" $(MAKE) --no-print-directory sanity
 	@bash scripts/timed.sh "unit tests" $(MAKE) --no-print-directory unit
@@ -99,7 +101,7 @@ test: deps ## Everything CI checks: lint, sanity, unit tests, molecule scenarios
 	@bash scripts/timed.sh "synthetic models loaded by the lab's llama.cpp build" $(MAKE) --no-print-directory integration-llama
 	$(call step,all checks passed)
 
-lint: deps
+lint: deps ## ansible-lint, production profile
 	$(call step,ansible-lint --offline (production profile))
 	@ansible-lint --offline
 
@@ -114,7 +116,7 @@ $(SANITY_VENV)/.installed: requirements.txt
 	@$(SANITY_VENV)/bin/pip install -q "$$(grep '^ansible-core==' requirements.txt)"
 	@touch $@
 
-sanity: deps $(SANITY_VENV)/.installed
+sanity: deps $(SANITY_VENV)/.installed ## ansible-test sanity (own venv, offline pip bootstrap)
 	$(call step,ansible-test sanity in $(SANITY_ROOT))
 	@rm -rf $(SANITY_ROOT) && mkdir -p $(SANITY_ROOT)
 	@git ls-files -z --cached --others --exclude-standard | rsync -a --from0 --files-from=- ./ $(SANITY_ROOT)/
@@ -125,14 +127,14 @@ sanity: deps $(SANITY_VENV)/.installed
 	  ansible-test sanity --local --requirements --python 3.11 --color no
 
 # A skipped test fails the run (tests/no_skips.py, loaded by tests/conftest.py); so does an empty one.
-unit: deps
+unit: deps ## Unit tests and playbook tests (ansible-runner)
 	$(call step,pytest tests/unit tests/playbooks)
 	@python -m pytest -q -rs tests/unit tests/playbooks
 
 # The scenarios get a lab of their own (containers, network, subnet), so a demo lab survives.
 molecule: export GPULAB_LAB_NAME := gpulab-test
 molecule: export GPULAB_LAB_FABRIC_PREFIX := 10.231.78
-molecule: deps llama-cpp-archive
+molecule: deps llama-cpp-archive ## Molecule scenarios on a lab of their own (MOLECULE_SCENARIOS)
 	@for s in $(MOLECULE_SCENARIOS); do \
 	  bash scripts/timed.sh "molecule test -s $$s" molecule test -s $$s || exit 1; \
 	done
