@@ -20,8 +20,8 @@ import re
 STATE_SCHEMA = 'gpulab.inference.gpu_drain/1'
 DEFAULT_STATE_FILE = '/var/lib/gpulab/drain-state.json'
 # The collection's own inference units (role common: gpulab_llama_server_unit,
-# gpulab_rpc_server_unit@<i>): the drain never stops them, playbooks/restore.yml does.
-DEFAULT_OWN_UNITS = ('gpulab-llama-server.service', 'gpulab-rpc-server@*.service')
+# gpulab_rpc_server_unit@<i>, gpulab_vllm_unit): the drain never stops them, playbooks/restore.yml does.
+DEFAULT_OWN_UNITS = ('gpulab-llama-server.service', 'gpulab-rpc-server@*.service', 'gpulab-vllm.service')
 # Driver daemons and monitors hold /dev/nvidia* open without holding memory for work.
 DEFAULT_IGNORED_PROCESSES = ('nvidia-persistenced', 'nvidia-fabricmanager', 'nv-hostengine',
                              'nvidia-smi', 'nvidia-cuda-mps-control')
@@ -356,6 +356,9 @@ def decide(consumer, keep, own_units, kill_unmanaged, unit=None):
     kind = consumer['kind']
     if kind == KIND_SYSTEMD and matching_pattern(own_units, [consumer['name']]):
         return ACTION_OWN, 'an inference unit of gpulab.inference'
+    # The collection's supervisord programs carry its unit names without the .service suffix.
+    if kind == KIND_SUPERVISOR and matching_pattern(own_units, [consumer['name'] + '.service']):
+        return ACTION_OWN, 'an inference program of gpulab.inference'
     pattern = matching_pattern(keep, consumer_names(consumer))
     if pattern is not None:
         return ACTION_KEEP, 'matches keep pattern %r' % pattern

@@ -48,10 +48,10 @@ options:
   own_units:
     description:
       - The collection's inference units (patterns); never stopped by a drain, as the deployment
-        manages them itself.
+        manages them itself. A supervisord program matches by its name plus C(.service).
     type: list
     elements: str
-    default: [gpulab-llama-server.service, gpulab-rpc-server@*.service]
+    default: [gpulab-llama-server.service, gpulab-rpc-server@*.service, gpulab-vllm.service]
   stop_units:
     description:
       - With O(state=restored), systemd units to stop before anything is started again (patterns,
@@ -689,7 +689,7 @@ def build_module():
             state=dict(type='str', default='drained', choices=['drained', 'restored']),
             keep=dict(type='list', elements='str', default=[]),
             own_units=dict(type='list', elements='str',
-                           default=['gpulab-llama-server.service', 'gpulab-rpc-server@*.service']),
+                           default=['gpulab-llama-server.service', 'gpulab-rpc-server@*.service', 'gpulab-vllm.service']),
             stop_units=dict(type='list', elements='str', default=[]),
             kill_unmanaged=dict(type='bool', default=False),
             state_file=dict(type='path', default='/var/lib/gpulab/drain-state.json'),

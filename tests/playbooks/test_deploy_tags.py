@@ -17,7 +17,10 @@ EXPECTED = {
     "build": [PREFLIGHT, DRY_RUN, "Build llama.cpp on the build host", "Ship the build to every GPU node"],
     "bench": [PREFLIGHT, DRY_RUN, "Benchmark what is served and write the report"],
     "serving": [PREFLIGHT, DRY_RUN, "Model on the head", "Memory plan before anything is started, stopped or drained",
-                "Drain the GPU services that are not kept, before serving", "RPC workers", "Inference head",
+                "Drain the GPU services that are not kept, before serving",
+                # the engine not deployed is retired (playbooks/stop.yml)
+                "Stop llama-server on the head", "Stop the RPC servers on the workers",
+                "Stop vLLM on the head and the vLLM nodes", "RPC workers", "Inference head",
                 "The vLLM server on the head (and the hosts of vllm_nodes for a multi-node layout, head first)",
                 "Report what is served"],
 }

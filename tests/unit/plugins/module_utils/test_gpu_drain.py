@@ -421,3 +421,13 @@ def test_unit_inside_the_lab_container_seen_from_inside_and_from_the_host():
 def test_container_root_on_the_host_is_none():
     assert container_root(fixture('synthetic/cgroup-v2-system-service.txt')) is None
     assert container_root('') is None
+
+
+def test_the_collections_vllm_is_own_as_a_unit_and_as_a_supervisord_program():
+    # A redeploy with gpulab_engine vllm must not drain the vLLM it serves.
+    unit = consumer({'kind': 'systemd', 'name': 'gpulab-vllm.service'})
+    program = consumer({'kind': 'supervisor', 'name': 'gpulab-vllm'})
+    other = consumer({'kind': 'supervisor', 'name': 'whisper'})
+    assert decide(unit, [], list(DEFAULT_OWN_UNITS), False)[0] == 'own'
+    assert decide(program, [], list(DEFAULT_OWN_UNITS), False) == ('own', 'an inference program of gpulab.inference')
+    assert decide(other, [], list(DEFAULT_OWN_UNITS), False)[0] == 'stop'
