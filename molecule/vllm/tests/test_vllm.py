@@ -78,3 +78,14 @@ def test_benchmark_and_report_ran_against_vllm():
     # The report describes vLLM's plan and checkpoint, not a llama.cpp model or build of the head.
     assert report["vllm"]["label"] == "TP=2+EP", report["vllm"]
     assert report["build"] is None, report["build"]
+
+
+def test_the_drain_left_the_collections_vllm_running(host):
+    """deploy.yml ran twice (converge, idempotence); the second drain saw vLLM on GPU 0 and kept it."""
+    apps = host.check_output("nvidia-smi --query-compute-apps=pid,process_name,gpu_uuid,used_memory "
+                             "--format=csv,noheader,nounits")
+    main_pid = host.check_output("systemctl show -p MainPID --value gpulab-vllm.service")
+    assert main_pid != "0" and apps.startswith(main_pid + ","), apps
+    assert host.check_output("systemctl show -p NRestarts --value gpulab-vllm.service") == "0"
+    # Nothing was drained: no state file, so nothing of the collection's is listed to restore.
+    assert not host.file("/var/lib/gpulab/drain-state.json").exists
