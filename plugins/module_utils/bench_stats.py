@@ -22,10 +22,10 @@ Tokens are counted from the server's usage block, never from chunks.
 from __future__ import annotations
 
 import math
-import os
 import re
-import tempfile
 from urllib.parse import urlsplit
+
+from ansible_collections.gpulab.inference.plugins.module_utils.atomic_file import path_problem
 
 WORDS = (
     'amber', 'basalt', 'cedar', 'delta', 'ember', 'fjord', 'granite', 'harbor', 'island', 'juniper',
@@ -399,27 +399,5 @@ def output_path_problem(path, option):
     """
     if not path:
         return None
-    directory = os.path.dirname(path) or '.'
-    if os.path.isdir(path):
-        return '%s %s is a directory; give the path of a file in it' % (option, path)
-    if not os.path.isdir(directory):
-        return '%s %s: directory %s does not exist; create it first' % (option, path, directory)
-    if not os.access(directory, os.W_OK | os.X_OK):
-        return '%s %s: directory %s is not writable by this user' % (option, path, directory)
-    return None
-
-
-def write_atomic(path, text, prefix, mode=None):
-    """Write text to path through a temporary file beside it, renamed over path; the temporary
-    file is removed on every way out (a full disk, a path that became a directory)."""
-    directory = os.path.dirname(path) or '.'
-    handle, temp = tempfile.mkstemp(prefix=prefix, dir=directory)
-    try:
-        with os.fdopen(handle, 'w') as out:
-            out.write(text)
-        if mode is not None:
-            os.chmod(temp, mode)
-        os.rename(temp, path)
-    finally:
-        if os.path.exists(temp):
-            os.unlink(temp)
+    problem = path_problem(path)
+    return '%s %s' % (option, problem) if problem else None

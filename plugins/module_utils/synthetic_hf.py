@@ -29,9 +29,9 @@ import json
 import os
 import random
 import struct
-import tempfile
 
 from ansible_collections.gpulab.inference.plugins.module_utils import vllm_plan as vp
+from ansible_collections.gpulab.inference.plugins.module_utils.atomic_file import atomic_write
 from ansible_collections.gpulab.inference.plugins.module_utils.synthetic_model import free_space_problem
 
 # bump when the bytes written for the same options change
@@ -427,17 +427,10 @@ def existing_state(directory, plan):
 
 
 def _write_atomic(directory, name, chunks, mode):
-    handle = tempfile.NamedTemporaryFile(dir=directory, prefix="." + name + ".", suffix=".tmp", delete=False)
-    try:
-        with handle:
-            for chunk in chunks:
-                handle.write(chunk)
-        os.chmod(handle.name, mode)
-        os.rename(handle.name, os.path.join(directory, name))
-    except BaseException:
-        if os.path.exists(handle.name):
-            os.unlink(handle.name)
-        raise
+    def write(stream):
+        for chunk in chunks:
+            stream.write(chunk)
+    atomic_write(os.path.join(directory, name), write, mode)
 
 
 def write_model(directory, plan, mode=0o644):

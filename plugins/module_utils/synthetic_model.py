@@ -20,9 +20,8 @@ import os
 import random
 import re
 import struct
-import tempfile
 
-from ansible_collections.gpulab.inference.plugins.module_utils import gguf
+from ansible_collections.gpulab.inference.plugins.module_utils import atomic_file, gguf
 
 # bump when the bytes this module writes for the same options change
 GENERATOR_REVISION = 1
@@ -471,7 +470,7 @@ def existing_state(paths, options_sha256):
 
 def temp_prefix(path):
     """Prefix of the temporary files write_model writes `path` through."""
-    return ".%s." % os.path.basename(path)
+    return atomic_file.temp_prefix(path)
 
 
 def is_temp_file_of(name, path):
@@ -526,22 +525,21 @@ def check_free_space(directory, needed_bytes, reclaimable_bytes=0):
 
 
 def write_model(plan, seed):
-    """Write every file to a temp file beside it, then rename them all into place."""
+    """Write every file to a temp file beside it, then rename them all into place, so the shards
+    are replaced together (a reader never sees new and old shards side by side)."""
     temps = []
     try:
         for path, metadata, members in plan.files:
-            directory = os.path.dirname(os.path.abspath(path))
-            fd, temp_path = tempfile.mkstemp(dir=directory, prefix=temp_prefix(path), suffix=".tmp")
-            temps.append((temp_path, path))
-            with os.fdopen(fd, "wb") as stream:
-                by_info = dict((id(t.info), t) for t in members)
+            by_info = dict((id(t.info), t) for t in members)
+
+            def write(stream, metadata=metadata, members=members, by_info=by_info):
                 gguf.write_gguf(stream, metadata, [t.info for t in members],
                                 lambda info: tensor_chunks(by_info[id(info)], seed))
-                stream.flush()
-                os.fsync(stream.fileno())
-            os.chmod(temp_path, 0o644)
+            temps.append((atomic_file.write_temp(os.path.abspath(path), write, 0o644), path))
         for temp_path, path in temps:
-            os.rename(temp_path, path)
+            os.replace(temp_path, path)
+        for directory in sorted(set(os.path.dirname(os.path.abspath(path)) for _temp, path in temps)):
+            atomic_file.fsync_directory(directory)
     finally:
         for temp_path, _path in temps:
             if os.path.exists(temp_path):

@@ -231,11 +231,11 @@ state_file:
 import datetime
 import os
 import signal
-import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpulab.inference.plugins.module_utils.atomic_file import atomic_write
 from ansible_collections.gpulab.inference.plugins.module_utils.gpu_drain import (
     ACTION_KILL,
     ACTION_STOP,
@@ -518,26 +518,9 @@ class GpuDrain:
                     'or set state_file; nothing was stopped' % directory, state_file=self.state_file)
 
     def write_state(self, state):
-        """Write atomically: temp file in the same directory, fsync, rename, fsync the directory."""
-        directory = os.path.dirname(self.state_file) or '.'
+        # Atomic and fsynced: a crash mid-drain must leave the previous state readable for restore.
         try:
-            fd, temp_path = tempfile.mkstemp(prefix='.drain-state.', dir=directory)
-            try:
-                with os.fdopen(fd, 'w') as handle:
-                    handle.write(dump_state(state))
-                    handle.flush()
-                    os.fsync(handle.fileno())
-                os.chmod(temp_path, 0o644)
-                os.rename(temp_path, self.state_file)
-            except BaseException:
-                if os.path.exists(temp_path):
-                    os.unlink(temp_path)
-                raise
-            dir_fd = os.open(directory, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            atomic_write(self.state_file, dump_state(state), 0o644, prefix='.drain-state.', suffix='')
         except (IOError, OSError) as exc:
             self.module.fail_json(msg='cannot write drain state file %s: %s' % (self.state_file, exc), **self.result)
         self.state = state

@@ -157,6 +157,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpulab.inference.plugins.module_utils import bench_stats, gpu_trace
+from ansible_collections.gpulab.inference.plugins.module_utils.atomic_file import atomic_write
 from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi import (
     GPU_QUERY_ARGS,
     NvidiaSmiParseError,
@@ -292,9 +293,9 @@ class Sampler:
                                       'that the GPUs answer (nvidia-smi) and that stop_file is not created early'
                                       % (used, duration, self.stopped_by, self.params['trace_path']))
         try:
-            bench_stats.write_atomic(self.params['trace_path'], gpu_trace.trace_document(
+            atomic_write(self.params['trace_path'], gpu_trace.trace_document(
                 os.uname()[1], used, self.params['interval_ms'], self.started, samples,
-                dict((str(k), v) for k, v in self.names.items())), '.trace-', 0o644)
+                dict((str(k), v) for k, v in self.names.items())), 0o644, prefix='.trace-', suffix='')
         except OSError as exc:
             self.module.fail_json(msg='trace_path %s cannot be written: %s' % (self.params['trace_path'],
                                                                               exc.strerror or exc))

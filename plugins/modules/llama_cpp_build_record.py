@@ -95,9 +95,9 @@ build_info:
 
 import json
 import os
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpulab.inference.plugins.module_utils.atomic_file import atomic_write
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_cpp import (
     LlamaCppError,
     compose_build_info,
@@ -142,16 +142,11 @@ def record(module):
                               source_record(params["source_kind"], params["source_id"], params["source_version"]),
                               params["built_on"])
     target = os.path.join(params["path"], "BUILD_INFO.json")
-    handle, temporary = tempfile.mkstemp(prefix=".BUILD_INFO.", dir=params["path"])
     try:
-        with os.fdopen(handle, "w") as stream:
-            stream.write(json.dumps(info, indent=2, sort_keys=True) + "\n")
-        os.chmod(temporary, 0o644)
-        module.atomic_move(temporary, target)
-    finally:
-        # A full disk or a failed move leaves no temporary file in the build directory.
-        if os.path.exists(temporary):
-            os.unlink(temporary)
+        # A full disk or a failed rename leaves no temporary file in the build directory.
+        atomic_write(target, json.dumps(info, indent=2, sort_keys=True) + "\n", 0o644, prefix=".BUILD_INFO.", suffix="")
+    except OSError as exc:
+        raise LlamaCppError("cannot write %s: %s" % (target, exc))
     return info
 
 

@@ -219,6 +219,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpulab.inference.plugins.module_utils import bench_stats
+from ansible_collections.gpulab.inference.plugins.module_utils.atomic_file import atomic_write
 from ansible_collections.gpulab.inference.plugins.module_utils.bench_stats import BenchInputError
 from ansible_collections.gpulab.inference.plugins.module_utils.sse import SseError, SseParser, StreamRecord
 
@@ -389,7 +390,7 @@ def write_progress(path, line):
     if not path:
         return
     try:
-        bench_stats.write_atomic(path, line + '\n', '.progress-')
+        atomic_write(path, line + '\n', prefix='.progress-', suffix='')
     except OSError as exc:
         raise BenchInputError('progress_path %s cannot be written: %s' % (path, exc.strerror or exc))
 

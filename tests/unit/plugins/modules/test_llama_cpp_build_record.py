@@ -8,8 +8,7 @@ from unittest import mock
 
 import pytest
 
-from ansible.module_utils import basic
-
+from ansible_collections.gpulab.inference.plugins.module_utils import atomic_file
 from ansible_collections.gpulab.inference.plugins.modules import (
     llama_cpp_build_plan,
     llama_cpp_build_record,
@@ -109,10 +108,10 @@ def test_record_refuses_a_missing_staging_directory(tmp_path):
 def test_a_failed_move_leaves_no_temporary_file(tmp_path):
     stage, tree = staged(tmp_path, "CMAKE_CUDA_ARCHITECTURES:STRING=90-real;120-real\n")
 
-    def refuse(self, src, dest, **unused):
-        self.fail_json(msg="Could not replace file: %s to %s: [Errno 28] No space left on device" % (src, dest))
+    def refuse(src, dest):
+        raise OSError(28, "No space left on device")
 
-    with mock.patch.object(basic.AnsibleModule, "atomic_move", refuse):
+    with mock.patch.object(atomic_file.os, "replace", refuse):
         run = record(stage, tree)
     assert run.kind is FailJson
     assert "No space left on device" in run.result["msg"]
