@@ -99,6 +99,10 @@ def _positive(opts, key):
         raise SyntheticHFError("%s is %r, expected a positive integer" % (key, value))
 
 
+MAX_LAYERS = 512
+MAX_EXPERTS = 1024
+
+
 def validate_options(options):
     """Merge options over DEFAULTS and check them; returns the merged dict."""
     opts = dict(DEFAULTS)
@@ -109,6 +113,12 @@ def validate_options(options):
         raise SyntheticHFError("quantization %r is not one of %s" % (opts["quantization"], ", ".join(QUANTIZATIONS)))
     for key in ("layers", "hidden_size", "attention_heads", "kv_heads", "head_dim", "max_position_embeddings"):
         _positive(opts, key)
+    # The plan lists every tensor before the free-space check: a count beyond any real model would
+    # exhaust memory first. The same ceilings as synthetic_gguf (llama.cpp's).
+    for key, ceiling in (("layers", MAX_LAYERS), ("experts", MAX_EXPERTS)):
+        if isinstance(opts[key], int) and opts[key] > ceiling:
+            raise SyntheticHFError("%s %d is above %d, more than any model has; give a real model's shape"
+                                   % (key, opts[key], ceiling))
     if opts["attention_heads"] % opts["kv_heads"]:
         raise SyntheticHFError("attention_heads %d is not a multiple of kv_heads %d (grouped-query attention)"
                                % (opts["attention_heads"], opts["kv_heads"]))

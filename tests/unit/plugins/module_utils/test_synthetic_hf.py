@@ -89,6 +89,10 @@ def test_block_rules_apply_to_fp8_only():
      "ffn_size 1000 is not a multiple of the FP8 block 128; vLLM cannot load it even on one GPU"),
     ({"seed": "42"}, "seed is '42', expected an integer"),
     ({"shard_max_mib": -1}, "shard_max_mib is -1, expected 0 (one file) or a size in MiB"),
+    # Caught before the plan lists 10**9 layers' tensors (a MemoryError) or experts' (minutes).
+    ({"layers": 10 ** 9}, "layers 1000000000 is above 512, more than any model has; give a real model's shape"),
+    ({"experts": 10 ** 9, "experts_used": 2}, "experts 1000000000 is above 1024, more than any model has; give a real "
+                                              "model's shape"),
 ])
 def test_bad_options_name_the_value(options, message):
     with pytest.raises(SyntheticHFError) as raised:
