@@ -176,6 +176,8 @@ PY
   served "$inv" "$dir/served-c1-default.json" false "[1]"
   served "$inv" "$dir/served-c1-greedy.json" true "[1]"
   if [[ " $bench_playbook_layouts " == *" $layout "* ]]; then
+    # The report puts llama-bench's figure for this layout beside the served one (docs/CONTRACTS.md).
+    [ ! -s "$dir/llama-bench.json" ] || install -D -m 0644 "$dir/llama-bench.json" /var/lib/gpulab/llama-bench.json
     start=$SECONDS
     playbook -i "$inv" "$repo/playbooks/bench.yml" >"$dir/bench-playbook.log" 2>&1 || log "bench.yml failed: $(tail -n 5 "$dir/bench-playbook.log")"
     log "bench.yml: $((SECONDS - start)) s, $(recap "$dir/bench-playbook.log")"

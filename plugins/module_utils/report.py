@@ -239,6 +239,27 @@ def headline(benchmark):
     }
 
 
+def llama_bench_against_served(records, served_decode_tok_s):
+    """llama-bench's decode figure for the served build, model and layout (its `-o json` records),
+    beside what the server decoded at concurrency 1: their ratio and the server's time per token
+    over llama-bench's (1/served - 1/bench, ms). None without a tg record."""
+    if not isinstance(records, list):
+        return None
+    tg = [r for r in records if isinstance(r, dict) and not r.get('n_prompt') and r.get('n_gen')
+          and isinstance(r.get('avg_ts'), (int, float)) and r['avg_ts'] > 0]
+    if not tg:
+        return None
+    record = max(tg, key=lambda r: r['n_gen'])
+    bench = float(record['avg_ts'])
+    out = {'test': 'tg%d' % record['n_gen'], 'tok_s': round(bench, 1),
+           'stddev_tok_s': round(float(record.get('stddev_ts') or 0), 1),
+           'served_ratio': None, 'server_ms_per_token_over_bench': None}
+    if served_decode_tok_s:
+        out['served_ratio'] = round(float(served_decode_tok_s) / bench, 3)
+        out['server_ms_per_token_over_bench'] = round(1000.0 / served_decode_tok_s - 1000.0 / bench, 2)
+    return out
+
+
 def _ratio(numerator, denominator):
     if not numerator or not denominator:
         return None
@@ -246,7 +267,7 @@ def _ratio(numerator, denominator):
 
 
 def build_document(inventory, created, benchmark=None, residency=None, sampler=None, build_info=None,
-                   commands=None, memory_plan=None, vllm=None, rpc_transport=None):
+                   commands=None, memory_plan=None, vllm=None, rpc_transport=None, llama_bench=None):
     """Everything the report says, as one JSON-able dict (report.json)."""
     rows = residency_table(residency or {})
     weights = (benchmark or {}).get('model_weights') or {}
@@ -268,6 +289,7 @@ def build_document(inventory, created, benchmark=None, residency=None, sampler=N
         'plan_against_measured': plan_against_measured(memory_plan, rows),
         'rpc_transport': rpc_transport_table(rpc_transport),
         'vllm': vllm or None,
+        'llama_bench': llama_bench_against_served(llama_bench, (head or {}).get('decode_tok_s')),
     }
 
 
@@ -298,6 +320,13 @@ def _transport_summary(rows):
     return text + (' (%d warning%s, see RPC transport)' % (warned, '' if warned == 1 else 's') if warned else '')
 
 
+def _bench_summary(bench):
+    if not bench:
+        return 'not measured'
+    return '%s %s tok/s, %s, %s ms' % (bench['test'], _fmt(bench['tok_s']), _fmt(bench['served_ratio'], 3),
+                                       _fmt(bench['server_ms_per_token_over_bench'], 2))
+
+
 def summary_lines(doc):
     """The short table `make demo` prints: what was served and how fast."""
     head = doc.get('headline') or {}
@@ -312,6 +341,7 @@ def summary_lines(doc):
         ('decode tok/s (concurrency %s, spread)' % head.get('concurrency', 1),
          '%s (%s %%)' % (_fmt(head.get('decode_tok_s')), _fmt(head.get('decode_tok_s_cv_percent'), 2))),
         ('decode tok/s by llama-server, ratio', '%s, %s' % (_fmt(head.get('server_decode_tok_s')), _fmt(head.get('decode_ratio'), 3))),
+        ('llama-bench decode, served / llama-bench, server ms per token over it', _bench_summary(doc.get('llama_bench'))),
         ('best aggregate tok/s', '%s at concurrency %s (%sx concurrency %s)' % (
             _fmt(head.get('best_aggregate_tok_s')), head.get('best_aggregate_concurrency', 'n/a'),
             _fmt(head.get('aggregate_gain'), 2), head.get('concurrency', 1))),

@@ -66,6 +66,11 @@ options:
   vllm:
     description: Facts of a vLLM deployment, when there is one.
     type: raw
+  llama_bench:
+    description:
+      - llama-bench's C(-o json) records for the served build, model and layout, when they were measured; the
+        summary puts its decode figure beside the served one, with the server's time per token over it.
+    type: raw
   rpc_transport:
     description:
       - Host name to what M(gpulab.inference.roce_rpc_transport) registered, looped over the host's
@@ -287,6 +292,7 @@ def main():
             memory_plan=dict(type='raw'),
             rpc_transport=dict(type='raw'),
             vllm=dict(type='raw'),
+            llama_bench=dict(type='raw'),
         ),
         supports_check_mode=True,
     )
@@ -301,7 +307,7 @@ def main():
                                 benchmark=params['benchmark'], residency=params['residency'], sampler=params['sampler'],
                                 build_info=params['build_info'], commands=params['commands'],
                                 memory_plan=params['memory_plan'], vllm=params['vllm'],
-                                rpc_transport=params['rpc_transport'])
+                                rpc_transport=params['rpc_transport'], llama_bench=params['llama_bench'])
     traces = read_traces(module, params['traces'])
     report_dir = os.path.join(params['output_dir'], report.report_dir_name(params['inventory_name'], timestamp))
     files = dict((key, os.path.join(report_dir, name)) for key, name in

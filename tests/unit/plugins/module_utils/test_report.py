@@ -184,3 +184,30 @@ def test_rpc_transport_per_server_with_the_fallback_warned():
 ])
 def test_process_kind_finds_vllm_by_its_environment(process, kind):
     assert report.process_kind(process) == kind
+
+
+# llama-bench -o json records as the H200 run of 2026-12-01 wrote them (62-layer model, all local)
+LLAMA_BENCH_62 = [
+    {'n_prompt': 128, 'n_gen': 0, 'avg_ts': 2904.3, 'stddev_ts': 807.1},
+    {'n_prompt': 512, 'n_gen': 0, 'avg_ts': 5475.0, 'stddev_ts': 667.2},
+    {'n_prompt': 0, 'n_gen': 128, 'avg_ts': 113.4, 'stddev_ts': 1.6},
+]
+
+
+def test_llama_bench_beside_the_served_decode():
+    bench = report.llama_bench_against_served(LLAMA_BENCH_62, 98.9)
+    assert bench == {'test': 'tg128', 'tok_s': 113.4, 'stddev_tok_s': 1.6, 'served_ratio': 0.872,
+                     'server_ms_per_token_over_bench': 1.29}
+    assert report._bench_summary(bench) == 'tg128 113.4 tok/s, 0.872, 1.29 ms'
+
+
+@pytest.mark.parametrize('records', [None, {}, [], [{'n_prompt': 512, 'n_gen': 0, 'avg_ts': 5475.0}],
+                                     [{'n_prompt': 0, 'n_gen': 128, 'avg_ts': 'fast'}], ['tg128']])
+def test_llama_bench_without_a_decode_record_is_not_measured(records):
+    assert report.llama_bench_against_served(records, 98.9) is None
+    assert report._bench_summary(None) == 'not measured'
+
+
+def test_llama_bench_without_a_served_figure_keeps_its_own():
+    bench = report.llama_bench_against_served(LLAMA_BENCH_62, None)
+    assert bench['tok_s'] == 113.4 and bench['served_ratio'] is None
