@@ -524,18 +524,23 @@ def check_free_space(directory, needed_bytes, reclaimable_bytes=0):
         raise SyntheticModelError(problem)
 
 
+def _shard_writer(metadata, members, seed):
+    """write(stream) for one shard: its header, then its tensors' data."""
+    by_info = dict((id(t.info), t) for t in members)
+
+    def write(stream):
+        gguf.write_gguf(stream, metadata, [t.info for t in members], lambda info: tensor_chunks(by_info[id(info)], seed))
+    return write
+
+
 def write_model(plan, seed):
     """Write every file to a temp file beside it, then rename them all into place, so the shards
     are replaced together (a reader never sees new and old shards side by side)."""
     temps = []
     try:
         for path, metadata, members in plan.files:
-            by_info = dict((id(t.info), t) for t in members)
-
-            def write(stream, metadata=metadata, members=members, by_info=by_info):
-                gguf.write_gguf(stream, metadata, [t.info for t in members],
-                                lambda info: tensor_chunks(by_info[id(info)], seed))
-            temps.append((atomic_file.write_temp(os.path.abspath(path), write, 0o644), path))
+            temps.append((atomic_file.write_temp(os.path.abspath(path), _shard_writer(metadata, members, seed), 0o644),
+                          path))
         for temp_path, path in temps:
             os.replace(temp_path, path)
         for directory in sorted(set(os.path.dirname(os.path.abspath(path)) for _temp, path in temps)):

@@ -307,9 +307,9 @@ def parse_safetensors_header(data, where):
             raise VllmPlanError("%s: safetensors entry %r lacks dtype, shape or data_offsets" % (where, name))
         whole = [v for v in [start, end] + dims if isinstance(v, int) and not isinstance(v, bool) and v >= 0]
         if len(whole) != 2 + len(dims) or end < start:
-            raise VllmPlanError("%s: safetensors entry %r has shape %r and data_offsets %r; expected whole numbers "
-                                ">= 0 with end >= start (re-download the file)" % (where, name, info["shape"],
-                                                                                  info["data_offsets"]))
+            raise VllmPlanError(
+                "%s: safetensors entry %r has shape %r and data_offsets %r; expected whole numbers "
+                ">= 0 with end >= start (re-download the file)" % (where, name, info["shape"], info["data_offsets"]))
         # Any dtype name (newer safetensors has F8_E8M0, F4, ...): sizes come from data_offsets.
         if not isinstance(dtype, str) or not re.match(r"\A[A-Z][A-Z0-9_]{0,15}\Z", dtype):
             raise VllmPlanError("%s: safetensors entry %r has dtype %r, not a safetensors dtype name (e.g. BF16, "

@@ -297,8 +297,8 @@ class Sampler:
                 os.uname()[1], used, self.params['interval_ms'], self.started, samples,
                 dict((str(k), v) for k, v in self.names.items())), 0o644, prefix='.trace-', suffix='')
         except OSError as exc:
-            self.module.fail_json(msg='trace_path %s cannot be written: %s' % (self.params['trace_path'],
-                                                                              exc.strerror or exc))
+            self.module.fail_json(
+                msg='trace_path %s cannot be written: %s' % (self.params['trace_path'], exc.strerror or exc))
         gpus = gpu_trace.fingerprint(samples, self.params['gpus'])
         for gpu in gpus:
             gpu['name'] = self.names.get(gpu['index'])

@@ -121,7 +121,9 @@ services:
       type: str
       sample: gpulab-llama-server.service
     state:
-      description: systemd's C(ActiveState) (active, inactive, failed, activating, ...), or supervisord's state in lower case (running, stopped, fatal, backoff, ...).
+      description:
+        - systemd's C(ActiveState) (active, inactive, failed, activating, ...), or supervisord's state in lower case
+          (running, stopped, fatal, backoff, ...).
       type: str
       sample: active
     sub_state:

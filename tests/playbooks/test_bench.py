@@ -107,8 +107,8 @@ def test_report_tells_rdma_from_tcp_per_rpc_server(tmp_path):
     (tmp_path / 'etc' / 'roce' / 'fabric.json').write_text(json.dumps({'rdma': {'found': True}}))
     (tmp_path / 'etc' / 'supervisord.conf').write_text('[supervisord]\n')
     (tmp_path / 'log').mkdir()
-    (tmp_path / 'log' / 'gpulab-rpc-server-0.log').write_text('Starting RPC server v7.0.0\nAccepted client connection\n'
-                                                             + fixture.read_text())
+    (tmp_path / 'log' / 'gpulab-rpc-server-0.log').write_text(
+        'Starting RPC server v7.0.0\nAccepted client connection\n' + fixture.read_text())
     ctl = tmp_path / 'supervisorctl'
     ctl.write_text("#!/bin/sh\necho 'gpulab-rpc-server-0   RUNNING   pid 77, uptime 0:10:05'\n")
     ctl.chmod(ctl.stat().st_mode | stat.S_IEXEC)

@@ -50,4 +50,3 @@ def plays_with_tasks(tags):
 @pytest.mark.parametrize("tag", sorted(EXPECTED))
 def test_a_tag_runs_the_preflight_and_its_plays(tag):
     assert plays_with_tasks(tag) == EXPECTED[tag]
-

@@ -21,7 +21,7 @@ def help_lines():
                          check=True).stdout
     listed = {}
     for line in out.splitlines():
-        name, _, description = line.strip().partition(' ')
+        name, description = (line.strip().split(None, 1) + [''])[:2]
         listed[name] = description.strip()
     return listed
 

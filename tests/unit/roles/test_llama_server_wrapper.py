@@ -84,7 +84,7 @@ def stop(process):
     began = time.monotonic()
     process.send_signal(signal.SIGTERM)
     try:
-        output, _ = process.communicate(timeout=10)
+        output = process.communicate(timeout=10)[0]
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.communicate()
@@ -107,7 +107,7 @@ def test_stop_while_serving_ends_llama_server_and_the_watch_sleep(tmp_path, work
     # A long watch interval: the sleep is running when the stop comes.
     script = render(tmp_path, [port], watch_s=300)
     process = start(script, tmp_path)
-    wait_for(lambda: (tmp_path / 'pid').exists(), 15, 'the fake llama-server did not start')
+    wait_for((tmp_path / 'pid').exists, 15, 'the fake llama-server did not start')
     # wrapper, llama-server (and its own sleep), the watch's sleep
     wait_for(lambda: len(session_processes(process.pid)) >= 4, 15, 'the watch loop did not start its sleep')
     status, took, leftovers, output = stop(process)
@@ -135,11 +135,11 @@ def test_a_lost_worker_connection_still_exits_75(tmp_path, worker):
     port = worker.getsockname()[1]
     script = render(tmp_path, [port], watch_s=1)
     process = start(script, tmp_path, FAKE_CONNECT=str(port))
-    wait_for(lambda: (tmp_path / 'pid').exists(), 15, 'the fake llama-server did not start')
+    wait_for((tmp_path / 'pid').exists, 15, 'the fake llama-server did not start')
     time.sleep(2.5)  # armed: the watch saw the connection established
     worker.close()  # the queued connection is reset: llama-server lost its worker
     try:
-        output, _ = process.communicate(timeout=10)
+        output = process.communicate(timeout=10)[0]
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.communicate()

@@ -102,8 +102,8 @@ def test_uptime_and_tail():
 
 
 def test_node_summary_from_the_published_files():
-    worker = {"host": "node-b", "address": "10.0.0.2", "endpoints": [{"port": 50052, "device": "CUDA0"},
-                                                                       {"port": 50053, "device": "CUDA1"}]}
+    worker = {"host": "node-b", "address": "10.0.0.2",
+              "endpoints": [{"port": 50052, "device": "CUDA0"}, {"port": 50053, "device": "CUDA1"}]}
     assert ss.node_summary({"build_id": "b1-abc"}, None, worker, None) == {
         "build_id": "b1-abc", "model": None, "endpoints": ["10.0.0.2:50052 (RPC, CUDA0)", "10.0.0.2:50053 (RPC, CUDA1)"]}
     assert ss.node_summary(None, {"path": "/m.gguf"}, {"address": "fd00::2", "endpoints": [{"port": 1}]},
