@@ -7,7 +7,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 packages=(
   python3 systemd systemd-sysv dbus sudo iproute2 procps ca-certificates
-  build-essential cmake ninja-build ccache nftables curl netcat-openbsd less
+  build-essential cmake ninja-build ccache nftables curl netcat-openbsd less openssh-server
 )
 tag_hash=$(sha256sum "$here/build-image.sh" | cut -c1-12)
 image="${GPULAB_LAB_IMAGE:-localhost/gpulab-lab:bookworm-$tag_hash}"
@@ -39,6 +39,22 @@ for unit in systemd-udevd.service systemd-udev-trigger.service getty@tty1.servic
   ln -sf /dev/null "$rootfs/etc/systemd/system/$unit"
 done
 rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+
+# Host keys made at install time would be shared by every node: each container makes its own
+# when sshd first starts. Keys only, no passwords, no root login, as on a hardened lab node.
+rm -f "$rootfs"/etc/ssh/ssh_host_*
+mkdir -p "$rootfs/etc/systemd/system/ssh.service.d"
+cat >"$rootfs/etc/systemd/system/ssh.service.d/gpulab-host-keys.conf" <<'UNIT'
+[Service]
+ExecStartPre=
+ExecStartPre=/usr/bin/ssh-keygen -A
+ExecStartPre=/usr/sbin/sshd -t
+UNIT
+cat >"$rootfs/etc/ssh/sshd_config.d/gpulab-lab.conf" <<'CONF'
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin no
+CONF
 
 tar -C "$rootfs" -c . | podman import \
   --change 'CMD ["/lib/systemd/systemd"]' --change 'ENV container=podman' \
