@@ -16,7 +16,7 @@ LLAMA_CPP_PYTHON_VERSION := 0.3.36
 LLAMA_CPP_COMMIT := 0c1e570
 LLAMA_CPP_ARCHIVE := .cache/llama.cpp-$(LLAMA_CPP_COMMIT).tar.gz
 MOLECULE_SCENARIOS ?= facts build default drain roce vllm supervisor
-APT_PACKAGES := podman runc debootstrap rsync shellcheck
+APT_PACKAGES := podman runc debootstrap rsync shellcheck openssh-client
 
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)
@@ -38,7 +38,7 @@ help: ## List the targets
 .PHONY: deps host-deps venv collection
 deps: host-deps venv collection ## Install everything the other targets need
 
-host-deps: ## Debian packages for the container lab (podman, runc, debootstrap)
+host-deps: ## Debian packages for the container lab (podman, runc, debootstrap, the SSH client)
 	$(call step,Debian packages: $(APT_PACKAGES))
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
