@@ -83,18 +83,17 @@ PY
     "$dir/plan-ctx$ctx.json"
 }
 
-served() { # INVENTORY OUTFILE GREEDY CONCURRENCY
+# The benchmark on the head, its summary into the progress log. served_with sends request fields
+# (`sampling`) and a request count; served the default request or greedy, 4 requests.
+served_with() { # INVENTORY OUTFILE CONCURRENCY SAMPLING_JSON REQUESTS [GREEDY]
   module "$1" gpulab.inference.llm_benchmark \
-    "{\"base_url\": \"http://127.0.0.1:8080\", \"gguf_path\": \"$model_path\", \"concurrency\": $4, \"requests_per_level\": 4, \"warmup_requests\": 1, \"greedy\": $3}" \
+    "{\"base_url\": \"http://127.0.0.1:8080\", \"gguf_path\": \"$model_path\", \"concurrency\": $3, \"requests_per_level\": $5, \"warmup_requests\": 1, \"sampling\": $4, \"greedy\": ${6:-false}}" \
     "$2"
   "$python" -c 'import json,sys; print("\n".join(json.load(open(sys.argv[1])).get("benchmark", {}).get("summary") or ["no summary"]))' "$2" | while read -r line; do log "  $(basename "$2"): $line"; done || true
 }
 
-served_with() { # INVENTORY OUTFILE CONCURRENCY SAMPLING_JSON REQUESTS
-  module "$1" gpulab.inference.llm_benchmark \
-    "{\"base_url\": \"http://127.0.0.1:8080\", \"gguf_path\": \"$model_path\", \"concurrency\": $3, \"requests_per_level\": $5, \"warmup_requests\": 1, \"sampling\": $4}" \
-    "$2"
-  "$python" -c 'import json,sys; print("\n".join(json.load(open(sys.argv[1])).get("benchmark", {}).get("summary") or ["no summary"]))' "$2" | while read -r line; do log "  $(basename "$2"): $line"; done || true
+served() { # INVENTORY OUTFILE GREEDY CONCURRENCY
+  served_with "$1" "$2" "$4" '{}' 4 "$3"
 }
 
 # llama-bench on the deployed build and model, in a layout's device order (RPC devices, then the
