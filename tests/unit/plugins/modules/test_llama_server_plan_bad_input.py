@@ -5,11 +5,8 @@ import json
 
 import pytest
 
-from ansible_collections.gpulab.inference.plugins.modules import llama_server_plan
-import module_harness
+from llama_server_plan_case import head_files, run
 from module_harness import ExitJson, FailJson
-
-SYSTEMCTL = "/usr/bin/systemctl"
 
 
 def manifest(**change):
@@ -22,17 +19,7 @@ def manifest(**change):
 
 @pytest.fixture()
 def head(tmp_path):
-    build = tmp_path / "0123456789ab"
-    build.mkdir()
-    (build / "BUILD_INFO.json").write_text(json.dumps({"build_id": "0123456789ab", "cuda": False}))
-    model = tmp_path / "m.gguf"
-    model.write_bytes(b"GGUF" + bytes(1020))
-    return {"build_link": str(build), "model_path": str(model), "hardening": {"PrivateTmp": None, "ProtectHome": None}}
-
-
-def run(args):
-    answers = {(SYSTEMCTL, "--version"): (0, "systemd 252 (252.30-1~deb12u2)\n", "")}
-    return module_harness.run_module(llama_server_plan.main, args, answers, {"systemctl": SYSTEMCTL})
+    return head_files(tmp_path)
 
 
 def test_a_worker_host_with_a_newline_never_reaches_the_head_wrapper(head):
