@@ -1,8 +1,6 @@
 """llama_server_plan refuses what it cannot use, naming it: a worker's servers.json (another host
 controls it) and the head's own bind address. Nothing reaches the wrapper script unchecked."""
 
-import json
-
 import pytest
 
 from llama_server_plan_case import head_files, run
