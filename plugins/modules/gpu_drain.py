@@ -236,6 +236,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpulab.inference.plugins.module_utils.atomic_file import atomic_write
+from ansible_collections.gpulab.inference.plugins.module_utils.bounded_command import BoundedRunner
 from ansible_collections.gpulab.inference.plugins.module_utils.gpu_drain import (
     ACTION_KILL,
     ACTION_STOP,
@@ -282,6 +283,8 @@ from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi import
 from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi_runner import NvidiaSmiRunner
 
 POLL_INTERVAL_S = 1
+# seconds a stop or start may take: systemd's default stop timeout (90 s) then a start's, with room
+CHANGE_LIMIT_S = 300
 # supervisorctl status exits 3 when some program is not running; the answer is still complete.
 SUPERVISORCTL_STATUS_RCS = (0, 3)
 
@@ -312,6 +315,7 @@ class GpuDrain:
         self.runtimes = {}
         self.supervisorctl = None
         self.smi = None
+        self.commands = BoundedRunner(module, partial_result=lambda: self.result)
 
     @property
     def result(self):
@@ -326,8 +330,8 @@ class GpuDrain:
 
     # --- commands -------------------------------------------------------------------------------
 
-    def run(self, command, ok_rcs=(0,)):
-        rc, stdout, stderr = self.module.run_command(command)
+    def run(self, command, ok_rcs=(0,), limit_s=None, check=None):
+        rc, stdout, stderr = self.commands.run(command, limit_s=limit_s, check=check)
         if rc not in ok_rcs:
             self.module.fail_json(
                 msg='%s failed (rc=%d): %s' % (' '.join(command), rc, (stdout + stderr).strip()),
@@ -352,14 +356,14 @@ class GpuDrain:
             [self.require_systemctl(), 'show', '--property=' + ','.join(SYSTEMCTL_SHOW_PROPERTIES), '--', name]))
 
     def container_running(self, runtime, container_id):
-        rc, stdout, unused_stderr = self.module.run_command(
+        rc, stdout, unused_stderr = self.commands.run(
             [self.runtimes[runtime], 'inspect', '--format', '{{.State.Running}}', container_id])
         return rc == 0 and stdout.strip() == 'true'
 
     def supervisor_programs(self):
         if self.supervisorctl is None:
             return {}
-        rc, stdout, unused_stderr = self.module.run_command([self.supervisorctl, 'status'])
+        rc, stdout, unused_stderr = self.commands.run([self.supervisorctl, 'status'])
         if rc not in SUPERVISORCTL_STATUS_RCS:
             # No supervisord running: nothing can be managed by it.
             return {}
@@ -376,27 +380,34 @@ class GpuDrain:
             programs = self.supervisor_programs()
         return entry['name'] in programs.values()
 
+    def change(self, command, entry, verb):
+        """A stop or start, which may take the service's own stop/start timeout: bounded by
+        CHANGE_LIMIT_S, so a service that never finishes fails the drain by name."""
+        self.run(command, limit_s=CHANGE_LIMIT_S,
+                 check='%s did not %s: check its stop/start timeout and its log; %s records what was changed so far'
+                       % (entry['key'], verb, self.state_file))
+
     def stop(self, entry):
         if entry['kind'] == KIND_SYSTEMD:
-            self.run([self.require_systemctl(), 'stop', '--', entry['name']])
+            self.change([self.require_systemctl(), 'stop', '--', entry['name']], entry, 'stop')
         elif entry['kind'] == KIND_CONTAINER:
-            self.run([self.runtimes[entry['runtime']], 'stop', entry['id']])
+            self.change([self.runtimes[entry['runtime']], 'stop', entry['id']], entry, 'stop')
         else:
-            self.run([self.supervisorctl, 'stop', entry['name']])
+            self.change([self.supervisorctl, 'stop', entry['name']], entry, 'stop')
 
     def start(self, entry):
         if entry['kind'] == KIND_SYSTEMD:
-            self.run([self.require_systemctl(), 'start', '--', entry['name']])
+            self.change([self.require_systemctl(), 'start', '--', entry['name']], entry, 'start')
         elif entry['kind'] == KIND_CONTAINER:
             if entry['runtime'] not in self.runtimes:
                 self.module.fail_json(msg='cannot restore container %s: %s is not installed'
                                       % (entry['id'], entry['runtime']), **self.result)
-            self.run([self.runtimes[entry['runtime']], 'start', entry['id']])
+            self.change([self.runtimes[entry['runtime']], 'start', entry['id']], entry, 'start')
         else:
             if self.supervisorctl is None:
                 self.module.fail_json(msg='cannot restore supervisord program %s: supervisorctl is not installed'
                                       % entry['name'], **self.result)
-            self.run([self.supervisorctl, 'start', entry['name']])
+            self.change([self.supervisorctl, 'start', entry['name']], entry, 'start')
 
     # --- nvidia-smi and /proc ---------------------------------------------------------------------
 
@@ -480,7 +491,7 @@ class GpuDrain:
         consumers = group_consumers(located)
         names = {}
         for runtime, path in self.runtimes.items():
-            rc, stdout, unused_stderr = self.module.run_command(
+            rc, stdout, unused_stderr = self.commands.run(
                 [path, 'ps', '--no-trunc', '--format', '{{.ID}} {{.Names}}'])
             names[runtime] = parse_container_ps(stdout) if rc == 0 else {}
         for consumer in consumers:
@@ -629,7 +640,7 @@ class GpuDrain:
             for unit in self.units_stopped:
                 self.changed = True
                 if not self.check_mode:
-                    self.run([self.require_systemctl(), 'stop', '--', unit])
+                    self.change([self.require_systemctl(), 'stop', '--', unit], {'key': 'systemd:' + unit}, 'stop')
         if existing is None:
             return
         failures = []

@@ -62,6 +62,7 @@ probed:
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpulab.inference.plugins.module_utils.bounded_command import BoundedRunner
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import (
     LlamaServerError,
     established_peers,
@@ -94,7 +95,7 @@ def main():
         module.fail_json(msg="timeout_s is %d; give a number of seconds > 0 (llama_server_worker_connect_timeout_s)"
                          % params["timeout_s"])
     ss = module.get_bin_path("ss", required=True)
-    rc, out, err = module.run_command([ss, "-Htn", "state", "established"])
+    rc, out, err = BoundedRunner(module).run([ss, "-Htn", "state", "established"])
     if rc != 0:
         module.fail_json(msg="ss failed with rc %d: %s" % (rc, err.strip()), rc=rc, stdout=out, stderr=err)
     try:

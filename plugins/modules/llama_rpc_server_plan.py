@@ -195,6 +195,7 @@ rdma:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpulab.inference.plugins.module_utils.bounded_command import BoundedRunner
 from ansible_collections.gpulab.inference.plugins.module_utils.roce import RoceError, rpc_rdma_settings
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import (
     LlamaServerError,
@@ -275,7 +276,7 @@ class RpcServerPlan:
         systemctl = self.module.get_bin_path("systemctl")
         if not systemctl:
             return None
-        rc, out, unused = self.module.run_command([systemctl] + list(args))
+        rc, out, unused = BoundedRunner(self.module).run([systemctl] + list(args))
         return rc, out
 
     def systemd_version(self):

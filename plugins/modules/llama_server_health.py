@@ -70,6 +70,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
 from ansible_collections.gpulab.inference.plugins.module_utils.bench_stats import BenchInputError, parse_base_url
+from ansible_collections.gpulab.inference.plugins.module_utils.bounded_command import BoundedRunner, timed_out
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import (
     parse_unit_properties,
     unit_failure,
@@ -84,10 +85,11 @@ class HealthWait:
         self.params = module.params
         self.systemctl = module.get_bin_path("systemctl", required=True)
         self.journalctl = module.get_bin_path("journalctl")
+        self.runner = BoundedRunner(module)
 
     def unit_properties(self):
         command = [self.systemctl, "show"] + ["--property=%s" % p for p in PROPERTIES] + [self.params["unit"]]
-        rc, out, err = self.module.run_command(command)
+        rc, out, err = self.runner.run(command)
         if rc != 0:
             self.module.fail_json(msg="systemctl show %s failed: %s" % (self.params["unit"], err.strip()), rc=rc)
         return parse_unit_properties(out)
@@ -103,8 +105,11 @@ class HealthWait:
     def journal(self):
         if not self.journalctl:
             return []
-        rc, out, unused = self.module.run_command(
-            [self.journalctl, "--no-pager", "--output=cat", "-n", str(self.params["journal_lines"]), "-u", self.params["unit"]])
+        rc, out, err = self.runner.run(
+            [self.journalctl, "--no-pager", "--output=cat", "-n", str(self.params["journal_lines"]), "-u", self.params["unit"]],
+            fail=False)
+        if timed_out(rc):
+            return [err]  # the failure being reported matters more than the journal
         return out.splitlines() if rc == 0 else []
 
     def fail(self, reason):

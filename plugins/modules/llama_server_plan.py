@@ -229,6 +229,7 @@ import os
 import pwd
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpulab.inference.plugins.module_utils.bounded_command import BoundedRunner
 from ansible_collections.gpulab.inference.plugins.module_utils.roce import RoceError, rpc_rdma_settings
 from ansible_collections.gpulab.inference.plugins.module_utils.gguf import GGUFError, read_gguf
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import (
@@ -370,7 +371,7 @@ class LlamaServerPlan:
         systemctl = self.module.get_bin_path("systemctl")
         if not systemctl:
             return 0
-        rc, out, unused = self.module.run_command([systemctl, "--version"])
+        rc, out, unused = BoundedRunner(self.module).run([systemctl, "--version"])
         return parse_systemd_version(out) if rc == 0 else 0
 
     def check_model_files(self, shards):

@@ -142,6 +142,7 @@ ping_payload_bytes:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpulab.inference.plugins.module_utils.bounded_command import BoundedRunner
 
 from ansible_collections.gpulab.inference.plugins.module_utils.roce import (
     RoceError,
@@ -174,7 +175,7 @@ def build_module():
 
 def run_ip(module, ip, args):
     command = [ip] + args
-    rc, stdout, stderr = module.run_command(command)
+    rc, stdout, stderr = BoundedRunner(module).run(command)
     if rc != 0:
         module.fail_json(msg='%s failed (rc=%d): %s' % (' '.join(command), rc, (stdout + stderr).strip()),
                          rc=rc, stdout=stdout, stderr=stderr, cmd=command)

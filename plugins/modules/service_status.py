@@ -181,6 +181,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpulab.inference.plugins.module_utils.bounded_command import BoundedRunner
 
 from ansible_collections.gpulab.inference.plugins.module_utils.service_status import (
     SHOW_PROPERTIES,
@@ -234,7 +235,7 @@ class ServiceStatus:
         return "none"
 
     def run(self, argv, ok_rcs=(0,)):
-        rc, stdout, stderr = self.module.run_command(argv)
+        rc, stdout, stderr = BoundedRunner(self.module).run(argv)
         if rc not in ok_rcs:
             self.module.fail_json(msg="%s failed (rc %d): %s" % (" ".join(argv), rc, (stderr or stdout).strip()),
                                   rc=rc, stdout=stdout, stderr=stderr)

@@ -71,7 +71,7 @@ class Answers(dict):
 
 
 def run(args, answers, tools=None, bounded=None):
-    """bounded collects the coreutils timeout prefix of every nvidia-smi call; the commands and
+    """bounded collects (coreutils timeout prefix, command) of every bounded call; the commands and
     answers are written without it."""
     tools = dict({'nvidia-smi': SMI, 'systemctl': SYSTEMCTL} if tools is None else tools, timeout=TIMEOUT)
     commands, warnings = [], []
@@ -80,7 +80,7 @@ def run(args, answers, tools=None, bounded=None):
         command = tuple(command)
         if command[0] == TIMEOUT:
             if bounded is not None:
-                bounded.append(command[:3])
+                bounded.append((command[:3], command[3:]))
             command = command[3:]
         commands.append(command)
         return answers.answer(command)
@@ -286,8 +286,31 @@ def test_every_nvidia_smi_call_is_bounded(tmp_path):
     kind, result, commands, unused_warnings = run(args, drain_answers(args['state_file']), bounded=bounded)
     assert kind is ExitJson, result
     smi_calls = [c for c in commands if c[0] == SMI]
-    assert len(smi_calls) == len(bounded) >= 3
-    assert set(bounded) == {(TIMEOUT, '--kill-after=5s', '12s')}
+    assert len(smi_calls) >= 3
+    assert set(prefix for prefix, command in bounded if command[0] == SMI) == {(TIMEOUT, '--kill-after=5s', '12s')}
+
+
+def test_every_command_is_bounded_and_a_stop_gets_the_longer_limit(tmp_path):
+    args = drain_args(tmp_path)
+    bounded = []
+    kind, result, commands, unused_warnings = run(args, drain_answers(args['state_file']), bounded=bounded)
+    assert kind is ExitJson, result
+    assert [command for unused, command in bounded] == commands
+    limits = dict((command, prefix[2]) for prefix, command in bounded if command[0] == SYSTEMCTL)
+    assert limits[(SYSTEMCTL, 'stop', '--', 'gpu-embed.service')] == '300s'
+    assert limits[show('gpu-embed.service')] == '30s'
+
+
+def test_a_stop_that_hangs_fails_by_name_with_what_was_stopped_before(tmp_path):
+    args = drain_args(tmp_path)
+    answers = drain_answers(args['state_file'])
+    answers[(SYSTEMCTL, 'stop', '--', 'gpu-embed.service')] = (124, '', '')
+    kind, result, unused_commands, unused_warnings = run(args, answers)
+    assert kind is FailJson, result
+    assert result['msg'].startswith('`%s stop -- gpu-embed.service` did not finish within 300 s and was stopped: '
+                                    'systemd:gpu-embed.service did not stop: check its stop/start timeout' % SYSTEMCTL)
+    assert str(tmp_path / 'drain-state.json') in result['msg']
+    assert 'Traceback' not in result['msg']
 
 
 def test_a_gpu_that_hangs_after_the_stop_fails_the_drain_with_what_was_stopped(tmp_path):

@@ -1,9 +1,11 @@
 """llama_rpc_server_plan with run_command and get_bin_path patched and a deployed build under tmp_path."""
 
 import json
+import time
 
 import pytest
 
+from ansible_collections.gpulab.inference.plugins.module_utils import bounded_command
 from ansible_collections.gpulab.inference.plugins.modules import llama_rpc_server_plan
 import module_harness
 from module_harness import ExitJson, FailJson
@@ -166,3 +168,17 @@ def test_allowed_sources_left_out_while_the_firewall_is_on_is_refused():
     result = module_harness.run_module(llama_rpc_server_plan.main, {"address": "10.231.77.11"}, {}, {})
     assert result.kind is FailJson
     assert "firewall_enabled is True but all of the following are missing: allowed_sources" in result.result["msg"]
+
+
+def test_a_hanging_systemctl_fails_within_its_limit_naming_the_command(build, tmp_path, monkeypatch):
+    monkeypatch.setattr(bounded_command, "DEFAULT_LIMIT_S", 1)
+    systemctl = module_harness.hanging_program(tmp_path, "systemctl")
+    started = time.monotonic()
+    result = module_harness.run_module_live(
+        llama_rpc_server_plan.main, {"address": "10.231.77.11", "allowed_sources": ["10.231.77.10"],
+                                     "memory_mib": 16000, "build_link": str(build)}, {"systemctl": systemctl})
+    assert time.monotonic() - started < 10
+    assert result.kind is FailJson
+    assert result.result["msg"] == ("`%s is-active firewalld.service ufw.service` did not finish within 1 s and was "
+                                    "stopped: systemd does not answer: check `systemctl is-system-running` and the "
+                                    "journal of PID 1 on this host" % systemctl)

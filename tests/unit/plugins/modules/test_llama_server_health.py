@@ -1,9 +1,11 @@
 """llama_server_health with systemctl and journalctl answered from a table, /health and sleep patched."""
 
+import time
 from unittest import mock
 
 import pytest
 
+from ansible_collections.gpulab.inference.plugins.module_utils import bounded_command
 from ansible_collections.gpulab.inference.plugins.modules import llama_server_health
 import module_harness
 from module_harness import ExitJson, FailJson
@@ -60,3 +62,31 @@ def test_a_url_that_cannot_be_opened_is_refused_at_once(url, message):
     assert result.kind is FailJson, result.result
     assert message in result.result["msg"]
     assert result.commands == []
+
+
+def test_a_hanging_systemctl_fails_within_its_limit_naming_the_command(tmp_path, monkeypatch):
+    monkeypatch.setattr(bounded_command, "DEFAULT_LIMIT_S", 1)
+    systemctl = module_harness.hanging_program(tmp_path, "systemctl")
+    started = time.monotonic()
+    result = module_harness.run_module_live(llama_server_health.main, ARGS, {"systemctl": systemctl})
+    assert time.monotonic() - started < 10
+    assert result.kind is FailJson
+    assert result.result["msg"].startswith("`%s show --property=ActiveState" % systemctl)
+    assert "did not finish within 1 s and was stopped: systemd does not answer" in result.result["msg"]
+
+
+def test_a_hanging_journalctl_still_reports_why_the_service_failed(tmp_path, monkeypatch):
+    monkeypatch.setattr(bounded_command, "DEFAULT_LIMIT_S", 1)
+    journalctl = module_harness.hanging_program(tmp_path, "journalctl")
+    systemctl = tmp_path / "systemctl"
+    systemctl.write_text("#!/bin/sh\nprintf '%s'\n" % RESTARTING.replace("\n", "\\n"))
+    systemctl.chmod(0o755)
+    with mock.patch.object(llama_server_health.HealthWait, "health", lambda self: None), \
+            mock.patch.object(llama_server_health.time, "sleep"):
+        result = module_harness.run_module_live(llama_server_health.main, ARGS,
+                                                {"systemctl": str(systemctl), "journalctl": journalctl})
+    assert result.kind is FailJson
+    assert result.result["msg"].startswith("gpulab-llama-server.service: the service exited and waits to be restarted")
+    assert result.result["journal"] == ["`%s --no-pager --output=cat -n 30 -u %s` did not finish within 1 s and was "
+                                        "stopped: the journal does not answer: check systemd-journald "
+                                        "(`systemctl status systemd-journald`)" % (journalctl, UNIT)]

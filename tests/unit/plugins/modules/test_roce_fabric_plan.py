@@ -34,7 +34,8 @@ def run(ip_answers=None, **args):
 def test_plan_for_the_lab_veth_with_the_defaults():
     run_ = run()
     assert run_.kind is ExitJson
-    run_.get_bin_path.assert_called_once_with('ip', required=True)
+    assert [c.args[0] for c in run_.get_bin_path.call_args_list] == ['ip', 'timeout', 'timeout']
+    assert run_.bounded == [[module_harness.TIMEOUT, '--kill-after=5s', '30s']] * 2
     assert run_.commands == [list(LINK), list(ADDR)]
     assert run_.result == {
         'changed': False,

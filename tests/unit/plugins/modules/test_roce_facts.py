@@ -95,7 +95,8 @@ def test_plan_on_the_lab_veth():
     run = run_plan()
     assert run.kind is ExitJson
     assert run.commands == [list(LINK), list(ADDR)]
-    run.get_bin_path.assert_called_once_with('ip', required=True)
+    assert [c.args[0] for c in run.get_bin_path.call_args_list] == ['ip', 'timeout', 'timeout']
+    assert run.bounded == [[module_harness.TIMEOUT, '--kill-after=5s', '30s']] * 2
     assert run.result['cidr'] == '192.0.2.10/24'
     assert run.result['live_ok'] is True
     assert run.result['ping_payload_bytes'] == 8972
