@@ -22,6 +22,9 @@ description:
     the collection's table), the server command lines and the build id.
   - Every input is optional; a section without input says so (a run without a memory plan or
     without vLLM still gets a report).
+  - Each input, and each trace file, is checked for the shape the report reads before anything is
+    written; one that is not (a hand-edited or truncated file, an entry that is not a mapping, a
+    field of the wrong type) fails naming the input, the host or file, the entry and the field.
   - Needs matplotlib on the controller.
 author:
   - gpulab.inference contributors (@gpulab)
@@ -150,6 +153,11 @@ import traceback
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.gpulab.inference.plugins.module_utils import report
+from ansible_collections.gpulab.inference.plugins.module_utils.report_checks import (
+    ReportInputError,
+    check_inputs,
+    check_trace,
+)
 
 IMAGES = {'residency': 'residency.png', 'utilisation': 'utilisation.png', 'throughput': 'throughput.png'}
 COLOURS = {'llama-server': '#1f77b4', 'rpc-server': '#ff7f0e', 'vllm': '#2ca02c', 'other': '#9467bd',
@@ -274,6 +282,10 @@ def read_traces(module, paths):
                 traces[host] = json.load(handle)
         except (IOError, OSError, ValueError) as exc:
             module.fail_json(msg='traces: cannot read the trace of %s at %s: %s' % (host, path, exc))
+        try:
+            check_trace(traces[host], host, path)
+        except ReportInputError as exc:
+            module.fail_json(msg=str(exc))
     return traces
 
 
@@ -301,6 +313,11 @@ def main():
         module.fail_json(msg=missing_required_lib('matplotlib', reason='to draw the report\'s plots on the controller')
                          + ' (pip install matplotlib into the Python that runs ansible-playbook; requirements.txt pins it)',
                          exception=MATPLOTLIB_IMPORT_ERROR)
+    try:
+        check_inputs(params)
+    except ReportInputError as exc:
+        module.fail_json(msg=str(exc))
+    traces = read_traces(module, params['traces'])
     now = datetime.datetime.now(datetime.timezone.utc)
     timestamp = params['timestamp'] or now.strftime('%Y%m%dT%H%M%SZ')
     doc = report.build_document(params['inventory_name'], now.strftime('%Y-%m-%d %H:%M:%S UTC'),
@@ -308,7 +325,6 @@ def main():
                                 build_info=params['build_info'], commands=params['commands'],
                                 memory_plan=params['memory_plan'], vllm=params['vllm'],
                                 rpc_transport=params['rpc_transport'], llama_bench=params['llama_bench'])
-    traces = read_traces(module, params['traces'])
     report_dir = os.path.join(params['output_dir'], report.report_dir_name(params['inventory_name'], timestamp))
     files = dict((key, os.path.join(report_dir, name)) for key, name in
                  (('markdown', 'report.md'), ('json', 'report.json'), ('residency_png', IMAGES['residency']),

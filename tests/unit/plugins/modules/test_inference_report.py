@@ -4,6 +4,8 @@ import json
 import struct
 from unittest import mock
 
+import pytest
+
 from ansible_collections.gpulab.inference.plugins.modules import inference_report
 
 from module_harness import ExitJson, FailJson, run_module
@@ -61,3 +63,39 @@ def test_missing_matplotlib_is_a_clear_error(tmp_path):
 def test_unreadable_trace_is_named(tmp_path):
     run = report({'output_dir': str(tmp_path), 'inventory_name': 'demo', 'traces': {'node-b': str(tmp_path / 'none.json')}})
     assert run.kind is FailJson and run.result['msg'].startswith('traces: cannot read the trace of node-b at ')
+
+
+BAD_REPORT_INPUTS = [
+    ('residency_entry_not_a_mapping', {'residency': {'node-a': ['gpus']}},
+     "residency of node-a: the entry is ['gpus'] (list), not a mapping"),
+    ('residency_gpu_index_a_string', {'residency': {'node-a': {'gpus': [{'index': 'zero'}]}}},
+     "residency of node-a: the entry field gpus entry 0 field index is 'zero' (str), not a whole number"),
+    ('sampler_entry_not_a_mapping', {'sampler': {'node-a': 'nvidia-smi-loop'}},
+     "sampler of node-a: the entry is 'nvidia-smi-loop' (str), not a mapping"),
+    ('sampler_peak_a_string', {'sampler': {'node-a': {'gpus': [dict(SAMPLER['node-a']['gpus'][0], utilization_peak='hi')]}}},
+     "sampler of node-a: the entry field gpus entry 0 field utilization_peak is 'hi' (str), not a number"),
+    ('memory_plan_devices_a_mapping', {'memory_plan': {'devices': {'RPC0': {}}}},
+     'memory_plan (memory-plan.json): the file field devices is'),
+]
+
+
+@pytest.mark.parametrize('inputs, start', [c[1:] for c in BAD_REPORT_INPUTS], ids=[c[0] for c in BAD_REPORT_INPUTS])
+def test_a_bad_input_fails_naming_it_and_writes_nothing(tmp_path, inputs, start):
+    run = report(dict({'output_dir': str(tmp_path / 'reports'), 'inventory_name': 'lab'}, **inputs))
+    assert run.kind is FailJson, run.result
+    assert run.result['msg'].startswith(start), run.result['msg']
+    assert not (tmp_path / 'reports').exists()
+
+
+@pytest.mark.parametrize('content, start', [
+    ('[1, 2]', 'the file is [1, 2] (list), not a mapping'),
+    ('{"samples": [[0.0, 0, 51]]}', 'the file field samples entry 0 is [0.0, 0, 51] (list), not a list of 4 values'),
+    ('{"samples": [[0.0, "0", 51, 1]]}', "the file field samples entry 0 value 1 is '0' (str), not a whole number"),
+])
+def test_a_trace_file_of_the_wrong_shape_is_named(tmp_path, content, start):
+    trace_path = tmp_path / 'node-a.json'
+    trace_path.write_text(content)
+    run = report({'output_dir': str(tmp_path / 'reports'), 'inventory_name': 'lab', 'traces': {'node-a': str(trace_path)}})
+    assert run.kind is FailJson, run.result
+    assert run.result['msg'].startswith('traces: the trace of node-a at %s: %s' % (trace_path, start)), run.result['msg']
+    assert not (tmp_path / 'reports').exists()
