@@ -36,6 +36,7 @@ import re
 import struct
 
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf
+from ansible_collections.gpulab.inference.plugins.module_utils.gpu_drain import matching_pattern
 
 MIB = 1024 * 1024
 
@@ -601,10 +602,11 @@ def _fmt(value):
 # ---------------------------------------------------------------- devices from the nodes
 
 def own_service(unit, own_units):
-    """Whether a systemd unit is one of the collection's serving units (name.service or name@i.service)."""
+    """Whether a systemd unit is one of the collection's serving units: own_units are role
+    common's gpulab_own_unit_patterns, matched as the drain matches them (matching_pattern)."""
     if not unit:
         return False
-    return any(unit == name + ".service" or unit.startswith(name + "@") for name in own_units)
+    return matching_pattern(own_units, [unit]) is not None
 
 
 # gpu_drain's actions for the consumers it takes off the GPUs (module_utils.gpu_drain.decide).
@@ -661,7 +663,7 @@ def manifest_entries(host, manifest):
 
 
 def devices_from_nodes(head, workers, cuda, residency=None, servers=None,
-                       own_units=("gpulab-rpc-server", "gpulab-llama-server"), drained=None):
+                       own_units=(), drained=None):
     """The devices llama.cpp will split over, in its order, with the memory available to them.
 
     head: the head's host name; workers: the RPC workers' host names in --rpc order; cuda:
@@ -670,6 +672,7 @@ def devices_from_nodes(head, workers, cuda, residency=None, servers=None,
     /etc/gpulab/rpc-server/servers.json}, absent before its first deployment, when a CUDA build
     gets one RPC device per GPU (as llama_rpc_server plans it) and a CPU build one CPU device.
     drained: {host: gpu_drain's consumers in check mode}, on the nodes the deployment drains.
+    own_units: the collection's serving units (gpulab_own_unit_patterns), whose memory counts as free.
     src/llama.cpp llama_prepare_model_devices puts the RPC devices first (in --rpc order), then
     the local GPUs; every RPC server exposes one device. CPU devices have no free figure here
     (free_mib null: not checked).

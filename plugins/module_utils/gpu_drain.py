@@ -21,7 +21,6 @@ STATE_SCHEMA = 'gpulab.inference.gpu_drain/1'
 DEFAULT_STATE_FILE = '/var/lib/gpulab/drain-state.json'
 # The collection's own inference units (role common: gpulab_llama_server_unit,
 # gpulab_rpc_server_unit@<i>, gpulab_vllm_unit): the drain never stops them, playbooks/restore.yml does.
-DEFAULT_OWN_UNITS = ('gpulab-llama-server.service', 'gpulab-rpc-server@*.service', 'gpulab-vllm.service')
 # Driver daemons and monitors hold /dev/nvidia* open without holding memory for work.
 DEFAULT_IGNORED_PROCESSES = ('nvidia-persistenced', 'nvidia-fabricmanager', 'nv-hostengine',
                              'nvidia-smi', 'nvidia-cuda-mps-control')
@@ -356,8 +355,7 @@ def decide(consumer, keep, own_units, kill_unmanaged, unit=None):
     kind = consumer['kind']
     if kind == KIND_SYSTEMD and matching_pattern(own_units, [consumer['name']]):
         return ACTION_OWN, 'an inference unit of gpulab.inference'
-    # The collection's supervisord programs carry its unit names without the .service suffix.
-    if kind == KIND_SUPERVISOR and matching_pattern(own_units, [consumer['name'] + '.service']):
+    if kind == KIND_SUPERVISOR and matching_pattern(own_units, program_units(consumer['name'])):
         return ACTION_OWN, 'an inference program of gpulab.inference'
     pattern = matching_pattern(keep, consumer_names(consumer))
     if pattern is not None:
@@ -412,6 +410,28 @@ def parse_active_units(output):
         if parts and parts[0].endswith('.service'):
             units.append(parts[0])
     return units
+
+
+def program_units(program):
+    """The unit names a supervisord program stands for: the collection names a program after its
+    unit without .service (gpulab-vllm), an instance's after the instance (gpulab-rpc-server-0 for
+    gpulab-rpc-server@0.service), so own-unit patterns match programs too."""
+    names = [program + '.service']
+    instance = re.match(r'\A(.+)-([0-9]+)\Z', program)
+    if instance:
+        names.append('%s@%s.service' % instance.groups())
+    return names
+
+
+def programs_matching(programs, patterns):
+    """The supervisord programs whose units (program_units) patterns match, ordered like
+    units_matching."""
+    ordered = []
+    for pattern in patterns:
+        for program in programs:
+            if program not in ordered and matching_pattern([pattern], program_units(program)):
+                ordered.append(program)
+    return ordered
 
 
 def units_matching(units, patterns):

@@ -313,8 +313,19 @@ def rpc_endpoints(workers):
 
 
 def format_endpoint(address, port):
-    """'10.0.0.2:50052', '[fd00::2]:50052': how llama.cpp's --rpc and ss print an endpoint."""
-    return "%s:%d" % ("[%s]" % address if ":" in address else address, port)
+    """'10.0.0.2:50052', '[fd00::2]:50052': how llama.cpp's --rpc and ss print an endpoint.
+
+    The collection's one endpoint rule (host:port, an IPv6 address in brackets); filter
+    gpulab.inference.endpoint is this function with its inputs checked (endpoint below)."""
+    address = str(address)
+    return "%s:%s" % ("[%s]" % address if ":" in address else address, port)
+
+
+def endpoint(host, port):
+    """host:port of a server bound to host, both checked first (listen_address, port_number).
+
+    Unlike client_url a wildcard stays as it is: this is where the server listens."""
+    return format_endpoint(listen_address(host, "endpoint host"), port_number(port, "endpoint port"))
 
 
 def client_url(host, port, scheme="http"):
@@ -659,7 +670,7 @@ def established_peers(ss_text):
         peer = fields[3]
         mapped = re.match(r"\A\[::ffff:([0-9.]+)\]:([0-9]+)\Z", peer)
         if mapped:
-            peer = "%s:%s" % mapped.groups()
+            peer = format_endpoint(*mapped.groups())
         if peer not in peers:
             peers.append(peer)
     return peers

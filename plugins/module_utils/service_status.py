@@ -14,6 +14,8 @@ __metaclass__ = type
 import fnmatch
 import re
 
+from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import format_endpoint
+
 # What `systemctl show` is asked for, per unit.
 SHOW_PROPERTIES = ("Id", "ActiveState", "SubState", "Result", "NRestarts", "MainPID",
                    "ActiveEnterTimestamp", "ExecMainStartTimestamp", "InvocationID")
@@ -153,8 +155,8 @@ def node_summary(build_info=None, model=None, rpc_manifest=None, vllm_plan=None)
         address = rpc_manifest.get("address")
         for endpoint in rpc_manifest.get("endpoints") or []:
             if isinstance(endpoint, dict) and endpoint.get("port") is not None:
-                where = "[%s]" % address if address and ":" in str(address) else address
-                endpoints.append("%s:%s (RPC, %s)" % (where, endpoint["port"], endpoint.get("device") or "?"))
+                endpoints.append("%s (RPC, %s)" % (format_endpoint(address, endpoint["port"]),
+                                                   endpoint.get("device") or "?"))
     if isinstance(vllm_plan, dict) and vllm_plan.get("url"):
         endpoints.append("%s (vLLM)" % vllm_plan["url"])
     return {

@@ -288,7 +288,7 @@ def main():
             nodes = params["nodes"]
             devices = gguf_plan.devices_from_nodes(
                 nodes.get("head"), nodes.get("workers") or [], bool(nodes.get("cuda")), nodes.get("residency"),
-                nodes.get("servers"), nodes.get("own_units") or ("gpulab-rpc-server", "gpulab-llama-server"),
+                nodes.get("servers"), nodes.get("own_units") or (),
                 nodes.get("drained"))
         else:
             devices = params["devices"]

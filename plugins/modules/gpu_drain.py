@@ -49,9 +49,10 @@ options:
     description:
       - The collection's inference units (patterns); never stopped by a drain, as the deployment
         manages them itself. A supervisord program matches by its name plus C(.service).
+      - Required with O(state=drained); role C(gpu_drain) passes role C(common)'s
+        C(gpulab_own_unit_patterns), the one list of them.
     type: list
     elements: str
-    default: [gpulab-llama-server.service, gpulab-rpc-server@*.service, gpulab-vllm.service]
   stop_units:
     description:
       - With O(state=restored), systemd units to stop before anything is started again (patterns,
@@ -126,6 +127,7 @@ EXAMPLES = r"""
   gpulab.inference.gpu_drain:
     state: drained
     keep: [whisper-asr]
+    own_units: "{{ gpulab_own_unit_patterns }}"
   register: gpu_drain
 
 - name: Start again what the drain stopped
@@ -134,6 +136,7 @@ EXAMPLES = r"""
 
 - name: Drain, also killing GPU processes started by hand
   gpulab.inference.gpu_drain:
+    own_units: "{{ gpulab_own_unit_patterns }}"
     kill_unmanaged: true
     state_file: /var/lib/gpulab/drain-state.json
 """
@@ -682,8 +685,7 @@ def build_module():
         argument_spec=dict(
             state=dict(type='str', default='drained', choices=['drained', 'restored']),
             keep=dict(type='list', elements='str', default=[]),
-            own_units=dict(type='list', elements='str',
-                           default=['gpulab-llama-server.service', 'gpulab-rpc-server@*.service', 'gpulab-vllm.service']),
+            own_units=dict(type='list', elements='str'),
             stop_units=dict(type='list', elements='str', default=[]),
             kill_unmanaged=dict(type='bool', default=False),
             state_file=dict(type='path', default='/var/lib/gpulab/drain-state.json'),
@@ -696,6 +698,7 @@ def build_module():
             nvidia_smi_timeout_s=dict(type='int', default=30),
             proc_root=dict(type='path', default='/proc'),
         ),
+        required_if=[('state', 'drained', ('own_units',))],
         supports_check_mode=True,
     )
 

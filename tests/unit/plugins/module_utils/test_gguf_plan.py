@@ -10,6 +10,7 @@ __metaclass__ = type
 import re
 
 import pytest
+from common_defaults import OWN_UNITS
 
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf_plan as gp
@@ -384,10 +385,16 @@ def test_memory_of_the_collections_own_services_counts_as_available():
         {"gpu_index": 1, "used_memory_mib": 7000, "systemd_unit": "gpulab-llama-server.service"},
         {"gpu_index": 0, "used_memory_mib": 300, "systemd_unit": None},
     ]
-    devs = gp.devices_from_nodes("node-a", ["node-c"], True, {"node-c": {"gpus": [gpu], "processes": processes}})
+    own = OWN_UNITS
+    devs = gp.devices_from_nodes("node-a", ["node-c"], True, {"node-c": {"gpus": [gpu], "processes": processes}},
+                                 own_units=own)
     assert devs[0]["free_mib"] == 120000
-    assert gp.own_service("gpulab-llama-server.service", ["gpulab-llama-server"])
-    assert not gp.own_service("gpulab-llama-server-old.service", ["gpulab-llama-server"])
+    assert gp.devices_from_nodes("node-a", ["node-c"], True,
+                                 {"node-c": {"gpus": [gpu], "processes": processes}})[0]["free_mib"] == 40000
+    assert gp.own_service("gpulab-llama-server.service", own)
+    assert gp.own_service("gpulab-vllm.service", own)
+    assert not gp.own_service("gpulab-llama-server-old.service", own)
+    assert not gp.own_service("gpulab-rpc-server.service", own)
 
 
 def test_memory_the_drain_will_free_counts_as_available():

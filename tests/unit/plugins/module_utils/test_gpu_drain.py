@@ -5,9 +5,9 @@ import json
 from pathlib import Path
 
 import pytest
+from common_defaults import OWN_UNITS
 
 from ansible_collections.gpulab.inference.plugins.module_utils.gpu_drain import (
-    DEFAULT_OWN_UNITS,
     PHASE_DRAINED,
     PHASE_STOPPING,
     STATE_SCHEMA,
@@ -33,6 +33,8 @@ from ansible_collections.gpulab.inference.plugins.module_utils.gpu_drain import 
     parse_state,
     parse_supervisorctl_status,
     parse_systemctl_show,
+    program_units,
+    programs_matching,
     restore_order,
     state_entry,
     units_matching,
@@ -212,7 +214,7 @@ LOADED = {'LoadState': 'loaded', 'Transient': 'no', 'ActiveState': 'active', 'Un
     ({'kind': 'process', 'cgroup': '/'}, None, True, 'kill'),
 ])
 def test_decision_table(owner, unit, kill, action):
-    assert decide(consumer(owner), ['whisper*'], list(DEFAULT_OWN_UNITS), kill, unit)[0] == action
+    assert decide(consumer(owner), ['whisper*'], OWN_UNITS, kill, unit)[0] == action
 
 
 def test_container_without_its_runtime_is_reported():
@@ -224,7 +226,7 @@ def test_container_without_its_runtime_is_reported():
 
 def test_own_units_win_over_keep_and_are_never_stopped():
     llama = consumer({'kind': 'systemd', 'name': 'gpulab-llama-server.service'})
-    assert decide(llama, ['*'], list(DEFAULT_OWN_UNITS), False)[0] == 'own'
+    assert decide(llama, ['*'], OWN_UNITS, False)[0] == 'own'
 
 
 def test_keep_names_and_unmatched_patterns():
@@ -252,7 +254,7 @@ def test_parse_systemctl_show_and_active_units():
     units = parse_active_units(listing)
     assert units == ['gpulab-rpc-server@0.service', 'gpulab-llama-server.service', 'whisper-asr.service']
     # the head first, in the order of the patterns
-    assert units_matching(units, list(DEFAULT_OWN_UNITS)) == [
+    assert units_matching(units, OWN_UNITS) == [
         'gpulab-llama-server.service', 'gpulab-rpc-server@0.service']
 
 
@@ -428,6 +430,18 @@ def test_the_collections_vllm_is_own_as_a_unit_and_as_a_supervisord_program():
     unit = consumer({'kind': 'systemd', 'name': 'gpulab-vllm.service'})
     program = consumer({'kind': 'supervisor', 'name': 'gpulab-vllm'})
     other = consumer({'kind': 'supervisor', 'name': 'whisper'})
-    assert decide(unit, [], list(DEFAULT_OWN_UNITS), False)[0] == 'own'
-    assert decide(program, [], list(DEFAULT_OWN_UNITS), False) == ('own', 'an inference program of gpulab.inference')
-    assert decide(other, [], list(DEFAULT_OWN_UNITS), False)[0] == 'stop'
+    assert decide(unit, [], OWN_UNITS, False)[0] == 'own'
+    assert decide(program, [], OWN_UNITS, False) == ('own', 'an inference program of gpulab.inference')
+    assert decide(other, [], OWN_UNITS, False)[0] == 'stop'
+
+
+def test_the_collections_rpc_programs_are_own_and_stop_in_the_patterns_order():
+    # gpulab-rpc-server-<i> is the program of gpulab-rpc-server@<i>.service: never drained.
+    assert program_units('gpulab-rpc-server-1') == ['gpulab-rpc-server-1.service', 'gpulab-rpc-server@1.service']
+    assert program_units('gpulab-vllm') == ['gpulab-vllm.service']
+    assert decide(consumer({'kind': 'supervisor', 'name': 'gpulab-rpc-server-0'}), [], OWN_UNITS, False)[0] == 'own'
+    assert decide(consumer({'kind': 'supervisor', 'name': 'gpulab-rpc-server-x'}), [], OWN_UNITS, False)[0] == 'stop'
+    programs = ['gpulab-rpc-server-1', 'notebook', 'gpulab-llama-server', 'gpulab-rpc-server-0', 'gpulab-vllm']
+    assert programs_matching(programs, OWN_UNITS) == [
+        'gpulab-llama-server', 'gpulab-rpc-server-1', 'gpulab-rpc-server-0', 'gpulab-vllm']
+    assert programs_matching(programs, OWN_UNITS[2:]) == ['gpulab-vllm']

@@ -12,6 +12,7 @@ from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpulab.inference.plugins.modules import gpu_drain
 from module_harness import ExitJson, FailJson
+from common_defaults import OWN_UNITS
 
 FIXTURES = Path(__file__).resolve().parents[2] / 'fixtures' / 'nvidia-smi'
 SMI = '/usr/bin/nvidia-smi'
@@ -119,7 +120,7 @@ def fake_proc(tmp_path, cgroups=None, fds=None):
 
 
 def drain_args(tmp_path, **extra):
-    args = {'state': 'drained', 'keep': ['whisper-asr'],
+    args = {'state': 'drained', 'keep': ['whisper-asr'], 'own_units': OWN_UNITS,
             'state_file': str(tmp_path / 'drain-state.json'), 'wait_timeout_s': 0}
     args.update(extra)
     if 'proc_root' not in args:

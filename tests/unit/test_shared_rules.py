@@ -1,0 +1,68 @@
+"""Rules and lists every part of the collection shares are written once: the endpoint rule
+(host:port, IPv6 in brackets) in module_utils, the list of the collection's own units in role
+common. A copy elsewhere drifts (two copies of the endpoint rule once dropped the brackets, one
+copy of the unit list forgot vLLM)."""
+
+import re
+from pathlib import Path
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+COMMON_DEFAULTS = REPO_ROOT / 'roles' / 'common' / 'defaults' / 'main.yml'
+ENDPOINT_RULE = REPO_ROOT / 'plugins' / 'module_utils' / 'llama_server.py'
+
+
+def sources(suffixes=('.yml', '.yaml', '.j2', '.py', '.sh')):
+    for top in ('roles', 'playbooks', 'plugins'):
+        for path in sorted((REPO_ROOT / top).rglob('*')):
+            if path.suffix in suffixes and path.is_file():
+                yield path
+    yield REPO_ROOT / 'deploy.yml'
+
+
+def hits(pattern, skip=()):
+    found = []
+    for path in sources():
+        if path in skip:
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if pattern.search(line):
+                found.append('%s:%d: %s' % (path.relative_to(REPO_ROOT), number, line.strip()))
+    return found
+
+
+# host:port put together by hand: "[%s]", or "%s:%s"/"%s:%d" beside a port or an address in
+# Python; "}}:{{" or ~ ':' ~ port in Jinja. Image:tag and volume strings have no port on the line.
+HAND_MADE_ENDPOINT = re.compile(
+    r"""["']\[%s\]|["']%s:%[sd]["'].*(port|address|host|groups\(\))|\}\}:\{\{|~\s*['"]:['"]\s*~[^\n]*port""")
+
+
+def test_the_endpoint_rule_is_written_once():
+    assert HAND_MADE_ENDPOINT.search('return "%s:%s" % ("[%s]" % address')
+    assert HAND_MADE_ENDPOINT.search("{{ a }}:{{ b.port }}")
+    assert HAND_MADE_ENDPOINT.search("(addr ~ ':' ~ vllm_server_ray_port)")
+    assert not HAND_MADE_ENDPOINT.search("image ~ ':' ~ tag")
+    found = hits(HAND_MADE_ENDPOINT, skip=(ENDPOINT_RULE,))
+    assert not found, 'use gpulab.inference.endpoint / server_url or format_endpoint:\n' + '\n'.join(found)
+    assert len(hits(re.compile(r'"\[%s\]"'))) == 1
+
+
+def test_the_own_units_are_listed_once():
+    defaults = yaml.safe_load(COMMON_DEFAULTS.read_text())
+    assert defaults['gpulab_own_units'] == {
+        'llama_cpp': ['{{ gpulab_llama_server_unit }}.service', '{{ gpulab_rpc_server_unit }}@[0-9]*.service'],
+        'vllm': ['{{ gpulab_vllm_unit }}.service']}
+    assert defaults['gpulab_own_unit_patterns'] == '{{ gpulab_own_units.llama_cpp + gpulab_own_units.vllm }}'
+    # A list of units of its own: a list or tuple of the collection's unit names (a module's
+    # default), a *_own_units variable, or a unit name turned into a pattern by hand.
+    own_list = re.compile(r"""^\s*\w+_own_units\s*:|(own_units|default)\s*[=:]\s*[\[(]\s*['"]?gpulab-(llama-server|rpc-server|vllm)"""
+                          r"""|gpulab_\w+_unit\s*\|\s*regex_escape|gpulab_\w+_unit\s*~\s*'\.service'\s+in""")
+    assert own_list.search("memory_plan_own_units:")
+    assert own_list.search("own_units=('gpulab-rpc-server', 'gpulab-llama-server')")
+    assert own_list.search("default=['gpulab-llama-server.service', 'gpulab-rpc-server@*.service']")
+    assert own_list.search("default: [gpulab-llama-server.service, gpulab-rpc-server@*.service]")
+    assert own_list.search("select('match', (gpulab_rpc_server_unit | regex_escape) ~ '@[0-9]+[.]service$')")
+    assert own_list.search("when: gpulab_vllm_unit ~ '.service' in ansible_facts.services")
+    found = [hit for hit in hits(own_list, skip=(COMMON_DEFAULTS,)) if 'gpulab_own_unit' not in hit]
+    assert not found, 'name gpulab_own_units / gpulab_own_unit_patterns instead:\n' + '\n'.join(found)
