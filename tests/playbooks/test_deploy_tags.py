@@ -11,18 +11,17 @@ from playbook_runner import COLLECTIONS, REPO
 
 PREFLIGHT = "Preflight checks and GPU facts"
 DRY_RUN = "A dry run of a lab without a llama.cpp build plans no further"
+SERVE = "Drain the GPUs and start the engine; a failure or a lost node restores every drained node"
 EXPECTED = {
     "fabric": [PREFLIGHT, "RoCE fabric (nodes with gpulab_fabric_interface)",
                "Check every node's side of the RoCE fabric", "Measure RDMA write bandwidth from every worker to the head"],
     "build": [PREFLIGHT, DRY_RUN, "Build llama.cpp on the build host", "Ship the build to every GPU node"],
     "bench": [PREFLIGHT, DRY_RUN, "Benchmark what is served and write the report"],
+    # playbooks/llama_cpp.yml, then playbooks/vllm.yml (the same plays of playbooks/serve.yml, listed once)
     "serving": [PREFLIGHT, DRY_RUN, "Model on the head", "Memory plan before anything is started, stopped or drained",
-                "Drain the GPU services that are not kept, before serving",
-                # the engine not deployed is retired (playbooks/stop.yml)
+                # the engine not deployed is retired (playbooks/stop.yml), before anything is drained
                 "Stop llama-server on the head", "Stop the RPC servers on the workers",
-                "Stop vLLM on the head and the vLLM nodes", "RPC workers", "Inference head",
-                "The vLLM server on the head (and the hosts of vllm_nodes for a multi-node layout, head first)",
-                "Report what is served"],
+                "Stop vLLM on the head and the vLLM nodes", SERVE, "Report what is served"],
 }
 
 
