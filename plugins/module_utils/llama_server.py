@@ -24,6 +24,8 @@ from ansible_collections.gpulab.inference.plugins.module_utils.llama_cpp import 
     lockstep_problem,
     lockstep_summary,
 )
+# --cache-type-k/-v values llama.cpp accepts (common/arg.cpp kv_cache_types), one table for both plans
+from ansible_collections.gpulab.inference.plugins.module_utils.gguf_plan import CACHE_TYPES
 
 # llama.cpp's llama_max_devices() is 16 and common/arg.cpp rejects a --tensor-split
 # with `split_arg.size() >= llama_max_devices()`, so at most 15 entries are accepted.
@@ -829,8 +831,101 @@ SERVER_OPTION_DEFAULTS = {
     "log_verbosity": None,
     "api_key_file": "",
     "backend_sampling": False,
+    "cache_type_k": "f16",
+    "cache_type_v": "f16",
+    "batch_size": 2048,
+    "ubatch_size": 512,
     "extra_args": [],
 }
+
+# llama-server flags (common/arg.cpp) that decide what it holds in memory, by the option each
+# sets; a flag in extra_args overrides the option, the last one winning as in llama.cpp's parser.
+MEMORY_FLAGS = {
+    "-ngl": "gpu_layers", "--gpu-layers": "gpu_layers", "--n-gpu-layers": "gpu_layers",
+    "-c": "ctx_size", "--ctx-size": "ctx_size",
+    "-np": "parallel", "--parallel": "parallel",
+    "-fa": "flash_attn", "--flash-attn": "flash_attn",
+    "-ctk": "cache_type_k", "--cache-type-k": "cache_type_k",
+    "-ctv": "cache_type_v", "--cache-type-v": "cache_type_v",
+    "-b": "batch_size", "--batch-size": "batch_size",
+    "-ub": "ubatch_size", "--ubatch-size": "ubatch_size",
+}
+MEMORY_SWITCHES = {
+    "-kvu": ("kv_unified", True), "--kv-unified": ("kv_unified", True),
+    "-no-kvu": ("kv_unified", False), "--no-kv-unified": ("kv_unified", False),
+    "-kvo": ("offload_kqv", True), "--kv-offload": ("offload_kqv", True),
+    "-nkvo": ("offload_kqv", False), "--no-kv-offload": ("offload_kqv", False),
+}
+
+
+def _memory_whole(value, name, minimum):
+    if isinstance(value, bool) or not re.match(r"\A-?[0-9]+\Z", str(value).strip()):
+        raise LlamaServerError("%s %r is not a whole number" % (name, value))
+    number = int(str(value).strip())
+    if number < minimum:
+        raise LlamaServerError("%s %d is below %d" % (name, number, minimum))
+    return number
+
+
+def memory_options(options):
+    """What llama-server holds memory for, from the options server_argv renders: the values of
+    gguf_plan.plan_layout (n_gpu_layers, ctx_size, parallel, flash_attn, cache_type_k,
+    cache_type_v, ubatch, kv_unified, offload_kqv), extra_args applied, so the memory plan
+    assumes what the head runs. Errors name the llama_server_* variable (or the extra argument).
+    """
+    opts = dict(SERVER_OPTION_DEFAULTS)
+    opts.update(options or {})
+    unknown = sorted(set(opts) - set(SERVER_OPTION_DEFAULTS))
+    if unknown:
+        raise LlamaServerError("unknown llama-server option(s) %s" % ", ".join(unknown))
+    extra = opts["extra_args"] or []
+    if not isinstance(extra, (list, tuple)):
+        raise LlamaServerError("llama_server_extra_args %r is not a list of strings" % (extra,))
+    given = dict((key, (opts[key], "llama_server_" + key)) for key in set(MEMORY_FLAGS.values()))
+    switches = {"kv_unified": False, "offload_kqv": True}
+    extra = [str(a) for a in extra]
+    i = 0
+    while i < len(extra):
+        flag, equals, inline = extra[i].partition("=") if extra[i].startswith("--") else (extra[i], "", "")
+        if flag in MEMORY_FLAGS:
+            if equals:
+                value = inline
+            elif i + 1 < len(extra):
+                i += 1
+                value = extra[i]
+            else:
+                raise LlamaServerError("llama_server_extra_args ends with %s but not its value" % flag)
+            given[MEMORY_FLAGS[flag]] = (value, "%s in llama_server_extra_args" % flag)
+        elif extra[i] in MEMORY_SWITCHES:
+            key, value = MEMORY_SWITCHES[extra[i]]
+            switches[key] = value
+        i += 1
+    gpu_layers, name = given["gpu_layers"]
+    if str(gpu_layers).strip() not in ("all", "auto"):
+        gpu_layers = _memory_whole(gpu_layers, name, -1)
+    flash_attn, name = given["flash_attn"]
+    if str(flash_attn) not in ("on", "off", "auto"):
+        raise LlamaServerError("%s %r is not on, off or auto" % (name, flash_attn))
+    cache = {}
+    for key in ("cache_type_k", "cache_type_v"):
+        value, name = given[key]
+        if str(value) not in CACHE_TYPES:
+            raise LlamaServerError("%s %r is not a KV cache type llama.cpp accepts; use one of: %s"
+                                   % (name, value, ", ".join(sorted(CACHE_TYPES))))
+        cache[key] = str(value)
+    batch = _memory_whole(*given["batch_size"], minimum=1)
+    return {
+        "n_gpu_layers": gpu_layers,
+        "ctx_size": _memory_whole(*given["ctx_size"], minimum=0),
+        "parallel": _memory_whole(*given["parallel"], minimum=1),
+        "flash_attn": str(flash_attn),
+        "cache_type_k": cache["cache_type_k"],
+        "cache_type_v": cache["cache_type_v"],
+        # src/llama-context.cpp: the physical batch is at most the logical one
+        "ubatch": min(batch, _memory_whole(*given["ubatch_size"], minimum=1)),
+        "kv_unified": switches["kv_unified"],
+        "offload_kqv": switches["offload_kqv"],
+    }
 
 
 def server_argv(binary, model, options, rpc, split_arg, backend_sampling):
@@ -843,9 +938,12 @@ def server_argv(binary, model, options, rpc, split_arg, backend_sampling):
     argv = [binary, "--model", model, "--host", str(opts["host"]), "--port", str(port_number(opts["port"], "llama_server_port"))]
     if rpc:
         argv += ["--rpc", rpc]
+    memory_options(opts)  # the values the memory plan reads, refused here the same way
     argv += ["--n-gpu-layers", str(opts["gpu_layers"]), "--tensor-split", split_arg,
              "--ctx-size", str(opts["ctx_size"]), "--parallel", str(opts["parallel"]),
-             "--flash-attn", str(opts["flash_attn"])]
+             "--flash-attn", str(opts["flash_attn"]),
+             "--cache-type-k", str(opts["cache_type_k"]), "--cache-type-v", str(opts["cache_type_v"]),
+             "--batch-size", str(opts["batch_size"]), "--ubatch-size", str(opts["ubatch_size"])]
     if opts["jinja"]:
         argv.append("--jinja")
     if opts["reasoning_format"] is not None:

@@ -4,7 +4,8 @@
 """Pure checks of the build, serving and benchmark variables an operator sets, before any node is touched.
 
 The serving roles check their arguments when they run, minutes into a deployment and under
-derived names (llama_server_ctx_size reaches the memory plan as memory_plan_ctx_size). These
+from role common's dicts (llama_server_ctx_size reaches the memory plan inside
+gpulab_llama_server_memory_options). These
 checks run in the first play on the values the inventory and `-e` give, so a wrong value stops
 the run in seconds with one sentence per problem that names the variable as the user set it,
 the hosts it was set on, and what to set instead.
@@ -18,6 +19,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import re
+
+from ansible_collections.gpulab.inference.plugins.module_utils.gguf_plan import CACHE_TYPES
 
 _WHOLE = re.compile(r"\A[+-]?[0-9]+\Z")
 # What Ansible's `type: bool` accepts (ansible.module_utils.parsing.convert_bool).
@@ -158,6 +161,10 @@ RULES = {
     "llama_server_gpu_layers": (_gpu_layers, "a number of layers, or all"),
     "llama_server_tensor_split": (_tensor_split, "equal, proportional, or one share per device, e.g. [1, 1, 2]"),
     "llama_server_flash_attn": (_choice("on", "off", "auto"), "on, off or auto (quoted in YAML)"),
+    "llama_server_cache_type_k": (_choice(*sorted(CACHE_TYPES)), "a KV cache type, e.g. f16 or q8_0"),
+    "llama_server_cache_type_v": (_choice(*sorted(CACHE_TYPES)), "a KV cache type, e.g. f16 or q8_0"),
+    "llama_server_batch_size": (_whole(1), "the logical batch in tokens, e.g. 2048"),
+    "llama_server_ubatch_size": (_whole(1), "the physical batch in tokens, e.g. 512"),
     "llama_server_jinja": (_boolean, "true or false"),
     "llama_server_metrics": (_boolean, "true or false"),
     "llama_server_reasoning_budget": (_optional(_whole(-1)), "-1 (unlimited), 0 (none), a number of tokens, or null"),

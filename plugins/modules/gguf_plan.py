@@ -68,42 +68,43 @@ options:
     type: raw
     default: equal
   n_gpu_layers:
-    description: Layers to offload (the last ones), or V(all).
+    description: Layers to offload (the last ones), or V(all); V(all) when not given.
     type: raw
-    default: all
   ctx_size:
-    description: llama-server C(--ctx-size); V(0) is the model's training context.
+    description: llama-server C(--ctx-size); V(0), the default, is the model's training context.
     type: int
-    default: 0
   parallel:
-    description: llama-server C(--parallel) slots; each gets its own KV stream unless O(kv_unified).
+    description: llama-server C(--parallel) slots (default V(1)); each gets its own KV stream unless O(kv_unified).
     type: int
-    default: 1
   kv_unified:
-    description: llama-server C(--kv-unified).
+    description: llama-server C(--kv-unified) (default V(false)).
     type: bool
-    default: false
   cache_type_k:
-    description: C(--cache-type-k).
+    description: C(--cache-type-k) (default V(f16)).
     type: str
-    default: f16
   cache_type_v:
-    description: C(--cache-type-v); a quantized V cache needs flash attention.
+    description: C(--cache-type-v) (default V(f16)); a quantized V cache needs flash attention.
     type: str
-    default: f16
   flash_attn:
-    description: C(--flash-attn); changes the compute buffer estimate.
+    description: C(--flash-attn) (default V(auto)); changes the compute buffer estimate.
     type: str
     choices: ["on", "off", "auto"]
-    default: auto
   offload_kqv:
-    description: Whether the KV cache sits on the layers' devices (C(--no-kv-offload) is V(false)).
+    description: Whether the KV cache sits on the layers' devices (C(--no-kv-offload) is V(false)); V(true) when not given.
     type: bool
-    default: true
   ubatch_size:
-    description: C(--ubatch-size), which sizes the compute buffer.
+    description: C(--ubatch-size), which sizes the compute buffer (default V(512)).
     type: int
-    default: 512
+  server:
+    description:
+      - llama-server's options as role C(llama_server) hands them to M(gpulab.inference.llama_server_plan)
+        (role C(common)'s C(gpulab_llama_server_memory_options)): C(gpu_layers), C(ctx_size), C(parallel),
+        C(flash_attn), C(cache_type_k), C(cache_type_v), C(batch_size), C(ubatch_size), C(extra_args).
+      - The plan uses what llama-server will run with, extra arguments included (C(-ctk q8_0), C(-c), C(-np),
+        C(-ub), C(-kvu), C(-nkvo), ...; the last one wins, as in llama.cpp), so it assumes what the head runs.
+      - Not together with O(n_gpu_layers), O(ctx_size), O(parallel), O(kv_unified), O(cache_type_k),
+        O(cache_type_v), O(flash_attn), O(offload_kqv) or O(ubatch_size).
+    type: dict
   margin_mib:
     description: Free memory every device must keep beyond the plan.
     type: int
@@ -152,6 +153,17 @@ EXAMPLES = r"""
     ctx_size: 8192
     parallel: 4
     require_fit: true
+
+- name: Plan with the options the head runs (role common's dict, extra arguments included)
+  gpulab.inference.gguf_plan:
+    path: "{{ gpulab_model_path }}"
+    devices: [{name: CUDA0, free_mib: 95000}]
+    server:
+      ctx_size: 65536
+      parallel: 4
+      cache_type_k: q8_0
+      cache_type_v: q8_0
+      extra_args: [--no-mmap]
 
 - name: Only the model's facts and the smallest set of devices
   gpulab.inference.gguf_plan:
@@ -244,6 +256,24 @@ record:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf_plan
+from ansible_collections.gpulab.inference.plugins.module_utils import llama_server
+
+
+# The options that size llama-server's buffers, each given alone or all through server: option ->
+# (plan_layout's keyword, the default documented above).
+MEMORY_OPTIONS = {"n_gpu_layers": ("n_gpu_layers", "all"), "ctx_size": ("ctx_size", 0), "parallel": ("parallel", 1),
+                  "kv_unified": ("kv_unified", False), "cache_type_k": ("cache_type_k", "f16"),
+                  "cache_type_v": ("cache_type_v", "f16"), "flash_attn": ("flash_attn", "auto"),
+                  "offload_kqv": ("offload_kqv", True), "ubatch_size": ("ubatch", 512)}
+
+
+def memory_options(params):
+    """plan_layout's memory keywords: from server as llama-server will run (llama_server.memory_options),
+    else the options given one by one."""
+    if params["server"] is not None:
+        return llama_server.memory_options(params["server"])
+    return dict((keyword, default if params[name] is None else params[name])
+                for name, (keyword, default) in MEMORY_OPTIONS.items())
 
 
 def build_module():
@@ -253,21 +283,22 @@ def build_module():
             devices=dict(type="list", elements="dict"),
             nodes=dict(type="dict"),
             tensor_split=dict(type="raw", default="equal"),
-            n_gpu_layers=dict(type="raw", default="all"),
-            ctx_size=dict(type="int", default=0),
-            parallel=dict(type="int", default=1),
-            kv_unified=dict(type="bool", default=False),
-            cache_type_k=dict(type="str", default="f16"),
-            cache_type_v=dict(type="str", default="f16"),
-            flash_attn=dict(type="str", choices=["on", "off", "auto"], default="auto"),
-            offload_kqv=dict(type="bool", default=True),
-            ubatch_size=dict(type="int", default=512),
+            n_gpu_layers=dict(type="raw"),
+            ctx_size=dict(type="int"),
+            parallel=dict(type="int"),
+            kv_unified=dict(type="bool"),
+            cache_type_k=dict(type="str"),
+            cache_type_v=dict(type="str"),
+            flash_attn=dict(type="str", choices=["on", "off", "auto"]),
+            offload_kqv=dict(type="bool"),
+            ubatch_size=dict(type="int"),
+            server=dict(type="dict"),
             margin_mib=dict(type="int", default=1024),
             cuda_context_mib=dict(type="int", default=720),
             require_fit=dict(type="bool", default=False),
         ),
         required_one_of=[("devices", "nodes")],
-        mutually_exclusive=[("devices", "nodes")],
+        mutually_exclusive=[("devices", "nodes")] + [("server", name) for name in MEMORY_OPTIONS],
         supports_check_mode=True,
     )
 
@@ -275,13 +306,9 @@ def build_module():
 def main():
     module = build_module()
     params = module.params
-    options = dict(
-        n_gpu_layers=params["n_gpu_layers"], ctx_size=params["ctx_size"], parallel=params["parallel"],
-        kv_unified=params["kv_unified"], cache_type_k=params["cache_type_k"], cache_type_v=params["cache_type_v"],
-        flash_attn=params["flash_attn"], offload_kqv=params["offload_kqv"], ubatch=params["ubatch_size"],
-        margin_mib=params["margin_mib"], cuda_context_mib=params["cuda_context_mib"],
-    )
     try:
+        options = dict(memory_options(params), margin_mib=params["margin_mib"],
+                       cuda_context_mib=params["cuda_context_mib"])
         model = gguf.read_gguf_model(params["path"])
         facts = gguf_plan.model_facts(model)
         if params["nodes"] is not None:
@@ -295,7 +322,7 @@ def main():
         plan = gguf_plan.plan_layout(model, devices, split=params["tensor_split"], facts=facts, **options)
         smallest, _smallest_plan = gguf_plan.smallest_device_set(model, devices, facts=facts, **options)
         single = gguf_plan.single_node_fits(model, devices, facts=facts, **options)
-    except (gguf.GGUFError, gguf_plan.PlanError) as exc:
+    except (gguf.GGUFError, gguf_plan.PlanError, llama_server.LlamaServerError) as exc:
         module.fail_json(msg=str(exc))
     table = gguf_plan.format_table(plan)
     known = [fits for fits in single.values() if fits is not None]

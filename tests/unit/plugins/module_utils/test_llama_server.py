@@ -720,7 +720,8 @@ def test_server_argv_is_the_whole_command_line():
     assert argv == [
         "/opt/b/bin/llama-server", "--model", "/m/x-00001-of-00002.gguf", "--host", "127.0.0.1", "--port", "8081",
         "--rpc", "10.0.0.2:50052", "--n-gpu-layers", "all", "--tensor-split", "1,1", "--ctx-size", "8192",
-        "--parallel", "4", "--flash-attn", "auto", "--jinja", "--reasoning-budget", "0", "--metrics",
+        "--parallel", "4", "--flash-attn", "auto", "--cache-type-k", "f16", "--cache-type-v", "f16",
+        "--batch-size", "2048", "--ubatch-size", "512", "--jinja", "--reasoning-budget", "0", "--metrics",
         "--threads", "8", "--verbosity", "4", "--api-key-file", "/etc/gpulab/llama-server/api-keys",
         "--backend-sampling", "--no-warmup"]
 
@@ -730,6 +731,50 @@ def test_server_argv_without_rpc_or_backend_sampling_and_no_duplicate_flag():
                           "", "1", True)
     assert "--rpc" not in argv and "--jinja" not in argv and "--metrics" not in argv
     assert argv.count("--backend-sampling") == 1
+
+
+def test_memory_options_are_the_options_the_head_runs():
+    assert ls.memory_options({}) == {
+        "n_gpu_layers": "all", "ctx_size": 8192, "parallel": 4, "flash_attn": "auto", "cache_type_k": "f16",
+        "cache_type_v": "f16", "ubatch": 512, "kv_unified": False, "offload_kqv": True}
+    options = {"ctx_size": "16384", "parallel": 2, "cache_type_k": "q8_0", "cache_type_v": "q8_0",
+               "gpu_layers": 40, "batch_size": 1024, "ubatch_size": 256}
+    assert ls.memory_options(options) == {
+        "n_gpu_layers": 40, "ctx_size": 16384, "parallel": 2, "flash_attn": "auto", "cache_type_k": "q8_0",
+        "cache_type_v": "q8_0", "ubatch": 256, "kv_unified": False, "offload_kqv": True}
+    argv = ls.server_argv("ls", "m.gguf", options, "", "1", False)
+    assert argv[argv.index("--cache-type-k"):argv.index("--cache-type-k") + 8] == [
+        "--cache-type-k", "q8_0", "--cache-type-v", "q8_0", "--batch-size", "1024", "--ubatch-size", "256"]
+
+
+def test_extra_args_that_change_the_memory_count_the_last_one_winning():
+    extra = ["--no-mmap", "-ctk", "q8_0", "--cache-type-v=q4_0", "-c", "32768", "-np", "8", "-fa", "on",
+             "-ub", "4096", "-b", "1024", "-kvu", "-nkvo", "-ngl", "30", "-ctk", "q5_1"]
+    assert ls.memory_options({"extra_args": extra}) == {
+        "n_gpu_layers": 30, "ctx_size": 32768, "parallel": 8, "flash_attn": "on", "cache_type_k": "q5_1",
+        "cache_type_v": "q4_0", "ubatch": 1024, "kv_unified": True, "offload_kqv": False}
+    # the argv keeps the options first and the extra arguments last, so llama.cpp takes the latter
+    argv = ls.server_argv("ls", "m.gguf", {"extra_args": extra}, "", "1", False)
+    assert argv[-len(extra):] == extra and argv[argv.index("--cache-type-k") + 1] == "f16"
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"cache_type_k": "q8"}, "llama_server_cache_type_k 'q8' is not a KV cache type llama.cpp accepts; use one of: "
+                             "bf16, f16, f32, iq4_nl, q4_0"),
+    ({"extra_args": ["-ctv", "fp8"]}, "-ctv in llama_server_extra_args 'fp8' is not a KV cache type"),
+    ({"extra_args": ["--ctx-size"]}, "llama_server_extra_args ends with --ctx-size but not its value"),
+    ({"extra_args": ["-c", "8k"]}, "-c in llama_server_extra_args '8k' is not a whole number"),
+    ({"parallel": 0}, "llama_server_parallel 0 is below 1"),
+    ({"ubatch_size": True}, "llama_server_ubatch_size True is not a whole number"),
+    ({"flash_attn": True}, "llama_server_flash_attn True is not on, off or auto"),
+    ({"gpu_layers": "most"}, "llama_server_gpu_layers 'most' is not a whole number"),
+    ({"extra_args": "--no-mmap"}, "llama_server_extra_args '--no-mmap' is not a list"),
+])
+def test_memory_options_refuse_what_llama_server_would(options, message):
+    with pytest.raises(ls.LlamaServerError, match=re.escape(message)):
+        ls.memory_options(options)
+    with pytest.raises(ls.LlamaServerError, match=re.escape(message)):
+        ls.server_argv("ls", "m.gguf", options, "", "1", False)
 
 
 @pytest.mark.parametrize("options, message", [

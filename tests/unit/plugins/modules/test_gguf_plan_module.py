@@ -123,3 +123,53 @@ def test_record_leaves_out_live_free_memory(split_model):
     assert row["total_mib"] == pytest.approx(13.62 + 6.0 + row["compute_mib_estimate"] + 720.0, abs=0.02)
     assert first["options"]["ctx_size"] == 2048 and first["options"]["tensor_split"] == "equal"
     assert first["model"]["files"] == 2
+
+
+def kv_mib(result):
+    return sum(d["kv_cache_mib"] for d in result["devices"])
+
+
+def test_server_options_plan_what_the_head_runs_with_a_q8_0_cache(split_model):
+    """The head's options (role common's gpulab_llama_server_memory_options) reach the plan as given."""
+    f16 = plan({"path": split_model.paths[0], "devices": DEVICES, "server": {"ctx_size": 4096, "parallel": 2}})
+    q8 = plan({"path": split_model.paths[0], "devices": DEVICES,
+               "server": {"ctx_size": 4096, "parallel": 2, "cache_type_k": "q8_0", "cache_type_v": "q8_0"}})
+    assert f16.kind is ExitJson and q8.kind is ExitJson, (f16.result, q8.result)
+    assert f16.result["record"]["options"]["cache_type_k"] == "f16"
+    assert q8.result["record"]["options"]["cache_type_k"] == "q8_0"
+    assert q8.result["record"]["options"]["cache_type_v"] == "q8_0"
+    assert (q8.result["kv_cells"], q8.result["kv_streams"]) == (f16.result["kv_cells"], f16.result["kv_streams"]) == (2048, 2)
+    # q8_0 keeps 34 bytes per 32 values, f16 64
+    assert kv_mib(q8.result) == pytest.approx(kv_mib(f16.result) * 34 / 64, rel=0.02)
+    assert kv_mib(q8.result) < kv_mib(f16.result)
+
+
+def test_extra_args_that_change_the_cache_type_count_in_the_plan(split_model):
+    given = plan({"path": split_model.paths[0], "devices": DEVICES,
+                  "server": {"ctx_size": 4096, "parallel": 2, "cache_type_k": "q8_0", "cache_type_v": "q8_0"}})
+    extra = plan({"path": split_model.paths[0], "devices": DEVICES,
+                  "server": {"ctx_size": 4096, "parallel": 2, "extra_args": ["--no-mmap", "-ctk", "q8_0", "-ctv", "q8_0"]}})
+    assert extra.kind is ExitJson, extra.result
+    assert extra.result["record"]["options"] == given.result["record"]["options"]
+    assert kv_mib(extra.result) == kv_mib(given.result)
+    # -c and -np in the extra arguments win over the options, as in llama-server
+    wider = plan({"path": split_model.paths[0], "devices": DEVICES,
+                  "server": {"ctx_size": 4096, "parallel": 2, "extra_args": ["-c", "8192", "-np", "1"]}})
+    assert (wider.result["kv_cells"], wider.result["kv_streams"]) == (8192, 1)
+
+
+@pytest.mark.parametrize("server, message", [
+    ({"extra_args": ["-ctk", "q8"]}, "-ctk in llama_server_extra_args 'q8' is not a KV cache type"),
+    ({"cache_type_v": "q8_0", "flash_attn": "off"}, "cache_type_v=q8_0 needs flash attention"),
+    ({"ctxsize": 1}, "unknown llama-server option"),
+])
+def test_bad_server_options_are_named(split_model, server, message):
+    run = plan({"path": split_model.paths[0], "devices": DEVICES, "server": server})
+    assert run.kind is FailJson
+    assert message in run.result["msg"], run.result["msg"]
+
+
+def test_server_and_a_single_memory_option_exclude_each_other(split_model):
+    run = plan({"path": split_model.paths[0], "devices": DEVICES, "server": {}, "ctx_size": 2048})
+    assert run.kind is FailJson
+    assert "mutually exclusive: server|ctx_size" in run.result["msg"]
