@@ -231,33 +231,49 @@ def resume_offset(part_size, size_bytes):
     return part_size
 
 
-def plan_node(files, present, records, parts):
+def plan_node(files, present, records, parts, hashed=None):
     """What one node does with each file.
 
     present: {name: (size, mtime_ns)} of the files under their final names; records: {name:
     record} from the node's model manifest (sha256, size_bytes, mtime_ns); parts: {name: size}
-    of .part files. Each entry of the result is the file's entry with `action`:
-    - keep: verified before and unchanged since (record matches), nothing read;
-    - verify: the right size but not verified since it was written: hash it, fetch if it differs;
-    - fetch: missing or the wrong size; `offset` says where the .part resumes.
+    of .part files; hashed: {name: sha256} of files read back just now. Each entry of the result
+    is the file's entry with `action`:
+    - keep: verified before and unchanged since (record matches), or hashed now and right;
+    - verify: the right size but not verified since it was written: hash it (then plan again
+      with hashed);
+    - fetch: missing, the wrong size, or known to differ from the source (its record or its hash
+      says another sha256: the file changed at the source); `offset` says where the .part resumes.
     """
+    hashed = hashed or {}
     plan = []
     for entry in files:
         name = entry['name']
         item = dict(entry, offset=0)
         if name in present:
             size, mtime_ns = present[name]
-            if record_matches(records.get(name), entry, size, mtime_ns):
-                item.update(action='keep', sha256=entry.get('sha256') or records[name]['sha256'])
+            record = records.get(name)
+            if record_matches(record, entry, size, mtime_ns):
+                item.update(action='keep', sha256=entry.get('sha256') or record['sha256'])
                 plan.append(item)
                 continue
-            if size == entry['size_bytes']:
+            if name in hashed and size == entry['size_bytes']:
+                if verify_problem(entry, hashed[name], size) is None:
+                    item.update(action='keep', sha256=hashed[name])
+                    plan.append(item)
+                    continue
+            elif size == entry['size_bytes'] and not _known_other(record, entry, size, mtime_ns):
                 item['action'] = 'verify'
                 plan.append(item)
                 continue
         item.update(action='fetch', offset=resume_offset(parts.get(name), entry['size_bytes']))
         plan.append(item)
     return plan
+
+
+def _known_other(record, entry, size, mtime_ns):
+    """The record says this unchanged file has another sha256 than the source now lists."""
+    return (isinstance(record, dict) and record.get('size_bytes') == size and record.get('mtime_ns') == mtime_ns
+            and bool(entry.get('sha256')) and bool(record.get('sha256')) and record['sha256'] != entry['sha256'])
 
 
 def plan_summary(plan):

@@ -14,12 +14,15 @@ short_description: What a node holds of a model, what it must fetch, whether it 
 description:
   - O(state=plan) compares the files a model is (O(files), from M(gpulab.inference.model_source))
     with what O(path) holds - a file verified before and unchanged since (size and mtime as
-    recorded in O(manifest)) is kept without reading it; one of the right size is verified; the
-    others are fetched, resuming a C(.part) left by an interrupted transfer. It reports the
-    bytes to move and the free space, and C(problem) when the filesystem cannot take them.
-  - O(state=verify) reads back every file not kept (and not in O(verified), the records of
-    M(gpulab.inference.model_fetch)), checks size and sha256 against O(files), and returns
-    the records for the model manifest. A mismatch fails naming the file.
+    recorded in O(manifest)) is kept without reading it; one of the right size never verified
+    here is read back and kept when right; the others are fetched, resuming a C(.part) left by
+    an interrupted transfer. It reports the bytes to move and the free space, and C(problem)
+    when the filesystem cannot take them. Every file's C(records) (name, size, sha256, mtime)
+    say what the manifest records.
+  - O(state=verify) checks every file after a transfer - one in O(verified) (the records of
+    M(gpulab.inference.model_fetch), hashed while written) or recorded in O(manifest) and
+    unchanged since is trusted, any other is read back - against the size and sha256 of O(files),
+    and returns the records for the model manifest. A mismatch fails naming the file.
   - Never writes; the role writes the manifest.
 version_added: "0.2.0"
 author:
@@ -104,8 +107,13 @@ resumed_bytes:
   description: Bytes already in C(.part) files that the fetch keeps.
   returned: state=plan
   type: int
-verify_bytes:
-  description: Bytes of files to read back (the right size, not verified since written).
+records:
+  description: The records (C(name), C(size_bytes), C(sha256), C(mtime_ns)) of the files kept, for O(verified) of the next call.
+  returned: always
+  type: list
+  elements: dict
+hashed_bytes:
+  description: Bytes read back to plan (files of the right size not verified here before).
   returned: state=plan
   type: int
 needed_bytes:
@@ -120,11 +128,6 @@ problem:
   description: The refusal when the node lacks the space, else null.
   returned: state=plan
   type: str
-records:
-  description: Every file's C(name), C(size_bytes), C(sha256), C(mtime_ns), for the manifest.
-  returned: state=verify
-  type: list
-  elements: dict
 verified_bytes:
   description: Bytes read back to verify.
   returned: state=verify
@@ -164,14 +167,22 @@ def node_state(path, files):
 def plan(module, path, files, records):
     present, parts = node_state(path, files)
     steps = mt.plan_node(files, present, records, parts)
+    # Files of the right size never verified here (a lost manifest, a model already on the
+    # head) are read back now, so the plan only keeps or fetches.
+    hashed = dict((step["name"], model_io.sha256_file(os.path.join(path, step["name"])).hexdigest())
+                  for step in steps if step["action"] == "verify")
+    if hashed:
+        steps = mt.plan_node(files, present, records, parts, hashed)
     summary = mt.plan_summary(steps)
     directory, free = model_io.free_bytes(path)
     if module.params["free_bytes"] >= 0:
         free = module.params["free_bytes"]
     needed = mt.space_needed(steps)
+    kept = [s for s in steps if s["action"] == "keep"]
     module.exit_json(changed=False, plan=steps, fetch=[s for s in steps if s["action"] == "fetch"],
+                     records=mm.file_records(kept, present), hashed_bytes=sum(s["size_bytes"] for s in steps if s["name"] in hashed),
                      fetch_bytes=summary["fetch_bytes"], resumed_bytes=summary["resumed_bytes"],
-                     verify_bytes=summary["verify_bytes"], needed_bytes=needed, free_bytes=free,
+                     needed_bytes=needed, free_bytes=free,
                      problem=mt.space_problem(module.params.get("host") or os.uname()[1], directory, free, needed))
 
 

@@ -18,7 +18,7 @@ EXPECTED = {
     "build": [PREFLIGHT, DRY_RUN, "Build llama.cpp on the build host", "Ship the build to every GPU node"],
     "bench": [PREFLIGHT, DRY_RUN, "Benchmark what is served and write the report"],
     # playbooks/llama_cpp.yml, then playbooks/vllm.yml (the same plays of playbooks/serve.yml, listed once)
-    "serving": [PREFLIGHT, DRY_RUN, "Model on the head", "Memory plan before anything is started, stopped or drained",
+    "serving": [PREFLIGHT, DRY_RUN, "Model on the nodes that read it", "Memory plan before anything is started, stopped or drained",
                 # the engine not deployed is retired (playbooks/stop.yml), before anything is drained
                 "Stop llama-server on the head", "Stop the RPC servers on the workers",
                 "Stop vLLM on the head and the vLLM nodes", SERVE, "Report what is served"],

@@ -2,14 +2,17 @@
 vocabulary comes from the controller, the manifest on the head says which file to serve, and bad
 input stops the play before any change."""
 
+import hashlib
 import json
 import tarfile
+import threading
 
 import pytest
 import yaml
 from playbook_runner import REPO, local_host, run_in
 
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf
+from ansible_collections.gpulab.inference.plugins.module_utils import model_io
 from ansible_collections.gpulab.inference.plugins.module_utils import synthetic_model as sm
 from ansible_collections.gpulab.inference.plugins.modules import synthetic_gguf
 
@@ -128,9 +131,22 @@ def test_check_mode_refuses_a_missing_given_model(tmp_path):
 
 
 BAD = [
-    ("neither", {}, "Exactly one of model_path and model_synthetic is set", "Neither model_path nor model_synthetic is set"),
+    ("neither", {}, "Exactly one of model_source, model_path and model_synthetic is set",
+     'model_source="", model_path="", model_synthetic empty'),
     ("both", {"model_path": "/m.gguf", "model_synthetic": {"path": "/x.gguf"}},
-     "Exactly one of model_path and model_synthetic is set", "Both model_path (/m.gguf) and model_synthetic are set"),
+     "Exactly one of model_source, model_path and model_synthetic is set", 'model_path="/m.gguf", model_synthetic set'),
+    ("source and synthetic", {"model_source": "http://10.0.0.5/m.gguf", "model_synthetic": {"path": "/x.gguf"}},
+     "Exactly one of model_source, model_path and model_synthetic is set", 'model_source="http://10.0.0.5/m.gguf"'),
+    ("source and path", {"model_source": "/srv/m.gguf", "model_path": "/m.gguf"},
+     "Exactly one of model_source, model_path and model_synthetic is set", 'model_path="/m.gguf"'),
+    ("head without path", {"model_source": "head"},
+     "Exactly one of model_source, model_path and model_synthetic is set", 'model_source="head", model_path=""'),
+    ("relative source", {"model_source": "models/m.gguf"}, "Name the nodes that get the model",
+     "a path on the controller must be absolute"),
+    ("source of another scheme", {"model_source": "ftp://mirror/m.gguf"}, "Name the nodes that get the model",
+     "only http:// and https:// mirrors are fetched"),
+    ("source not a first shard", {"model_source": "/srv/m-00002-of-00002.gguf"}, "List the model's files at the source",
+     "give the first shard"),
     ("unknown synthetic key", {"model_synthetic": {"path": "/x.gguf", "kv_head": 2}},
      "Validating arguments against arg spec 'main'", "kv_head"),
     ("synthetic key of the wrong type", {"model_synthetic": {"path": "/x.gguf", "layers": "many"}},
@@ -156,3 +172,80 @@ def test_bad_input_stops_before_any_change(run_playbook, tmp_path, hostvars, tas
         assert words in failure[2] or words in json.dumps(result.failed_events()[0]["res"])
     assert result.changed_tasks() == []
     assert not (tmp_path / "etc").exists()
+
+
+SHARDS = {"m-00001-of-00002.gguf": b"G" * 300000, "m-00002-of-00002.gguf": b"H" * 200000}
+
+
+def sums(files):
+    return "".join("%s  %s\n" % (hashlib.sha256(data).hexdigest(), name) for name, data in files.items())
+
+
+def test_model_from_a_controller_directory_then_nothing_moves(run_playbook, tmp_path):
+    src = tmp_path / "src" / "m"
+    src.mkdir(parents=True)
+    for name, data in SHARDS.items():
+        (src / name).write_bytes(data)
+    (src / "SHA256SUMS").write_text(sums(SHARDS))
+    dest = tmp_path / "dest"
+    hostvars = {"model_source": str(src / "m-00001-of-00002.gguf"), "model_dir": str(dest)}
+    result = run_playbook("playbooks/model.yml", inventory(tmp_path, **hostvars))
+    assert result.status == "successful", result.failures
+    for name, data in SHARDS.items():
+        assert (dest / name).read_bytes() == data
+    recorded = manifest(tmp_path)
+    assert {k: recorded[k] for k in ("source", "origin", "format", "directory", "path", "shard_paths", "size_bytes")} == {
+        "source": "controller", "origin": str(src / "m-00001-of-00002.gguf"), "format": "gguf", "directory": str(dest),
+        "path": str(dest / "m-00001-of-00002.gguf"), "shard_paths": [str(dest / n) for n in SHARDS], "size_bytes": 500000}
+    assert [(f["name"], f["sha256"]) for f in recorded["files"]] == [
+        (n, hashlib.sha256(d).hexdigest()) for n, d in SHARDS.items()]
+    again = run_playbook("playbooks/model.yml", inventory(tmp_path, **hostvars))
+    assert again.status == "successful", again.failures
+    assert again.changed_tasks() == []
+    (plan,) = again.ok_results("Plan what each node still needs, reading back files it never verified")
+    assert (plan["fetch_bytes"], plan["hashed_bytes"]) == (0, 0)
+
+
+def test_model_from_a_mirror_resumes_and_refetches_what_changed(run_playbook, tmp_path):
+    ckpt = tmp_path / "mirror" / "ckpt"
+    ckpt.mkdir(parents=True)
+    files = {"config.json": b"{}", "model.safetensors": b"W" * 400000, "tokenizer.json": b'{"t": 1}'}
+    for name, data in files.items():
+        (ckpt / name).write_bytes(data)
+    server = model_io.ModelServer("127.0.0.1", 0, str(tmp_path / "mirror"),
+                                  ["ckpt/" + n for n in files] + ["ckpt/SHA256SUMS"])
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    url = "http://127.0.0.1:%d/ckpt" % server.server_address[1]
+    dest = tmp_path / "dest" / "ckpt"
+    dest.mkdir(parents=True)
+    (dest / "model.safetensors.part").write_bytes(b"W" * 150000)  # an interrupted earlier run
+    hostvars = {"model_source": url, "model_dir": str(dest), "model_progress_interval_s": 1}
+    try:
+        result = run_playbook("playbooks/model.yml", inventory(tmp_path, **hostvars))
+        assert result.status == "successful", result.failures
+        (fetched,) = result.ok_results("Keep the transfer's records")
+        status = fetched["ansible_facts"]["__model_fetch_result"]
+        assert status["resumed_bytes"] == 150000 and status["fetched_bytes"] == 2 + 250000 + 8
+        for name, data in files.items():
+            assert (dest / name).read_bytes() == data
+        assert not list(dest.glob("*.part"))
+        recorded = manifest(tmp_path)
+        assert (recorded["format"], recorded["path"], recorded["source"]) == ("hf", str(dest), "url")
+        assert [f["sha256"] for f in recorded["files"]] == [hashlib.sha256(d).hexdigest() for d in files.values()]
+
+        again = run_playbook("playbooks/model.yml", inventory(tmp_path, **hostvars))
+        assert again.status == "successful", again.failures
+        assert again.changed_tasks() == []
+
+        # The mirror's file changes (same size) and its SHA256SUMS says so: fetched again.
+        files["model.safetensors"] = b"V" * 400000
+        (ckpt / "model.safetensors").write_bytes(files["model.safetensors"])
+        (ckpt / "SHA256SUMS").write_text(sums(files))
+        third = run_playbook("playbooks/model.yml", inventory(tmp_path, **hostvars))
+        assert third.status == "successful", third.failures
+        assert (dest / "model.safetensors").read_bytes() == files["model.safetensors"]
+        (fetched,) = third.ok_results("Keep the transfer's records")
+        assert [f["name"] for f in fetched["ansible_facts"]["__model_fetch_result"]["files"]] == ["model.safetensors"]
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -179,11 +179,19 @@ def test_plan_node_every_action():
     plan = mt.plan_node(files, present, records, parts)
     assert [(p['name'], p['action'], p['offset']) for p in plan] == [
         ('kept', 'keep', 0), ('touched', 'verify', 0), ('missing', 'fetch', 0), ('partial', 'fetch', 30),
-        ('wrong-size', 'fetch', 0), ('changed', 'verify', 0)]
+        ('wrong-size', 'fetch', 0), ('changed', 'fetch', 0)]
     summary = mt.plan_summary(plan)
-    assert summary == {'fetch_bytes': 100 + 70 + 100, 'resumed_bytes': 30, 'verify_bytes': 200,
-                       'keep': ['kept'], 'verify': ['touched', 'changed'], 'fetch': ['missing', 'partial', 'wrong-size']}
-    assert mt.space_needed(plan) == 270 + 200
+    assert summary == {'fetch_bytes': 100 + 70 + 100 + 100, 'resumed_bytes': 30, 'verify_bytes': 100,
+                       'keep': ['kept'], 'verify': ['touched'], 'fetch': ['missing', 'partial', 'wrong-size', 'changed']}
+    assert mt.space_needed(plan) == 370 + 100
+
+
+def test_plan_node_after_hashing():
+    files = [entry('right'), entry('wrong'), entry('any', sha=None)]
+    present = {'right': (100, 1), 'wrong': (100, 1), 'any': (100, 1)}
+    plan = mt.plan_node(files, present, {}, {'wrong': 10}, hashed={'right': SHA_A, 'wrong': SHA_B, 'any': SHA_B})
+    assert [(p['name'], p['action'], p['offset'], p['sha256']) for p in plan] == [
+        ('right', 'keep', 0, SHA_A), ('wrong', 'fetch', 10, SHA_A), ('any', 'keep', 0, SHA_B)]
 
 
 def test_plan_keep_takes_the_recorded_sha_when_the_source_has_none():

@@ -53,7 +53,16 @@ def test_verify_then_keep_without_reading_again(tmp_path, capsys):
     # A file touched since it was verified is read again.
     os.utime(str(tmp_path / 'm' / 'b.bin'), ns=(1, 1))
     failed, result = run(model_files.main, args(tmp_path), capsys)
-    assert [s['action'] for s in result['plan']] == ['keep', 'verify'] and result['needed_bytes'] == 50
+    assert [s['action'] for s in result['plan']] == ['keep', 'keep'] and result['hashed_bytes'] == 50
+    assert result['needed_bytes'] == 0 and [r['name'] for r in result['records']] == ['a.bin', 'b.bin']
+
+
+def test_a_file_of_the_right_size_but_other_bytes_is_fetched_again(tmp_path, capsys):
+    (tmp_path / 'm').mkdir()
+    (tmp_path / 'm' / 'a.bin').write_bytes(b'x' * 100)
+    failed, result = run(model_files.main, args(tmp_path), capsys)
+    assert not failed and [(s['action'], s['offset']) for s in result['plan']] == [('fetch', 0), ('fetch', 0)]
+    assert result['hashed_bytes'] == 100 and result['needed_bytes'] == 150 and result['records'] == []
 
 
 def test_verify_trusts_the_records_of_the_fetch(tmp_path, capsys):
