@@ -127,9 +127,12 @@ sanity: deps $(SANITY_VENV)/.installed ## ansible-test sanity (own venv, offline
 	  ansible-test sanity --local --requirements --python 3.11 --color no
 
 # A skipped test fails the run (tests/no_skips.py, loaded by tests/conftest.py); so does an empty one.
-unit: deps ## Unit tests and playbook tests (ansible-runner)
-	$(call step,pytest tests/unit tests/playbooks)
-	@python -m pytest -q -rs tests/unit tests/playbooks
+# pytest-xdist: UNIT_WORKERS processes (0: one process), a test module's tests in one of them so
+# its module fixtures run once; the ansible-runner tests wait on subprocesses, so 2 cores fill up.
+UNIT_WORKERS ?= 2
+unit: deps ## Unit tests and playbook tests (ansible-runner), in UNIT_WORKERS processes
+	$(call step,pytest tests/unit tests/playbooks in $(UNIT_WORKERS) processes)
+	@python -m pytest -q -rs -n $(UNIT_WORKERS) --dist loadscope tests/unit tests/playbooks
 
 # The scenarios get a lab of their own (containers, network, subnet), so a demo lab survives.
 molecule: export GPULAB_LAB_NAME := gpulab-test

@@ -11,7 +11,10 @@ COLLECTION_LINK = COLLECTIONS_DIR / 'ansible_collections' / 'gpulab' / 'inferenc
 
 if not COLLECTION_LINK.exists() and not COLLECTION_LINK.is_symlink():
     COLLECTION_LINK.parent.mkdir(parents=True, exist_ok=True)
-    COLLECTION_LINK.symlink_to(REPO_ROOT)
+    try:
+        COLLECTION_LINK.symlink_to(REPO_ROOT)
+    except FileExistsError:  # another pytest-xdist worker made it first
+        pass
 if str(COLLECTIONS_DIR) not in sys.path:
     sys.path.insert(0, str(COLLECTIONS_DIR))
 
