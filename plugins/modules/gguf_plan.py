@@ -98,7 +98,7 @@ options:
   server:
     description:
       - llama-server's options as role C(llama_server) hands them to M(gpulab.inference.llama_server_plan)
-        (role C(common)'s C(gpulab_llama_server_memory_options)): C(gpu_layers), C(ctx_size), C(parallel),
+        (role C(common)'s C(gpulab_llama_server_memory_options)), keys C(gpu_layers), C(ctx_size), C(parallel),
         C(flash_attn), C(cache_type_k), C(cache_type_v), C(batch_size), C(ubatch_size), C(extra_args).
       - The plan uses what llama-server will run with, extra arguments included (C(-ctk q8_0), C(-c), C(-np),
         C(-ub), C(-kvu), C(-nkvo), ...; the last one wins, as in llama.cpp), so it assumes what the head runs.
