@@ -15,7 +15,7 @@ SANITY_ROOT := /tmp/gpulab-sanity/ansible_collections/gpulab/inference
 LLAMA_CPP_PYTHON_VERSION := 0.3.36
 LLAMA_CPP_COMMIT := 0c1e570
 LLAMA_CPP_ARCHIVE := .cache/llama.cpp-$(LLAMA_CPP_COMMIT).tar.gz
-MOLECULE_SCENARIOS ?= facts build default drain roce vllm supervisor
+MOLECULE_SCENARIOS ?= facts build default drain roce vllm models supervisor
 APT_PACKAGES := podman runc debootstrap rsync shellcheck openssh-client
 
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)

@@ -198,13 +198,15 @@ class ProgressFile:
         self.last = None
         self.done = 0
 
-    def add(self, count, current, force=False):
+    def add(self, count, current, force=False, finished=False):
+        """Count bytes moved; finished (with force) marks the end, failed or not, for the waiter."""
         self.done += count
         now = self.clock()
         if self.path and (force or self.last is None or now - self.last >= self.interval_s):
             self.last = now
             state = mt.progress(self.done, self.total_bytes, now - self.started, current)
             state['line'] = mt.progress_line(state)
+            state['finished'] = finished
             atomic_write(self.path, json.dumps(state, sort_keys=True) + '\n', 0o644)
 
 

@@ -19,8 +19,9 @@ description:
     and sha256 are the ones asked (a null sha256 is accepted and returned). A complete file with
     the wrong sha256 is removed and the run fails naming it; a connection that ends early keeps
     the C(.part) for the next run.
-  - Writes its progress (bytes, rate, time left, the file) to O(progress_file) about every
-    second, for the play to show while it runs asynchronously.
+  - Writes its progress (bytes, rate, time left, the file, and C(finished) at the end, failed
+    or not) to O(progress_file) about every second, for the play to show while it runs
+    asynchronously.
   - Python's http.client only; every request under O(timeout_s).
 version_added: "0.2.0"
 author:
@@ -143,9 +144,10 @@ def main():
         for entry in files:
             url = mt.file_url(params["base_url"], entry["name"], params["hf_layout"])
             fetched.append(model_io.fetch_file(client, url, params["path"], entry, progress, mode))
-        progress.add(0, None, force=True)
     except (mt.ModelTransferError, OSError) as error:
+        progress.add(0, None, force=True, finished=True)
         module.fail_json(msg="model_fetch into %s: %s" % (params["path"], error), files=fetched)
+    progress.add(0, None, force=True, finished=True)
     elapsed = time.monotonic() - started
     moved = sum(item["fetched_bytes"] for item in fetched)
     module.exit_json(changed=bool(fetched), files=fetched, fetched_bytes=moved,

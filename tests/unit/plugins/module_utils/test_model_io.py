@@ -223,6 +223,9 @@ def test_progress_file_is_rewritten_at_most_every_interval(tmp_path):
     now[0] = 2.0
     progress.add(30, 'b')
     assert json.loads(path.read_text())['done_bytes'] == 50
+    assert json.loads(path.read_text())['finished'] is False
+    progress.add(0, None, force=True, finished=True)
+    assert json.loads(path.read_text())['finished'] is True
 
 
 def test_sha256_file_limit_stat_and_free_space(tmp_path):

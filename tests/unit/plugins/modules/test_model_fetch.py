@@ -32,6 +32,7 @@ def test_fetch_resume_and_progress(tmp_path, capsys):
     assert (dest / 'a.gguf').read_bytes() == DATA and oct((dest / 'b.gguf').stat().st_mode & 0o777) == '0o640'
     state = json.loads(progress.read_text())
     assert state['done_bytes'] == state['total_bytes'] == result['fetched_bytes'] and state['percent'] == 100.0
+    assert state['finished'] is True
 
 
 def test_check_mode_and_nothing_to_fetch(tmp_path, capsys):
