@@ -87,6 +87,7 @@ rdma:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpulab.inference.plugins.module_utils.bounded_command import BoundedRunner
 
 from ansible_collections.gpulab.inference.plugins.module_utils.roce import (
     RoceError,
@@ -132,7 +133,8 @@ def main():
         except ValueError:
             module.fail_json(msg='peer %s has fabric address %r, not an IPv4 address' % (peer, address))
         command[0] = ping
-        rc, stdout, stderr = module.run_command(command)
+        # ping ends by itself (-c, -W); the limit is for a ping that does not
+        rc, stdout, stderr = BoundedRunner(module).run(command)
         verdict = ping_verdict(params['host'], peer, address, params['mtu'], rc, stdout + '\n' + stderr)
         pings.append({'peer': peer, 'address': address, 'rc': rc, 'ok': not verdict})
         if verdict:

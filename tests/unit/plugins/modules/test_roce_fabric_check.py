@@ -73,7 +73,8 @@ def test_a_good_node_has_no_problems_and_the_exact_pings():
     answers = {ping('10.231.77.11'): ping_ok('10.231.77.11'), ping('10.231.77.12'): ping_ok('10.231.77.12')}
     run_ = run(answers, peers={'node-c': '10.231.77.12', 'node-b': '10.231.77.11'})
     assert run_.kind is ExitJson
-    run_.get_bin_path.assert_called_once_with('ping')
+    assert [c.args[0] for c in run_.get_bin_path.call_args_list][0] == 'ping'
+    assert run_.bounded and all(prefix[2] == '30s' for prefix in run_.bounded)
     # peers in name order
     assert run_.commands == [list(ping('10.231.77.11')), list(ping('10.231.77.12'))]
     assert run_.result['changed'] is False

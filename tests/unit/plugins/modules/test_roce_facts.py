@@ -167,7 +167,8 @@ def test_fabric_check_all_good():
         'peers': {'node-b': '10.231.77.11'}, 'sysfs_root': str(FIXTURES / 'connectx-roce')}, answers, PING)
     assert run.kind is ExitJson
     assert run.commands == [list(ping_of('10.231.77.11'))]
-    run.get_bin_path.assert_called_once_with('ping')
+    assert [c.args[0] for c in run.get_bin_path.call_args_list] == ['ping'] + ['timeout'] * len(run.bounded)
+    assert run.bounded and all(prefix[2] == '30s' for prefix in run.bounded)
     assert run.result['problems'] == []
     assert run.result['pings'] == [{'peer': 'node-b', 'address': '10.231.77.11', 'rc': 0, 'ok': True}]
     assert run.result['rdma']['selection']['gid_index'] == 3
