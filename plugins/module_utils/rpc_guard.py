@@ -252,4 +252,5 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    # run on the node as a program (its wrapper script), not as part of a module
+    raise SystemExit(main())
