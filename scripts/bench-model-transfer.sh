@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Measures the model role's node-to-node copy against a plain TCP copy (netcat) of the same file
+# between the same two lab containers, and a second run of playbooks/model.yml against the first.
+# Needs a running lab (make lab, or molecule create -s models) with GPULAB_LAB_NAME and
+# GPULAB_LAB_FABRIC_PREFIX as it was made. Usage: scripts/bench-model-transfer.sh [MiB, default 384]
+set -euo pipefail
+
+mib=${1:-384}
+lab=${GPULAB_LAB_NAME:-gpulab}
+prefix=${GPULAB_LAB_FABRIC_PREFIX:-10.231.77}
+head="$lab-node-a" peer="$lab-node-b"
+dir=/var/lib/gpulab/models/bench
+work=$(mktemp -d /tmp/gpulab-bench-model.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+for node in "$head" "$peer"; do
+  podman exec "$node" rm -rf "$dir" /etc/gpulab/model-bench.json /var/tmp/bench-nc.gguf
+done
+podman exec "$head" sh -c "mkdir -p $dir && dd if=/dev/urandom of=$dir/bench.gguf bs=1M count=$mib status=none"
+
+# node-b joins vllm_nodes; the file is already on the head (model_source: head).
+cat >"$work/vllm_nodes.yml" <<YAML
+gpu_nodes:
+  children:
+    vllm_nodes:
+      hosts:
+        node-b: {}
+YAML
+run_model() {
+  local start end
+  start=$(date +%s.%N)
+  ansible-playbook -i inventory/demo -i "$work/vllm_nodes.yml" playbooks/model.yml \
+    -e gpulab_engine=vllm -e model_source=head -e model_path=$dir/bench.gguf \
+    -e model_manifest_path=/etc/gpulab/model-bench.json >"$work/$1.log"
+  end=$(date +%s.%N)
+  echo "$end - $start" | bc
+}
+first=$(run_model first)
+second=$(run_model second)
+rate=$(grep -o 'node-b: [0-9]* bytes in [0-9.]* s ([0-9.]* MiB/s)' "$work/first.log" || true)
+changed=$(grep -E '^node-(a|b) ' "$work/second.log" | sed -E 's/.*changed=([0-9]+).*/\1/' | paste -sd+ | bc)
+
+# The same file, the same two containers, over plain TCP: netcat on the fabric address, written to disk.
+podman exec -d "$head" sh -c "nc -N -l $prefix.10 18099 < $dir/bench.gguf"
+sleep 1
+start=$(date +%s.%N)
+podman exec "$peer" sh -c "nc -d $prefix.10 18099 > /var/tmp/bench-nc.gguf && sync /var/tmp/bench-nc.gguf"
+end=$(date +%s.%N)
+nc_s=$(echo "$end - $start" | bc)
+nc_rate=$(echo "scale=1; $mib / $nc_s" | bc)
+
+for node in "$head" "$peer"; do
+  podman exec "$node" rm -rf "$dir" /etc/gpulab/model-bench.json /var/tmp/bench-nc.gguf
+done
+echo "file: $mib MiB"
+echo "model.yml first run (hash on node-a, copy to node-b, verify): ${first} s; the copy: ${rate:-not found}"
+echo "model.yml second run: ${second} s, changed=$changed"
+echo "netcat node-a -> node-b: ${nc_s} s (${nc_rate} MiB/s)"
