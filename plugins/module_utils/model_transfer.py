@@ -302,9 +302,9 @@ def space_problem(host, directory, free_bytes, needed_bytes):
     """The refusal when a node cannot hold what it must fetch, else None."""
     if free_bytes >= needed_bytes:
         return None
-    return ('%s: %s has %s free (%d bytes), the model needs %s more (%d bytes); free space there or '
-            'point model_dir at a larger disk' % (host, directory, format_bytes(free_bytes), free_bytes,
-                                                 format_bytes(needed_bytes), needed_bytes))
+    text = ('%s: %s has %s free (%d bytes), the model needs %s more (%d bytes); free space there or '
+            'point model_dir at a larger disk')
+    return text % (host, directory, format_bytes(free_bytes), free_bytes, format_bytes(needed_bytes), needed_bytes)
 
 
 def verify_problem(entry, sha256, size):

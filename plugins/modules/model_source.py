@@ -77,7 +77,7 @@ base:
   type: str
   sample: http://10.231.77.5/models/m
 files:
-  description: Each file's name (relative to O(base)), size_bytes and sha256 (null when the source has no SHA256SUMS).
+  description: Each file's name (relative to RV(base)), size_bytes and sha256 (null when the source has no SHA256SUMS).
   returned: always
   type: list
   elements: dict
