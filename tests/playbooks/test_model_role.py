@@ -249,3 +249,22 @@ def test_model_from_a_mirror_resumes_and_refetches_what_changed(run_playbook, tm
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_check_mode_lists_and_plans_a_mirror_source_and_writes_nothing(tmp_path):
+    (tmp_path / "mirror").mkdir()
+    (tmp_path / "mirror" / "m.gguf").write_bytes(b"G" * 1000)
+    server = model_io.ModelServer("127.0.0.1", 0, str(tmp_path / "mirror"), ["m.gguf"])
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    hostvars = {"model_source": "http://127.0.0.1:%d/m.gguf" % server.server_address[1], "model_dir": str(tmp_path / "dest")}
+    try:
+        result = run_in(tmp_path / "runner", "playbooks/model.yml", inventory(tmp_path, **hostvars), cmdline="--check")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.status == "successful", result.failures
+    changed = {task for _host, task in result.changed_tasks()}
+    assert {"Report the transfer a real run would make", "Write the model manifest"} <= changed
+    (plan,) = result.ok_results("Plan what each node still needs, reading back files it never verified")
+    assert plan["fetch_bytes"] == 1000
+    assert not (tmp_path / "dest").exists() and not (tmp_path / "etc").exists()
