@@ -188,7 +188,7 @@ def main():
         # Warm the ControlMaster connections as ansible left them, then the same bytes by scp.
         for name in peers:
             subprocess.run(ssh_argv("ssh", nodes[name]) + [nodes[name]["host"], "true"], check=True)
-        scp = [scp_round(tarball, [nodes[name] for name in peers]) for _ in range(options.scp_rounds)]
+        scp = [scp_round(tarball, [nodes[name] for name in peers]) for _round in range(options.scp_rounds)]
     finally:
         if not options.keep_lab:
             run_playbook("molecule/lab/destroy.yml")
