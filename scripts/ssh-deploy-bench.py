@@ -124,6 +124,7 @@ def lab_facts():
             "common_args": "{{ ansible_ssh_common_args }}",
             "cache": "{{ llama_cpp_distribute_controller_cache }}", "ccache": "{{ lab_ccache_host_dir }}"}}}]}]))
     run = run_playbook(str(playbook))
+    shutil.rmtree(playbook.parent, ignore_errors=True)
     return {d["host"]: d["res"]["msg"] for d in host_results(run["events"])}
 
 
