@@ -8,11 +8,18 @@ PREFIX = os.environ.get("GPULAB_LAB_FABRIC_PREFIX", "10.231.77")
 CTL = "/opt/gpulab/supervisor/bin/supervisorctl -c /etc/gpulab/supervisord.conf"
 
 
-def test_supervisord_runs_both_programs(host):
+def test_supervisord_runs_both_programs_and_the_rpc_guard(host):
     status = host.run(CTL + " status")
     assert status.rc == 0, status.stdout + status.stderr
     lines = {line.split()[0]: line.split()[1] for line in status.stdout.splitlines() if line.strip()}
-    assert lines == {"gpulab-llama-server": "RUNNING", "gpulab-rpc-server-0": "RUNNING"}
+    assert lines == {"gpulab-llama-server": "RUNNING", "gpulab-rpc-server-0": "RUNNING", "gpulab-rpc-guard": "RUNNING"}
+
+
+def test_the_rpc_guard_runs_as_root_and_passes_its_check(host):
+    guard_pid = host.check_output(CTL + " pid gpulab-rpc-guard")
+    assert host.check_output("ps -o user= -p %s" % guard_pid).strip() == "root"
+    check = host.run("/opt/gpulab/bin/gpulab-rpc-guard --check")
+    assert check.rc == 0, check.stderr
 
 
 def test_programs_run_as_their_accounts(host):
