@@ -345,6 +345,12 @@ def client_url(host, port, scheme="http"):
     return "%s://%s" % (scheme, format_endpoint(address, port_number(port, "server port")))
 
 
+def cuda_device_access(build, local_gpus):
+    """Whether the head's unit opens the NVIDIA device groups (DeviceAllow): a CUDA build on a node
+    with GPUs. A CPU build, or a node without GPUs, keeps DevicePolicy=closed with none."""
+    return bool((build or {}).get("cuda")) and bool(local_gpus)
+
+
 def device_order(endpoints, local_gpus):
     """The devices llama.cpp splits layers over, in its own order.
 

@@ -12,6 +12,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
 import re
 
 # The command lines the modules issue; the fake nvidia-smi of the container lab answers
@@ -421,6 +422,57 @@ def inventory_snapshot(gpus, driver):
         'gpu_count': len(gpus),
         'gpus': [dict((key, gpu.get(key)) for key in SNAPSHOT_GPU_KEYS) for gpu in gpus],
     }
+
+
+SNAPSHOT_DRIVER_KEYS = ('driver_version', 'kernel_module_version', 'cuda_version')
+_INVENTORY_TEXT = re.compile(r'\A[\x20-\x7e]{1,200}\Z')
+_INVENTORY_COMPUTE_CAP = re.compile(r'\A[0-9]{1,2}\.[0-9]{1,2}\Z')
+_INVENTORY_CUDA_ARCH = re.compile(r'\A[0-9]{2,4}[a-z]?\Z')
+
+
+def parse_inventory(text, source):
+    """A node's gpu-inventory.json (inventory_snapshot as gpu_preflight wrote it), checked field by
+    field: {gpus, gpu_count, driver}. source names the file in messages; every error says to run
+    gpu_preflight again, which rewrites the file from nvidia-smi."""
+    def fail(what):
+        raise NvidiaSmiParseError('%s %s; run gpu_preflight on the node again (it rewrites the file)' % (source, what))
+
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        fail('is not JSON (%s)' % exc)
+    if not isinstance(data, dict) or data.get('managed_by') != 'gpulab.inference':
+        fail('is not a GPU inventory of gpulab.inference (no managed_by)')
+    gpus = data.get('gpus')
+    if not isinstance(gpus, list):
+        fail('has no gpus list')
+    checked, seen = [], set()
+    for position, gpu in enumerate(gpus):
+        where = 'gpus entry %d' % position
+        if not isinstance(gpu, dict):
+            fail('%s is not an object' % where)
+        index = gpu.get('index')
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0 or index in seen:
+            fail('%s index %r is not a GPU index (a whole number from 0, each once)' % (where, index))
+        seen.add(index)
+        for key, pattern in (('uuid', _INVENTORY_TEXT), ('name', _INVENTORY_TEXT), ('pci_bus_id', _INVENTORY_TEXT),
+                             ('compute_cap', _INVENTORY_COMPUTE_CAP), ('cuda_arch', _INVENTORY_CUDA_ARCH)):
+            value = gpu.get(key)
+            if value is not None and not (isinstance(value, str) and pattern.match(value)):
+                fail('%s %s %r is not what nvidia-smi reports' % (where, key, value))
+        memory = gpu.get('memory_total_mib')
+        if memory is not None and (isinstance(memory, bool) or not isinstance(memory, int) or memory < 0):
+            fail('%s memory_total_mib %r is not a whole number of MiB' % (where, memory))
+        checked.append(dict((key, gpu.get(key)) for key in SNAPSHOT_GPU_KEYS))
+    if data.get('gpu_count') != len(checked):
+        fail('says gpu_count %r but lists %d GPU(s)' % (data.get('gpu_count'), len(checked)))
+    driver = {}
+    for key in SNAPSHOT_DRIVER_KEYS:
+        value = data.get(key)
+        if value is not None and not (isinstance(value, str) and _INVENTORY_TEXT.match(value)):
+            fail('%s %r is not a version' % (key, value))
+        driver[key] = value
+    return {'gpus': sorted(checked, key=lambda gpu: gpu['index']), 'gpu_count': len(checked), 'driver': driver}
 
 
 def _or_dash(value):

@@ -201,114 +201,9 @@ ansible_facts:
           sample: ""
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi import (
-    GPU_QUERY_ARGS,
-    MIG_QUERY_ARGS,
-    VERSION_ARGS,
-    NvidiaSmiParseError,
-    driver_facts,
-    gpu_table,
-    inventory_snapshot,
-    merge_mig_modes,
-    missing_gpus_message,
-    parse_gpu_query,
-    parse_kernel_module_version,
-    parse_mig_query,
-    parse_nvml_library_version,
-    parse_smi_version,
-)
-from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi_runner import NvidiaSmiRunner
-
-
-class GpuFacts:
-    """Runs nvidia-smi and holds what it learnt; result builds the return value in one place."""
-
-    def __init__(self, module):
-        self.module = module
-        self.nvidia_smi_path = module.params['nvidia_smi_path']
-        self.driver_version_file = module.params['driver_version_file']
-        self.required = module.params['required']
-        self.runner = NvidiaSmiRunner(module, self.nvidia_smi_path, module.params['timeout_s'])
-        self.gpus = []
-        self.driver = {
-            'driver_version': None,
-            'cuda_version': None,
-            'kernel_module_version': None,
-            'mismatch': False,
-            'message': '',
-        }
-
-    @property
-    def result(self):
-        return {
-            'changed': False,
-            'snapshot': inventory_snapshot(self.gpus, self.driver),
-            'table': gpu_table(self.gpus, self.driver),
-            'ansible_facts': {
-                'gpulab_gpus': self.gpus,
-                'gpulab_gpu_count': len(self.gpus),
-                'gpulab_gpu_driver': self.driver,
-            },
-        }
-
-    def read_kernel_module_version(self):
-        if not os.path.exists(self.driver_version_file):
-            return None
-        try:
-            with open(self.driver_version_file, 'rb') as version_file:
-                # the version line is ASCII; other bytes must not end in a traceback
-                return parse_kernel_module_version(version_file.read().decode('utf-8', 'replace'))
-        except (IOError, OSError) as exc:
-            self.module.fail_json(msg='cannot read %s: %s' % (self.driver_version_file, exc))
-        except NvidiaSmiParseError as exc:
-            self.module.fail_json(msg='%s: %s' % (self.driver_version_file, exc))
-
-    def report_mismatch(self, kernel_module_version, stdout, stderr):
-        nvml_version = parse_nvml_library_version(stdout + '\n' + stderr)
-        self.driver.update(
-            driver_version=nvml_version,
-            kernel_module_version=kernel_module_version,
-            mismatch=True,
-            message=(
-                'nvidia-smi cannot start: Driver/library version mismatch (NVML library %s, '
-                'kernel module %s). The driver was upgraded without a reboot; reboot the host.'
-                % (nvml_version or 'unknown', kernel_module_version or 'unknown')),
-        )
-
-    def gather(self):
-        smi = self.runner.find()
-        if smi is None:
-            if self.required:
-                self.module.fail_json(
-                    msg='nvidia-smi (%s) not found, and required=true: install the NVIDIA driver '
-                        'or set nvidia_smi_path' % self.nvidia_smi_path)
-            self.driver['message'] = 'nvidia-smi (%s) not found: no GPU facts (CPU node)' % self.nvidia_smi_path
-            return
-
-        kernel_module_version = self.read_kernel_module_version()
-        rc, stdout, stderr = self.runner.run(GPU_QUERY_ARGS, allow_mismatch=True)
-        if rc != 0:
-            self.report_mismatch(kernel_module_version, stdout, stderr)
-            return
-        mig_stdout = self.runner.run(MIG_QUERY_ARGS)[1]
-        version_stdout = self.runner.run(VERSION_ARGS)[1]
-        try:
-            gpus = merge_mig_modes(parse_gpu_query(stdout), parse_mig_query(mig_stdout))
-            self.driver.update(driver_facts(gpus, parse_smi_version(version_stdout), kernel_module_version))
-        except NvidiaSmiParseError as exc:
-            self.module.fail_json(msg=str(exc))
-        missing = missing_gpus_message(self.required, len(gpus))
-        if missing:
-            self.module.fail_json(msg=missing)
-        self.gpus = gpus
-        if self.driver['mismatch']:
-            self.driver['message'] = (
-                'userspace driver %s differs from the loaded kernel module %s: reboot the host'
-                % (self.driver['driver_version'], kernel_module_version))
+from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi_runner import GpuFacts
 
 
 def build_module():
@@ -325,7 +220,9 @@ def build_module():
 
 def main():
     module = build_module()
-    facts = GpuFacts(module)
+    params = module.params
+    facts = GpuFacts(module, params['nvidia_smi_path'], params['driver_version_file'], params['required'],
+                     params['timeout_s'])
     facts.gather()
     module.exit_json(**facts.result)
 

@@ -53,7 +53,8 @@ options:
     default: []
   local_gpus:
     description:
-      - The head's own GPUs (C(gpulab_gpus) facts) that llama-server uses; ignored when the build of O(build_link) has no CUDA.
+      - The head's own GPUs (RV(gpulab.inference.gpu_inventory#module:gpus), as gpu_preflight recorded them) that
+        llama-server uses; ignored when the build of O(build_link) has no CUDA.
     type: list
     elements: dict
     default: []
@@ -138,18 +139,23 @@ EXAMPLES = r"""
   gpulab.inference.llama_server_plan:
     model_path: /srv/models/MiniMax-M2.7-Q8_0/MiniMax-M2.7-Q8_0-00001-of-00006.gguf
     workers: "{{ llama_server_workers }}"
-    local_gpus: "{{ ansible_facts.gpulab_gpus }}"
+    local_gpus: "{{ head_gpus.gpus }}"
     tensor_split: equal
 
 - name: Split by memory size
   gpulab.inference.llama_server_plan:
     model_path: /srv/models/model.gguf
     workers: "{{ llama_server_workers }}"
-    local_gpus: "{{ ansible_facts.gpulab_gpus }}"
+    local_gpus: "{{ head_gpus.gpus }}"
     tensor_split: proportional
 """
 
 RETURN = r"""
+cuda_device_access:
+  description: Whether the unit opens the NVIDIA device groups (a CUDA build on a node with GPUs).
+  returned: success
+  type: bool
+  sample: true
 argv:
   description: llama-server's whole command line, with O(server) given; the wrapper runs exactly this list.
   returned: when O(server) is given
@@ -238,6 +244,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.llama_server impo
     LlamaServerError,
     access_problem,
     check_health_settings,
+    cuda_device_access,
     device_order,
     format_tensor_split,
     gguf_magic_problem,
@@ -344,6 +351,7 @@ class LlamaServerPlan:
             "devices": devices,
             "tensor_split": split,
             "tensor_split_arg": format_tensor_split(split),
+            "cuda_device_access": cuda_device_access(build, local_gpus),
             "shards": shards,
             "model_bytes": model_bytes,
             "health_timeout_s": timeout_s,

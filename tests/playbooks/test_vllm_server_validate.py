@@ -1,13 +1,15 @@
-"""vllm_server's validation step through ansible-runner: every node's GPUs are read (fake
-nvidia-smi profiles), vllm_plan checks the layout, and bad input stops the play before any change
+"""vllm_server's validation step through ansible-runner: every node's GPUs are read (the
+gpu-inventory.json gpu_preflight would write from the fake nvidia-smi profiles), vllm_plan checks the layout, and bad input stops the play before any change
 with a message naming it. Only validate.yml runs (never main.yml, which would create users and
 units here should a check regress); one playbook holds every case, one play per case."""
 
+import json
 import stat
 
 import yaml
 from playbook_runner import LAB_FILES, local_host, run_in
 
+from ansible_collections.gpulab.inference.plugins.module_utils import nvidia_smi
 from ansible_collections.gpulab.inference.plugins.module_utils import synthetic_hf as sh
 
 FAKE_SMI = LAB_FILES / "fake-nvidia-smi"
@@ -22,8 +24,19 @@ def smi_for(tmp_path, profile):
     return str(path)
 
 
-def node(tmp_path, profile, **hostvars):
-    return local_host(vllm_server_nvidia_smi_path=smi_for(tmp_path, profile),
+def inventory_for(tmp_path, host, profile):
+    """The node's gpu-inventory.json as gpu_preflight writes it, from the profile's nvidia-smi answer."""
+    profile_dir = LAB_FILES / "nvidia-smi" / profile
+    gpus = nvidia_smi.parse_gpu_query((profile_dir / "query-gpu.csv").read_text())
+    path = tmp_path / "gpu-inventory" / (host + ".json")
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(nvidia_smi.inventory_snapshot(gpus, {})))
+    return str(path)
+
+
+def node(tmp_path, host, profile, **hostvars):
+    return local_host(gpulab_gpu_inventory_file=inventory_for(tmp_path, host, profile),
+                      vllm_server_nvidia_smi_path=smi_for(tmp_path, profile),
                       vllm_server_driver_version_file=str(LAB_FILES / "nvidia-smi" / profile / "proc-driver-nvidia-version"),
                       gpulab_fabric_address="127.0.0.1", **hostvars)
 
@@ -50,7 +63,7 @@ def test_validation_cases(tmp_path):
         role_vars = dict({"vllm_server_model_path": str(model), "vllm_server_nodes_group": group}, **role_vars)
         if role_vars["vllm_server_model_path"] == "EMPTY":
             role_vars["vllm_server_model_path"] = str(empty)
-        groups[group] = {"hosts": dict((name, node(tmp_path, profile, **role_vars)) for name, profile in hosts.items())}
+        groups[group] = {"hosts": dict((name, node(tmp_path, name, profile, **role_vars)) for name, profile in hosts.items())}
     inventory = {"all": {"children": groups}}
     # one play over every host, so a failing case does not end the others
     plays = [{"name": "Validation cases", "hosts": "all", "gather_facts": False, "tasks": [

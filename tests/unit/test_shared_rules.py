@@ -66,3 +66,15 @@ def test_the_own_units_are_listed_once():
     assert own_list.search("when: gpulab_vllm_unit ~ '.service' in ansible_facts.services")
     found = [hit for hit in hits(own_list, skip=(COMMON_DEFAULTS,)) if 'gpulab_own_unit' not in hit]
     assert not found, 'name gpulab_own_units / gpulab_own_unit_patterns instead:\n' + '\n'.join(found)
+
+
+def test_no_role_reads_the_gpu_facts_of_an_earlier_play():
+    # The preflight's facts (gpulab_gpus, gpulab_gpu_driver, gpulab_gpu_count) stay in its play; later
+    # plays read gpu-inventory.json (module gpu_inventory). A task's own registered result is fine.
+    fact = re.compile(r"""(?<![\w.\]])ansible_facts\.gpulab_gpu(s|_driver|_count)\b"""
+                      r"""|hostvars\[[^\]]*\][.\w\[\]'"]*\bgpulab_gpu(s|_driver|_count)\b""")
+    assert fact.search("{% if ansible_facts.gpulab_gpus | default([]) %}")
+    assert fact.search("hostvars[node].ansible_facts.gpulab_gpus")
+    assert not fact.search("__llama_cpp_build_node_gpus.results[i].ansible_facts.gpulab_gpus")
+    found = [hit for hit in hits(fact) if '/gpu_preflight/' not in hit and not hit.startswith('plugins/')]
+    assert not found, 'read the node\'s gpu-inventory.json with gpulab.inference.gpu_inventory:\n' + '\n'.join(found)

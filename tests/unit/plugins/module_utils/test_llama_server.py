@@ -794,3 +794,12 @@ def test_backend_sampling_off_by_default_and_strings_from_the_command_line():
     # -e llama_server_backend_sampling=true arrives as a string
     assert ls.backend_sampling_choice("true", _devices(2, 0), [1, 1])["enabled"] is True
     assert ls.backend_sampling_choice("off", _devices(0, 1), [1])["enabled"] is False
+
+
+def test_cuda_device_access_needs_a_cuda_build_and_a_gpu():
+    gpu = [{"index": 0, "memory_total_mib": 97887}]
+    assert ls.cuda_device_access({"cuda": True}, gpu) is True
+    assert ls.cuda_device_access({"cuda": True}, []) is False
+    assert ls.cuda_device_access({"cuda": False}, gpu) is False
+    assert ls.cuda_device_access({}, gpu) is False
+    assert ls.cuda_device_access(None, gpu) is False

@@ -1,5 +1,6 @@
 """Parsers of nvidia-smi answers, fed with real H200 captures and hand-written edge cases."""
 
+import json
 import os
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi import
     merge_mig_modes,
     parse_compute_apps_query,
     parse_gpu_query,
+    parse_inventory,
     parse_kernel_module_version,
     parse_mig_query,
     parse_nvml_library_version,
@@ -477,3 +479,49 @@ def test_table_shows_not_available_as_dash():
     assert lines[2] == '0    NVIDIA H200                                                9.0    sm_90          -/     - MiB    -%'
     assert lines[3] == '1    NVIDIA H200                                                9.0    sm_90       9812/143771 MiB   37%'
     assert 'None' not in ''.join(lines)
+
+
+INVENTORY_GPU = {'index': 1, 'uuid': 'GPU-1', 'name': 'NVIDIA RTX PRO 6000 Blackwell Workstation Edition',
+                 'pci_bus_id': '00000000:02:00.0', 'compute_cap': '12.0', 'cuda_arch': '120', 'memory_total_mib': 97887}
+
+
+def inventory_text(**changes):
+    data = {'managed_by': 'gpulab.inference', 'driver_version': '580.95.05', 'kernel_module_version': '580.95.05',
+            'cuda_version': '13.0', 'gpu_count': 2, 'gpus': [INVENTORY_GPU, dict(INVENTORY_GPU, index=0, uuid='GPU-0')]}
+    data.update(changes)
+    return json.dumps(data)
+
+
+def test_parse_inventory_orders_by_index_and_keeps_the_snapshot_keys():
+    inventory = parse_inventory(inventory_text(), '/var/lib/gpulab/gpu-inventory.json')
+    assert [gpu['index'] for gpu in inventory['gpus']] == [0, 1]
+    assert inventory['gpus'][1] == INVENTORY_GPU
+    assert inventory['gpu_count'] == 2
+    assert inventory['driver'] == {'driver_version': '580.95.05', 'kernel_module_version': '580.95.05',
+                                   'cuda_version': '13.0'}
+    # a CPU node: no GPU, no driver
+    cpu = parse_inventory(inventory_text(gpus=[], gpu_count=0, driver_version=None, kernel_module_version=None,
+                                         cuda_version=None), 'f')
+    assert cpu == {'gpus': [], 'gpu_count': 0,
+                   'driver': {'driver_version': None, 'kernel_module_version': None, 'cuda_version': None}}
+
+
+@pytest.mark.parametrize('text, message', [
+    ('[1', 'is not JSON'),
+    (json.dumps({'gpus': []}), 'is not a GPU inventory of gpulab.inference (no managed_by)'),
+    (inventory_text(gpus=None), 'has no gpus list'),
+    (inventory_text(gpus=[1]), 'gpus entry 0 is not an object'),
+    (inventory_text(gpus=[INVENTORY_GPU, INVENTORY_GPU]), 'gpus entry 1 index 1 is not a GPU index'),
+    (inventory_text(gpus=[dict(INVENTORY_GPU, index=True)]), 'gpus entry 0 index True is not a GPU index'),
+    (inventory_text(gpus=[dict(INVENTORY_GPU, compute_cap='12')], gpu_count=1), "gpus entry 0 compute_cap '12' is not what nvidia-smi"),
+    (inventory_text(gpus=[dict(INVENTORY_GPU, name='x\ny')], gpu_count=1), "gpus entry 0 name 'x\\ny' is not"),
+    (inventory_text(gpus=[dict(INVENTORY_GPU, memory_total_mib='97887')], gpu_count=1),
+     "gpus entry 0 memory_total_mib '97887' is not a whole number of MiB"),
+    (inventory_text(gpu_count=3), 'says gpu_count 3 but lists 2 GPU(s)'),
+    (inventory_text(cuda_version=13), 'cuda_version 13 is not a version'),
+])
+def test_parse_inventory_names_what_is_wrong(text, message):
+    with pytest.raises(NvidiaSmiParseError) as error:
+        parse_inventory(text, '/var/lib/gpulab/gpu-inventory.json')
+    assert str(error.value).startswith('/var/lib/gpulab/gpu-inventory.json ' + message)
+    assert str(error.value).endswith('; run gpu_preflight on the node again (it rewrites the file)')

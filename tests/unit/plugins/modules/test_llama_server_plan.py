@@ -31,6 +31,8 @@ def test_plan_over_two_workers(head):
     assert plan["build"]["build_id"] == "0123456789ab"
     assert plan["build"]["build_dir"] == head["build_link"]
     assert plan["build"]["cuda"] is False
+    # nor opens the NVIDIA devices, though the node has a GPU
+    assert plan["cuda_device_access"] is False
     assert plan["model_bytes"] == 1024
     assert plan["unit_directives"] == [["StartLimitIntervalSec", "0"]]
     assert plan["service_directives"] == [["Restart", "always"], ["RestartSec", "5"]]
@@ -89,6 +91,7 @@ def test_argv_turns_backend_sampling_on_for_a_local_output_layer(head, tmp_path)
                       server={"port": 8080, "backend_sampling": "auto"}))
     assert result.kind is ExitJson, result.result
     assert result.result["backend_sampling"]["enabled"] is True
+    assert result.result["cuda_device_access"] is True
     assert result.result["argv"][-1] == "--backend-sampling"
     assert result.result["argv"][1:3] == ["--model", head["model_path"]]
 
@@ -101,3 +104,11 @@ def test_argv_keeps_backend_sampling_off_for_an_output_layer_on_a_worker(head):
     assert "RPC 10.231.77.12:50052" in result.result["backend_sampling"]["reason"]
     assert "--backend-sampling" not in result.result["argv"]
     assert result.result["argv"][result.result["argv"].index("--rpc") + 1] == "10.231.77.11:50052,10.231.77.12:50052"
+
+
+def test_a_cuda_build_on_a_node_without_gpus_opens_no_device(head, tmp_path):
+    build = tmp_path / "0123456789ab"
+    (build / "BUILD_INFO.json").write_text(json.dumps({"build_id": "0123456789ab", "cuda": True}))
+    result = run(dict(head, workers=[manifest("node-b", "10.231.77.11")], local_gpus=[]))
+    assert result.kind is ExitJson, result.result
+    assert result.result["cuda_device_access"] is False
