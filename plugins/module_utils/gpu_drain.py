@@ -634,3 +634,163 @@ def drain_summary(consumers, freed):
             lines.append('GPU %d freed %d MiB (%s -> %s MiB used)' % (
                 gpu['index'], gpu['freed_mib'], gpu['used_before_mib'], gpu['used_after_mib']))
     return lines
+
+
+# ---------------------------------------------------------------- service managers
+
+# seconds a stop or start may take: systemd's default stop timeout (90 s) then a start's, with room
+CHANGE_LIMIT_S = 300
+# supervisorctl status exits 3 when some program is not running; the answer is still complete.
+SUPERVISORCTL_STATUS_RCS = (0, 3)
+
+
+class Backend(object):
+    """What the drain asks of one service manager: whether a recorded entry runs, and the command
+    that stops or starts it. commands runs an argv (BoundedRunner: run(argv, limit_s, check) ->
+    (rc, stdout, stderr)); fail(msg, **extra) ends the module with the message and never returns.
+    The command lines are built here, so the tests assert them without a module."""
+
+    kind = None
+
+    def __init__(self, path, commands, fail):
+        self.path = path
+        self.commands = commands
+        self.fail = fail
+
+    def run(self, command, ok_rcs=(0,), limit_s=None, check=None):
+        rc, stdout, stderr = self.commands.run(command, limit_s=limit_s, check=check)
+        if rc not in ok_rcs:
+            self.fail('%s failed (rc=%d): %s' % (' '.join(command), rc, (stdout + stderr).strip()),
+                      rc=rc, stdout=stdout, stderr=stderr, cmd=command)
+        return stdout
+
+    def change(self, verb, entry, state_file):
+        """A stop or start, which may take the service's own stop/start timeout: bounded by
+        CHANGE_LIMIT_S, so a service that never finishes fails the drain by name."""
+        self.run(self.change_command(verb, entry), limit_s=CHANGE_LIMIT_S,
+                 check='%s did not %s: check its stop/start timeout and its log; %s records what was changed so far'
+                       % (entry['key'], verb, state_file))
+
+    def change_command(self, verb, entry):
+        raise NotImplementedError
+
+    def is_running(self, entry):
+        raise NotImplementedError
+
+
+class SystemdBackend(Backend):
+    """System units through systemctl."""
+
+    kind = KIND_SYSTEMD
+
+    def systemctl(self):
+        if self.path is None:
+            self.fail('systemctl not found: draining systemd services needs systemd')
+        return self.path
+
+    def properties(self, name):
+        return parse_systemctl_show(self.run(
+            [self.systemctl(), 'show', '--property=' + ','.join(SYSTEMCTL_SHOW_PROPERTIES), '--', name]))
+
+    def is_running(self, entry):
+        return unit_is_active(self.properties(entry['name']))
+
+    def change_command(self, verb, entry):
+        return [self.systemctl(), verb, '--', entry['name']]
+
+    def active_services(self):
+        return parse_active_units(self.run([self.systemctl(), 'list-units', '--type=service', '--state=active',
+                                            '--plain', '--no-legend']))
+
+    def stop_unit(self, unit, state_file):
+        self.change('stop', {'key': '%s:%s' % (KIND_SYSTEMD, unit), 'name': unit}, state_file)
+
+    def pending_enablement(self, entry):
+        """'enable', 'disable' or None: what puts back the entry's enabled state (enablement_change)."""
+        return enablement_change(entry, self.properties(entry['name']).get('UnitFileState'))
+
+    def set_enablement(self, change, entry):
+        self.run([self.systemctl(), change, '--', entry['name']])
+
+
+class ContainerBackend(Backend):
+    """Containers of one runtime (podman or docker) by id; path None: the runtime is not installed."""
+
+    kind = KIND_CONTAINER
+
+    def __init__(self, runtime, path, commands, fail):
+        super(ContainerBackend, self).__init__(path, commands, fail)
+        self.runtime = runtime
+
+    def is_running(self, entry):
+        if self.path is None:
+            return False
+        rc, stdout, unused_stderr = self.commands.run([self.path, 'inspect', '--format', '{{.State.Running}}', entry['id']])
+        return rc == 0 and stdout.strip() == 'true'
+
+    def change_command(self, verb, entry):
+        if self.path is None:
+            self.fail('cannot %s container %s: %s is not installed'
+                      % ('restore' if verb == 'start' else verb, entry['id'], self.runtime))
+        return [self.path, verb, entry['id']]
+
+    def names(self):
+        """{id: name} of the running containers ({} without the runtime or when it does not answer)."""
+        if self.path is None:
+            return {}
+        rc, stdout, unused_stderr = self.commands.run([self.path, 'ps', '--no-trunc', '--format', '{{.ID}} {{.Names}}'])
+        return parse_container_ps(stdout) if rc == 0 else {}
+
+
+class SupervisorBackend(Backend):
+    """supervisord programs through supervisorctl; path None: no supervisorctl on the host."""
+
+    kind = KIND_SUPERVISOR
+
+    def programs(self):
+        """{pid: program} of the running programs ({} without supervisorctl or a running supervisord)."""
+        if self.path is None:
+            return {}
+        rc, stdout, unused_stderr = self.commands.run([self.path, 'status'])
+        if rc not in SUPERVISORCTL_STATUS_RCS:
+            return {}
+        return parse_supervisorctl_status(stdout)
+
+    def is_running(self, entry, programs=None):
+        return entry['name'] in (self.programs() if programs is None else programs).values()
+
+    def change_command(self, verb, entry):
+        if self.path is None:
+            self.fail('cannot %s supervisord program %s: supervisorctl is not installed'
+                      % ('restore' if verb == 'start' else verb, entry['name']))
+        return [self.path, verb, entry['name']]
+
+
+class Backends(object):
+    """The host's service managers, found once (get_bin_path(name) -> path or None): systemd,
+    supervisord, and each container runtime of MANAGED_RUNTIMES."""
+
+    def __init__(self, get_bin_path, commands, fail):
+        self.systemd = SystemdBackend(get_bin_path('systemctl'), commands, fail)
+        self.containers = dict((runtime, ContainerBackend(runtime, get_bin_path(runtime), commands, fail))
+                               for runtime in MANAGED_RUNTIMES)
+        self.supervisor = SupervisorBackend(get_bin_path('supervisorctl'), commands, fail)
+
+    @property
+    def runtimes(self):
+        """The container runtimes installed here."""
+        return [runtime for runtime in MANAGED_RUNTIMES if self.containers[runtime].path is not None]
+
+    def of(self, entry):
+        """The backend that manages a recorded entry (or a consumer to stop)."""
+        if entry['kind'] == KIND_SYSTEMD:
+            return self.systemd
+        if entry['kind'] == KIND_CONTAINER:
+            return self.containers.get(entry['runtime']) or ContainerBackend(entry['runtime'], None, None,
+                                                                             self.systemd.fail)
+        return self.supervisor
+
+    def is_running(self, entry, programs=None):
+        if entry['kind'] == KIND_SUPERVISOR:
+            return self.supervisor.is_running(entry, programs)
+        return self.of(entry).is_running(entry)

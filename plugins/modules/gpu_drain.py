@@ -246,28 +246,22 @@ from ansible_collections.gpulab.inference.plugins.module_utils.gpu_drain import 
     KIND_CONTAINER,
     KIND_SUPERVISOR,
     KIND_SYSTEMD,
-    MANAGED_RUNTIMES,
     PHASE_DRAINED,
-    SYSTEMCTL_SHOW_PROPERTIES,
+    Backends,
     DrainStateError,
     container_name,
     container_root,
     decide,
     drain_summary,
     dump_state,
-    enablement_change,
     group_consumers,
     hidden_processes,
     memory_targets,
     merge_state,
     nvidia_device_minor,
     owner_of,
-    parse_active_units,
-    parse_container_ps,
     parse_state,
     parse_stat_ppid,
-    parse_supervisorctl_status,
-    parse_systemctl_show,
     restore_order,
     state_entry,
     unit_is_active,
@@ -286,10 +280,6 @@ from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi import
 from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi_runner import NvidiaSmiRunner
 
 POLL_INTERVAL_S = 1
-# seconds a stop or start may take: systemd's default stop timeout (90 s) then a start's, with room
-CHANGE_LIMIT_S = 300
-# supervisorctl status exits 3 when some program is not running; the answer is still complete.
-SUPERVISORCTL_STATUS_RCS = (0, 3)
 
 
 def utc_now():
@@ -297,7 +287,8 @@ def utc_now():
 
 
 class GpuDrain:
-    """Drains or restores one host; every decision comes from module_utils.gpu_drain."""
+    """Drains or restores one host: the flow, /proc and nvidia-smi here; every decision, and each
+    service manager (module_utils.gpu_drain.Backends: systemd, supervisord, podman, docker), there."""
 
     def __init__(self, module):
         self.module = module
@@ -314,9 +305,7 @@ class GpuDrain:
         self.units_stopped = []
         self.unmatched_keep = []
         self.freed = []
-        self.systemctl = None
-        self.runtimes = {}
-        self.supervisorctl = None
+        self.backends = None
         self.smi = None
         self.commands = BoundedRunner(module, partial_result=lambda: self.result)
 
@@ -331,86 +320,22 @@ class GpuDrain:
             result.update(restored=self.restored, units_stopped=self.units_stopped)
         return result
 
-    # --- commands -------------------------------------------------------------------------------
+    # --- service managers (module_utils.gpu_drain: one backend class each) -------------------------
 
-    def run(self, command, ok_rcs=(0,), limit_s=None, check=None):
-        rc, stdout, stderr = self.commands.run(command, limit_s=limit_s, check=check)
-        if rc not in ok_rcs:
-            self.module.fail_json(
-                msg='%s failed (rc=%d): %s' % (' '.join(command), rc, (stdout + stderr).strip()),
-                rc=rc, stdout=stdout, stderr=stderr, cmd=command, **self.result)
-        return stdout
+    def fail(self, msg, **extra):
+        self.module.fail_json(msg=msg, **dict(self.result, **extra))
 
     def find_tools(self):
-        self.systemctl = self.module.get_bin_path('systemctl')
-        for runtime in MANAGED_RUNTIMES:
-            path = self.module.get_bin_path(runtime)
-            if path:
-                self.runtimes[runtime] = path
-        self.supervisorctl = self.module.get_bin_path('supervisorctl')
-
-    def require_systemctl(self):
-        if self.systemctl is None:
-            self.module.fail_json(msg='systemctl not found: draining systemd services needs systemd', **self.result)
-        return self.systemctl
-
-    def unit_properties(self, name):
-        return parse_systemctl_show(self.run(
-            [self.require_systemctl(), 'show', '--property=' + ','.join(SYSTEMCTL_SHOW_PROPERTIES), '--', name]))
-
-    def container_running(self, runtime, container_id):
-        rc, stdout, unused_stderr = self.commands.run(
-            [self.runtimes[runtime], 'inspect', '--format', '{{.State.Running}}', container_id])
-        return rc == 0 and stdout.strip() == 'true'
-
-    def supervisor_programs(self):
-        if self.supervisorctl is None:
-            return {}
-        rc, stdout, unused_stderr = self.commands.run([self.supervisorctl, 'status'])
-        if rc not in SUPERVISORCTL_STATUS_RCS:
-            # No supervisord running: nothing can be managed by it.
-            return {}
-        return parse_supervisorctl_status(stdout)
+        self.backends = Backends(self.module.get_bin_path, self.commands, self.fail)
 
     def is_running(self, entry, programs=None):
-        if entry['kind'] == KIND_SYSTEMD:
-            return unit_is_active(self.unit_properties(entry['name']))
-        if entry['kind'] == KIND_CONTAINER:
-            if entry['runtime'] not in self.runtimes:
-                return False
-            return self.container_running(entry['runtime'], entry['id'])
-        if programs is None:
-            programs = self.supervisor_programs()
-        return entry['name'] in programs.values()
-
-    def change(self, command, entry, verb):
-        """A stop or start, which may take the service's own stop/start timeout: bounded by
-        CHANGE_LIMIT_S, so a service that never finishes fails the drain by name."""
-        self.run(command, limit_s=CHANGE_LIMIT_S,
-                 check='%s did not %s: check its stop/start timeout and its log; %s records what was changed so far'
-                       % (entry['key'], verb, self.state_file))
+        return self.backends.is_running(entry, programs)
 
     def stop(self, entry):
-        if entry['kind'] == KIND_SYSTEMD:
-            self.change([self.require_systemctl(), 'stop', '--', entry['name']], entry, 'stop')
-        elif entry['kind'] == KIND_CONTAINER:
-            self.change([self.runtimes[entry['runtime']], 'stop', entry['id']], entry, 'stop')
-        else:
-            self.change([self.supervisorctl, 'stop', entry['name']], entry, 'stop')
+        self.backends.of(entry).change('stop', entry, self.state_file)
 
     def start(self, entry):
-        if entry['kind'] == KIND_SYSTEMD:
-            self.change([self.require_systemctl(), 'start', '--', entry['name']], entry, 'start')
-        elif entry['kind'] == KIND_CONTAINER:
-            if entry['runtime'] not in self.runtimes:
-                self.module.fail_json(msg='cannot restore container %s: %s is not installed'
-                                      % (entry['id'], entry['runtime']), **self.result)
-            self.change([self.runtimes[entry['runtime']], 'start', entry['id']], entry, 'start')
-        else:
-            if self.supervisorctl is None:
-                self.module.fail_json(msg='cannot restore supervisord program %s: supervisorctl is not installed'
-                                      % entry['name'], **self.result)
-            self.change([self.supervisorctl, 'start', entry['name']], entry, 'start')
+        self.backends.of(entry).change('start', entry, self.state_file)
 
     # --- nvidia-smi and /proc ---------------------------------------------------------------------
 
@@ -479,7 +404,7 @@ class GpuDrain:
         return holders
 
     def find_consumers(self, processes):
-        supervisor = self.supervisor_programs()
+        supervisor = self.backends.supervisor.programs()
         own_pids = set(self.lineage(os.getpid()))
         listed = set(process['pid'] for process in processes)
         processes = processes + hidden_processes(
@@ -492,18 +417,15 @@ class GpuDrain:
                 continue  # exited since the query
             located.append(dict(process, owner=owner_of(cgroup, self.lineage(process['pid']), supervisor, root)))
         consumers = group_consumers(located)
-        names = {}
-        for runtime, path in self.runtimes.items():
-            rc, stdout, unused_stderr = self.commands.run(
-                [path, 'ps', '--no-trunc', '--format', '{{.ID}} {{.Names}}'])
-            names[runtime] = parse_container_ps(stdout) if rc == 0 else {}
+        runtimes = self.backends.runtimes
+        names = dict((runtime, self.backends.containers[runtime].names()) for runtime in runtimes)
         for consumer in consumers:
             unit = None
             if consumer['kind'] == KIND_CONTAINER:
-                consumer['runtime_present'] = consumer['runtime'] in self.runtimes
+                consumer['runtime_present'] = consumer['runtime'] in runtimes
                 consumer['name'] = container_name(consumer['id'], names.get(consumer['runtime'], {}))
-            elif consumer['kind'] == KIND_SYSTEMD and self.systemctl is not None:
-                unit = self.unit_properties(consumer['name'])
+            elif consumer['kind'] == KIND_SYSTEMD and self.backends.systemd.path is not None:
+                unit = self.backends.systemd.properties(consumer['name'])
                 consumer['unit'] = unit
             consumer['action'], consumer['reason'] = decide(
                 consumer, self.params['keep'], self.params['own_units'], self.params['kill_unmanaged'], unit)
@@ -572,7 +494,8 @@ class GpuDrain:
         now = utc_now()
         state, unused_added = merge_state(existing, new_entries, now)
         # An earlier (or interrupted) drain's entries that run again, or were never stopped.
-        programs = self.supervisor_programs() if any(e['kind'] == KIND_SUPERVISOR for e in state['entries']) else {}
+        programs = (self.backends.supervisor.programs()
+                    if any(e['kind'] == KIND_SUPERVISOR for e in state['entries']) else {})
         new_keys = set(entry['key'] for entry in new_entries)
         # A recorded consumer that is kept now (the keep list changed) is not stopped again.
         left_running = set(consumer['key'] for consumer in self.consumers if consumer['action'] != ACTION_STOP)
@@ -636,14 +559,13 @@ class GpuDrain:
         existing = self.load_state()
         self.state = existing
         self.find_tools()
+        systemd = self.backends.systemd
         if self.params['stop_units']:
-            active = parse_active_units(self.run([self.require_systemctl(), 'list-units', '--type=service',
-                                                  '--state=active', '--plain', '--no-legend']))
-            self.units_stopped = units_matching(active, self.params['stop_units'])
+            self.units_stopped = units_matching(systemd.active_services(), self.params['stop_units'])
             for unit in self.units_stopped:
                 self.changed = True
                 if not self.check_mode:
-                    self.change([self.require_systemctl(), 'stop', '--', unit], {'key': 'systemd:' + unit}, 'stop')
+                    systemd.stop_unit(unit, self.state_file)
         if existing is None:
             return
         failures = []
@@ -655,11 +577,11 @@ class GpuDrain:
                     if not self.wait_running(entry):
                         failures.append(entry['key'])
             if entry['kind'] == KIND_SYSTEMD:
-                change = enablement_change(entry, self.unit_properties(entry['name']).get('UnitFileState'))
+                change = systemd.pending_enablement(entry)
                 if change:
                     self.changed = True
                     if not self.check_mode:
-                        self.run([self.require_systemctl(), change, '--', entry['name']])
+                        systemd.set_enablement(change, entry)
         if failures:
             self.changed = True
             self.module.fail_json(

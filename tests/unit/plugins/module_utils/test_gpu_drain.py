@@ -9,9 +9,14 @@ from common_defaults import OWN_UNITS
 
 from ansible_collections.gpulab.inference.plugins.module_utils.gpu_drain import (
     PHASE_DRAINED,
+    CHANGE_LIMIT_S,
     PHASE_STOPPING,
     STATE_SCHEMA,
+    Backends,
+    ContainerBackend,
     DrainStateError,
+    SupervisorBackend,
+    SystemdBackend,
     cgroup_path,
     consumer_names,
     container_name,
@@ -445,3 +450,115 @@ def test_the_collections_rpc_programs_are_own_and_stop_in_the_patterns_order():
     assert programs_matching(programs, OWN_UNITS) == [
         'gpulab-llama-server', 'gpulab-rpc-server-1', 'gpulab-rpc-server-0', 'gpulab-vllm']
     assert programs_matching(programs, OWN_UNITS[2:]) == ['gpulab-vllm']
+
+
+# ---------------------------------------------------------------- one backend per service manager
+
+class Commands:
+    """BoundedRunner's interface: answers by argv, records every call with its limits."""
+
+    def __init__(self, answers=None):
+        self.answers = answers or {}
+        self.calls = []
+
+    def run(self, command, limit_s=None, check=None):
+        self.calls.append((list(command), limit_s, check))
+        return self.answers.get(tuple(command), (0, '', ''))
+
+
+class Failed(Exception):
+    pass
+
+
+def fail(msg, **extra):
+    raise Failed(msg, extra)
+
+
+SYSTEMCTL = '/usr/bin/systemctl'
+SHOW = (SYSTEMCTL, 'show', '--property=ActiveState,UnitFileState,LoadState,Transient', '--')
+EMBED = {'key': 'systemd:gpu-embed.service', 'kind': 'systemd', 'name': 'gpu-embed.service', 'was_enabled': 'enabled'}
+
+
+def test_systemd_backend_asks_systemctl_and_builds_its_command_lines():
+    commands = Commands({SHOW + ('gpu-embed.service',): (0, 'ActiveState=inactive\nUnitFileState=disabled\n', ''),
+                         (SYSTEMCTL, 'list-units', '--type=service', '--state=active', '--plain', '--no-legend'):
+                         (0, 'gpulab-llama-server.service loaded active running x\nwhisper.service loaded active running y\n', '')})
+    systemd = SystemdBackend(SYSTEMCTL, commands, fail)
+    assert systemd.is_running(EMBED) is False
+    assert systemd.change_command('stop', EMBED) == [SYSTEMCTL, 'stop', '--', 'gpu-embed.service']
+    assert systemd.active_services() == ['gpulab-llama-server.service', 'whisper.service']
+    # disabled meanwhile, recorded enabled: enable it again
+    assert systemd.pending_enablement(EMBED) == 'enable'
+    systemd.set_enablement('enable', EMBED)
+    systemd.change('start', EMBED, '/var/lib/gpulab/drain-state.json')
+    command, limit_s, check = commands.calls[-1]
+    assert command == [SYSTEMCTL, 'start', '--', 'gpu-embed.service'] and limit_s == CHANGE_LIMIT_S
+    assert check.startswith('systemd:gpu-embed.service did not start: check its stop/start timeout')
+    assert commands.calls[-2][0] == [SYSTEMCTL, 'enable', '--', 'gpu-embed.service']
+    systemd.stop_unit('gpulab-rpc-server@0.service', 'state')
+    assert commands.calls[-1][0] == [SYSTEMCTL, 'stop', '--', 'gpulab-rpc-server@0.service']
+
+
+def test_systemd_backend_failures_name_the_command_and_a_host_without_systemd():
+    commands = Commands({(SYSTEMCTL, 'enable', '--', 'gpu-embed.service'): (1, '', 'Unit file is masked.\n')})
+    with pytest.raises(Failed) as failed:
+        SystemdBackend(SYSTEMCTL, commands, fail).set_enablement('enable', EMBED)
+    assert failed.value.args[0] == '/usr/bin/systemctl enable -- gpu-embed.service failed (rc=1): Unit file is masked.'
+    assert failed.value.args[1]['rc'] == 1
+    with pytest.raises(Failed, match='systemctl not found: draining systemd services needs systemd'):
+        SystemdBackend(None, Commands(), fail).is_running(EMBED)
+
+
+CONTAINER = {'key': 'container:podman:abc', 'kind': 'container', 'runtime': 'podman', 'id': 'abc', 'name': 'vllm'}
+
+
+def test_container_backend_asks_the_runtime_by_id():
+    inspect = ('/usr/bin/podman', 'inspect', '--format', '{{.State.Running}}', 'abc')
+    podman = ContainerBackend('podman', '/usr/bin/podman', Commands({inspect: (0, 'true\n', '')}), fail)
+    assert podman.is_running(CONTAINER) is True
+    assert ContainerBackend('podman', '/usr/bin/podman', Commands({inspect: (125, '', 'no such container')}),
+                            fail).is_running(CONTAINER) is False
+    assert podman.change_command('start', CONTAINER) == ['/usr/bin/podman', 'start', 'abc']
+    ps = ('/usr/bin/podman', 'ps', '--no-trunc', '--format', '{{.ID}} {{.Names}}')
+    answer = Commands({ps: (0, '%s vllm\n' % PODMAN_ID, '')})
+    assert ContainerBackend('podman', '/usr/bin/podman', answer, fail).names() == {PODMAN_ID: 'vllm'}
+    assert ContainerBackend('podman', '/usr/bin/podman', Commands({ps: (125, '', 'x')}), fail).names() == {}
+
+
+def test_container_backend_without_its_runtime():
+    missing = ContainerBackend('docker', None, Commands(), fail)
+    entry = dict(CONTAINER, runtime='docker', key='container:docker:abc')
+    assert missing.is_running(entry) is False and missing.names() == {}
+    with pytest.raises(Failed, match='cannot restore container abc: docker is not installed'):
+        missing.change_command('start', entry)
+
+
+PROGRAM = {'key': 'supervisor:notebook', 'kind': 'supervisor', 'name': 'notebook'}
+SUPERVISORCTL = '/usr/bin/supervisorctl'
+
+
+@pytest.mark.parametrize('rc, running', [(0, True), (3, True), (4, False)])
+def test_supervisor_backend_reads_status_even_when_a_program_is_stopped(rc, running):
+    status = 'notebook                         RUNNING   pid 4201, uptime 0:10:00\nasr   STOPPED   Not started\n'
+    backend = SupervisorBackend(SUPERVISORCTL, Commands({(SUPERVISORCTL, 'status'): (rc, status, '')}), fail)
+    assert backend.is_running(PROGRAM) is running
+    assert backend.is_running(PROGRAM, programs={}) is False
+    assert backend.change_command('stop', PROGRAM) == [SUPERVISORCTL, 'stop', 'notebook']
+
+
+def test_supervisor_backend_without_supervisorctl():
+    backend = SupervisorBackend(None, Commands(), fail)
+    assert backend.programs() == {}
+    with pytest.raises(Failed, match='cannot restore supervisord program notebook: supervisorctl is not installed'):
+        backend.change_command('start', PROGRAM)
+
+
+def test_backends_pick_the_manager_of_each_entry():
+    paths = {'systemctl': SYSTEMCTL, 'podman': '/usr/bin/podman', 'supervisorctl': None}
+    backends = Backends(paths.get, Commands(), fail)
+    assert backends.runtimes == ['podman']
+    assert isinstance(backends.of(EMBED), SystemdBackend)
+    assert backends.of(CONTAINER).path == '/usr/bin/podman'
+    assert backends.of(dict(CONTAINER, runtime='docker')).path is None
+    assert isinstance(backends.of(PROGRAM), SupervisorBackend) and backends.of(PROGRAM).path is None
+    assert backends.is_running(PROGRAM, programs={4201: 'notebook'}) is True
