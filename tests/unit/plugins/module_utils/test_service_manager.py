@@ -1,0 +1,83 @@
+"""service_manager: unit and program names, stale programs, supervisord's environment= value."""
+
+import pytest
+
+from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import (
+    ServiceManagerError,
+    service_names,
+    stale_programs,
+    supervisor_environment,
+)
+
+
+@pytest.mark.parametrize("instances, manager, expected", [
+    ([0, 1], "systemd", ["gpulab-rpc-server@0.service", "gpulab-rpc-server@1.service"]),
+    ([0, 1], "supervisor", ["gpulab-rpc-server-0", "gpulab-rpc-server-1"]),
+    ([2, 0], "systemd", ["gpulab-rpc-server@2.service", "gpulab-rpc-server@0.service"]),
+    ([], "systemd", []),
+    (None, "systemd", ["gpulab-rpc-server.service"]),
+    (None, "supervisor", ["gpulab-rpc-server"]),
+])
+def test_names_of_instances(instances, manager, expected):
+    assert service_names(instances, "gpulab-rpc-server", manager) == expected
+
+
+@pytest.mark.parametrize("instances, base, manager, message", [
+    ([0], "gpulab-rpc-server", "runit", "service manager 'runit' is neither systemd nor supervisor"),
+    ([-1], "gpulab-rpc-server", "systemd", "instance -1 of gpulab-rpc-server is not a whole number >= 0"),
+    (["0"], "gpulab-rpc-server", "systemd", "instance '0' of gpulab-rpc-server is not a whole number >= 0"),
+    ([True], "gpulab-rpc-server", "systemd", "instance True of gpulab-rpc-server is not a whole number >= 0"),
+    ([0], "bad name", "systemd", "service name 'bad name' is not a unit or program name"),
+    ([0], "", "systemd", "service name '' is not a unit or program name"),
+    (None, "x/../y", "supervisor", "service name 'x/../y' is not a unit or program name"),
+])
+def test_names_that_cannot_be_used_are_refused(instances, base, manager, message):
+    with pytest.raises(ServiceManagerError) as raised:
+        service_names(instances, base, manager)
+    assert message in str(raised.value)
+
+
+def test_stale_programs_are_the_files_not_planned():
+    files = ["/etc/gpulab/supervisor.d/gpulab-rpc-server-0.conf", "/etc/gpulab/supervisor.d/gpulab-rpc-server-3.conf",
+             "/etc/gpulab/supervisor.d/gpulab-rpc-server-1.conf"]
+    assert stale_programs(files, ["gpulab-rpc-server-0"]) == ["gpulab-rpc-server-1", "gpulab-rpc-server-3"]
+
+
+def test_no_stale_program_when_every_file_is_planned():
+    assert stale_programs(["/d/gpulab-rpc-server-0.conf"], ["gpulab-rpc-server-0", "gpulab-rpc-server-1"]) == []
+    assert stale_programs([], ["gpulab-rpc-server-0"]) == []
+
+
+@pytest.mark.parametrize("files, planned, message", [
+    (["/d/gpulab-rpc-server-0.ini"], [], "is not named <program>.conf"),
+    (["/d/.conf"], [], "is not named <program>.conf"),
+    ([], ["bad name"], "planned program 'bad name' is not a unit or program name"),
+])
+def test_stale_programs_refuse_what_they_cannot_read(files, planned, message):
+    with pytest.raises(ServiceManagerError) as raised:
+        stale_programs(files, planned)
+    assert message in str(raised.value)
+
+
+def test_environment_is_sorted_quoted_and_escaped():
+    environment = {"VLLM_HOST_IP": "10.0.0.1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "RATE": "50%", "Q": 'a"b', "N": 1}
+    assert supervisor_environment(environment) == (
+        'CUDA_DEVICE_ORDER="PCI_BUS_ID",N="1",Q="ab",RATE="50%%",VLLM_HOST_IP="10.0.0.1"')
+
+
+def test_no_environment_is_empty():
+    assert supervisor_environment({}) == ""
+    assert supervisor_environment(None) == ""
+
+
+@pytest.mark.parametrize("environment, message", [
+    ({"1X": "a"}, "environment variable name '1X' is not a shell name"),
+    ({"A-B": "a"}, "environment variable name 'A-B' is not a shell name"),
+    ({"A": None}, "environment variable A has no single value (None)"),
+    ({"A": [1]}, "environment variable A has no single value ([1])"),
+    ({"A": "x\ny"}, "environment variable A holds a newline"),
+])
+def test_environment_that_supervisord_cannot_take_is_refused(environment, message):
+    with pytest.raises(ServiceManagerError) as raised:
+        supervisor_environment(environment)
+    assert message in str(raised.value)
