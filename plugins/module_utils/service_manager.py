@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to gpulab.inference
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Names and values role gpulab.inference.service hands to systemd and supervisord.
+"""Names and values role gpulab.inference.service hands to systemd, supervisord and the account.
 
 Pure functions: the service role's tasks (through the filters of the same names) only render
 and run what these return, so the rules are tested here and written once.
@@ -18,6 +18,8 @@ MANAGERS = ("systemd", "supervisor")
 # A unit or program name as the collection writes them; also what a program file is named after.
 _NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 _ENV_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
+# A group name as /etc/group holds it: no separator of its fields or of the user module's list.
+_GROUP = re.compile(r"\A[^\s:,]+\Z")
 
 
 class ServiceManagerError(ValueError):
@@ -48,6 +50,22 @@ def service_names(instances, base, manager):
             raise ServiceManagerError("instance %r of %s is not a whole number >= 0" % (instance, base))
         names.append("%s@%d.service" % (base, instance) if manager == "systemd" else "%s-%d" % (base, instance))
     return names
+
+
+def device_groups(wanted, present):
+    """The wanted device groups that exist on the node (present: getent's group database, or
+    any collection of names), in the wanted order, each once.
+
+    A node without a GPU group (no render group on a host without a DRM device) still gets its
+    service account; a group missing here is not an error.
+    """
+    chosen = []
+    for group in wanted or []:
+        if not isinstance(group, str) or not _GROUP.match(group):
+            raise ServiceManagerError("device group %r is not a group name (no spaces, ':' or ',')" % (group,))
+        if group in (present or {}) and group not in chosen:
+            chosen.append(group)
+    return chosen
 
 
 def stale_programs(program_files, planned):

@@ -1,9 +1,10 @@
-"""service_manager: unit and program names, stale programs, supervisord's environment= value."""
+"""service_manager: unit and program names, device groups, stale programs, supervisord's environment= value."""
 
 import pytest
 
 from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import (
     ServiceManagerError,
+    device_groups,
     service_names,
     stale_programs,
     supervisor_environment,
@@ -81,3 +82,24 @@ def test_environment_that_supervisord_cannot_take_is_refused(environment, messag
     with pytest.raises(ServiceManagerError) as raised:
         supervisor_environment(environment)
     assert message in str(raised.value)
+
+
+@pytest.mark.parametrize("wanted, present, expected", [
+    (["video", "render"], {"video": ["x", "44", ""], "render": ["x", "105", ""]}, ["video", "render"]),
+    (["render", "video"], {"video": ["x", "44", ""], "render": ["x", "105", ""]}, ["render", "video"]),
+    # A container or a host without a DRM device has no render group: the account is created anyway.
+    (["video", "render"], {"video": ["x", "44", ""]}, ["video"]),
+    (["video", "render"], {}, []),
+    (["video", "render"], None, []),
+    (["video", "video"], ["video"], ["video"]),
+    ([], {"video": ["x", "44", ""]}, []),
+    (None, {"video": ["x", "44", ""]}, []),
+])
+def test_device_groups_present_on_the_node(wanted, present, expected):
+    assert device_groups(wanted, present) == expected
+
+
+@pytest.mark.parametrize("group", ["", "video render", "video,render", "a:b", None, 44])
+def test_device_group_that_is_no_group_name(group):
+    with pytest.raises(ServiceManagerError, match=r"device group .* is not a group name"):
+        device_groups([group], {"video": ["x", "44", ""]})
