@@ -15,7 +15,9 @@ SERVE = "Drain the GPUs and start the engine; a failure or a lost node restores 
 EXPECTED = {
     "fabric": [PREFLIGHT, "RoCE fabric (nodes with gpulab_fabric_interface)",
                "Check every node's side of the RoCE fabric", "Measure RDMA write bandwidth from every worker to the head"],
-    "build": [PREFLIGHT, DRY_RUN, "Build llama.cpp on the build host", "Ship the build to every GPU node"],
+    # build.yml's own preflight play is listed; deploy.yml imports it with gpulab_build_preflight false
+    "build": [PREFLIGHT, DRY_RUN, "Preflight checks and GPU inventory (build.yml run on its own)",
+              "Build llama.cpp on the build host", "Ship the build to every GPU node"],
     "bench": [PREFLIGHT, DRY_RUN, "Benchmark what is served and write the report"],
     # playbooks/llama_cpp.yml, then playbooks/vllm.yml (the same plays of playbooks/serve.yml, listed once)
     "serving": [PREFLIGHT, DRY_RUN, "Model on the nodes that read it", "Memory plan before anything is started, stopped or drained",
