@@ -17,31 +17,97 @@ import http.server
 import json
 import os
 import posixpath
+import queue
 import socket
 import socketserver
+import threading
 import time
 import urllib.parse
 
 from ansible_collections.gpulab.inference.plugins.module_utils import model_transfer as mt
 from ansible_collections.gpulab.inference.plugins.module_utils.atomic_file import atomic_write, fsync_directory
 
-CHUNK_BYTES = 1 << 20
+# 4 MiB blocks, four in flight: few enough system calls and hashlib calls that Python's own
+# cost is small, while the read of one block overlaps the sha256 of the one before.
+CHUNK_BYTES = 4 << 20
+PIPELINE_DEPTH = 4
 USER_AGENT = 'gpulab.inference-model-fetch'
 
 
-def sha256_file(path, limit=None, chunk=CHUNK_BYTES):
-    """sha256 object over path's first limit bytes (all when None)."""
-    digest = hashlib.sha256()
+class HashThread:
+    """sha256 in a thread of its own, so the caller's reads and writes overlap the hashing:
+    hashlib releases the GIL on blocks of more than 2 KiB. The caller takes a free block
+    (`block()`), fills it, hands it over (`submit`); a block comes back for reuse once hashed,
+    in the order submitted, so the digest is the same as one update per block in turn.
+    Use as a context manager; `digest` is complete after the with block ends."""
+
+    def __init__(self, digest=None, chunk=CHUNK_BYTES, depth=None):
+        self.digest = digest if digest is not None else hashlib.sha256()
+        self._free = queue.Queue()
+        for _each in range(depth or PIPELINE_DEPTH):
+            self._free.put(bytearray(chunk))
+        self._todo = queue.Queue()
+        self._error = None
+        self._thread = threading.Thread(target=self._run, name='gpulab-sha256', daemon=True)
+
+    def _run(self):
+        while True:
+            item = self._todo.get()
+            if item is None:
+                return
+            block, count = item
+            if self._error is None:
+                try:
+                    with memoryview(block) as view:
+                        self.digest.update(view[:count])
+                except Exception as error:  # pylint: disable=broad-except
+                    self._error = error
+            self._free.put(block)  # always, so the caller never waits on a dead hasher
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info):
+        self._todo.put(None)
+        self._thread.join()
+        if self._error is not None and exc_info[0] is None:
+            raise mt.ModelTransferError('sha256: %s' % self._error)
+        return False
+
+    def block(self):
+        """A free block to fill (waits while every block is being hashed)."""
+        return self._free.get()
+
+    def submit(self, block, count):
+        """Hash block's first count bytes after those submitted before; an empty one is returned."""
+        if count:
+            self._todo.put((block, count))
+        else:
+            self._free.put(block)
+
+
+def write_all(fd, view):
+    """os.write until every byte of view is written (a write may take fewer)."""
+    while len(view):
+        view = view[os.write(fd, view):]
+
+
+def sha256_file(path, limit=None, chunk=CHUNK_BYTES, digest=None):
+    """sha256 object over path's first limit bytes (all when None), continuing digest when
+    given; the reads overlap the hashing."""
     left = limit
-    with open(path, 'rb') as stream:
+    with open(path, 'rb', buffering=0) as stream, HashThread(digest, chunk) as hasher:
         while left is None or left > 0:
-            block = stream.read(chunk if left is None else min(chunk, left))
-            if not block:
+            block = hasher.block()
+            with memoryview(block) as view:
+                count = stream.readinto(view if left is None or left >= chunk else view[:left])
+            hasher.submit(block, count)
+            if not count:
                 break
-            digest.update(block)
             if left is not None:
-                left -= len(block)
-    return digest
+                left -= count
+    return hasher.digest
 
 
 def file_stat(path):
@@ -210,6 +276,37 @@ class ProgressFile:
             atomic_write(self.path, json.dumps(state, sort_keys=True) + '\n', 0o644)
 
 
+def _receive(response, url, part, offset, digest, progress, name, chunk):
+    """Write the response body into part from offset, fsync it, and feed digest in a
+    HashThread while the next block is read; the bytes written."""
+    fetched = 0
+    flags = os.O_WRONLY | os.O_CREAT | getattr(os, 'O_CLOEXEC', 0) | (0 if offset else os.O_TRUNC)
+    fd = os.open(part, flags, 0o644)
+    try:
+        os.ftruncate(fd, offset)
+        os.lseek(fd, offset, os.SEEK_SET)
+        with HashThread(digest, chunk) as hasher:
+            while True:
+                block = hasher.block()
+                try:
+                    count = response.readinto(block)
+                except (OSError, http.client.HTTPException) as error:
+                    hasher.submit(block, 0)
+                    raise mt.ModelTransferError('GET %s: %s after %d bytes' % (url, error, offset + fetched))
+                if count:
+                    with memoryview(block) as view:
+                        write_all(fd, view[:count])
+                hasher.submit(block, count)
+                if not count:
+                    break
+                fetched += count
+                progress.add(count, name)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return fetched
+
+
 def fetch_file(client, url, dest_dir, entry, progress, mode=0o644, chunk=CHUNK_BYTES):
     """Fetch one file into <dest>/<name>.part from where an earlier attempt stopped, hash it
     while writing, and rename it to its name only when its size and sha256 are right.
@@ -234,24 +331,7 @@ def fetch_file(client, url, dest_dir, entry, progress, mode=0o644, chunk=CHUNK_B
                 raise mt.ModelTransferError('GET %s: %s' % (url, error))
             if start != offset:
                 digest, offset = hashlib.sha256(), 0
-            with open(part, 'r+b' if offset else 'wb') as stream:
-                stream.seek(offset)
-                stream.truncate()
-                buffer = bytearray(chunk)
-                view = memoryview(buffer)
-                while True:
-                    try:
-                        count = response.readinto(buffer)
-                    except (OSError, http.client.HTTPException) as error:
-                        raise mt.ModelTransferError('GET %s: %s after %d bytes' % (url, error, offset + fetched))
-                    if not count:
-                        break
-                    stream.write(view[:count])
-                    digest.update(view[:count])
-                    fetched += count
-                    progress.add(count, entry['name'])
-                stream.flush()
-                os.fsync(stream.fileno())
+            fetched = _receive(response, url, part, offset, digest, progress, entry['name'], chunk)
         finally:
             response.gpulab_connection.close()
     size = offset + fetched

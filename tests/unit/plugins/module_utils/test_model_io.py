@@ -235,3 +235,48 @@ def test_sha256_file_limit_stat_and_free_space(tmp_path):
     assert model_io.file_stat(str(tmp_path)) is None and model_io.file_stat(str(tmp_path / 'x')) is None
     directory, free = model_io.free_bytes(str(tmp_path / 'not' / 'yet'))
     assert directory == str(tmp_path) and free > 0
+
+
+def _hash_in_thread(data, chunk, digest=None, depth=2):
+    with model_io.HashThread(digest, chunk, depth) as hasher:
+        for start in range(0, len(data), chunk):
+            block = hasher.block()
+            piece = data[start:start + chunk]
+            block[:len(piece)] = piece
+            hasher.submit(block, len(piece))
+    return hasher.digest.hexdigest()
+
+
+def test_the_hash_thread_equals_hashlib_over_many_blocks():
+    data = DATA + b'tail'  # 1 MiB and 4 bytes: 257 blocks of 4 KiB, the last one short
+    assert _hash_in_thread(data, 4096) == sha(data)
+    assert _hash_in_thread(data, 4096, depth=1) == sha(data)
+    assert _hash_in_thread(b'', 4096) == sha(b'')
+
+
+def test_the_hash_thread_continues_a_resumed_digest(tmp_path):
+    data = DATA + b'tail'
+    resumed = hashlib.sha256(data[:300001])
+    assert _hash_in_thread(data[300001:], 65536, digest=resumed) == sha(data)
+    (tmp_path / 'part').write_bytes(data[:300001])
+    prefix = model_io.sha256_file(str(tmp_path / 'part'), chunk=4096)
+    assert _hash_in_thread(data[300001:], 4096, digest=prefix) == sha(data)
+
+
+def test_a_failing_hash_is_an_error_not_a_hang():
+    class Broken:
+        def update(self, data):
+            raise ValueError('no more')
+
+    with pytest.raises(mt.ModelTransferError, match='sha256: no more'):
+        _hash_in_thread(DATA, 4096, digest=Broken(), depth=1)
+
+
+def test_a_resumed_fetch_over_many_blocks_equals_hashlib(mirror, tmp_path):
+    url = mirror({'m.gguf': DATA})
+    dest = tmp_path / 'dest'
+    dest.mkdir()
+    (dest / 'm.gguf.part').write_bytes(DATA[:123457])
+    result = model_io.fetch_file(model_io.HTTPSource(5), url + '/m.gguf', str(dest), entry('m.gguf', DATA), Progress(), chunk=5000)
+    assert result['sha256'] == sha(DATA) and result['resumed_from'] == 123457
+    assert (dest / 'm.gguf').read_bytes() == DATA
