@@ -12,11 +12,13 @@ head="$lab-node-a" peer="$lab-node-b"
 dir=/var/lib/gpulab/models/bench
 work=$(mktemp -d /tmp/gpulab-bench-model.XXXXXX)
 trap 'rm -rf "$work"' EXIT
+load_start=$(cut -d" " -f1-3 /proc/loadavg)
 
 for node in "$head" "$peer"; do
   podman exec "$node" rm -rf "$dir" /etc/gpulab/model-bench.json /var/tmp/bench-nc.gguf
 done
-podman exec "$head" sh -c "mkdir -p $dir && dd if=/dev/urandom of=$dir/bench.gguf bs=1M count=$mib status=none"
+# Synced, so neither measurement below shares the disk with the flush of this file.
+podman exec "$head" sh -c "mkdir -p $dir && dd if=/dev/urandom of=$dir/bench.gguf bs=1M count=$mib status=none && sync $dir/bench.gguf"
 
 # node-b joins vllm_nodes; the file is already on the head (model_source: head).
 cat >"$work/vllm_nodes.yml" <<YAML
@@ -35,24 +37,32 @@ run_model() {
   end=$(date +%s.%N)
   echo "$end - $start" | bc
 }
+# The same file, the same two containers, over plain TCP: netcat on the fabric address, written
+# to disk on node-b and synced; once before the playbook runs and once after, so the load of
+# the moment shows in both.
+run_nc() {
+  local start end
+  podman exec -d "$head" sh -c "nc -N -l $prefix.10 18099 < $dir/bench.gguf" >/dev/null
+  sleep 1
+  start=$(date +%s.%N)
+  podman exec "$peer" sh -c "nc -d $prefix.10 18099 > /var/tmp/bench-nc.gguf && sync /var/tmp/bench-nc.gguf"
+  end=$(date +%s.%N)
+  podman exec "$peer" rm -f /var/tmp/bench-nc.gguf
+  echo "$end - $start" | bc
+}
+nc_before=$(run_nc)
 first=$(run_model first)
 second=$(run_model second)
 rate=$(grep -o 'node-b: [0-9]* bytes in [0-9.]* s ([0-9.]* MiB/s)' "$work/first.log" || true)
+nc_after=$(run_nc)
 changed=$(grep -E '^node-(a|b) ' "$work/second.log" | sed -E 's/.*changed=([0-9]+).*/\1/' | paste -sd+ | bc)
-
-# The same file, the same two containers, over plain TCP: netcat on the fabric address, written to disk.
-podman exec -d "$head" sh -c "nc -N -l $prefix.10 18099 < $dir/bench.gguf"
-sleep 1
-start=$(date +%s.%N)
-podman exec "$peer" sh -c "nc -d $prefix.10 18099 > /var/tmp/bench-nc.gguf && sync /var/tmp/bench-nc.gguf"
-end=$(date +%s.%N)
-nc_s=$(echo "$end - $start" | bc)
-nc_rate=$(echo "scale=1; $mib / $nc_s" | bc)
 
 for node in "$head" "$peer"; do
   podman exec "$node" rm -rf "$dir" /etc/gpulab/model-bench.json /var/tmp/bench-nc.gguf
 done
-echo "file: $mib MiB"
+echo "file: $mib MiB; load average at the start $load_start, at the end $(cut -d" " -f1-3 /proc/loadavg)"
 echo "model.yml first run (hash on node-a, copy to node-b, verify): ${first} s; the copy: ${rate:-not found}"
 echo "model.yml second run: ${second} s, changed=$changed"
-echo "netcat node-a -> node-b: ${nc_s} s (${nc_rate} MiB/s)"
+for nc_s in "$nc_before" "$nc_after"; do
+  echo "netcat node-a -> node-b: ${nc_s} s ($(echo "scale=1; $mib / $nc_s" | bc) MiB/s)"
+done
