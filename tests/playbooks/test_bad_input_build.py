@@ -40,6 +40,9 @@ def build_inventory(tmp_path, **overrides):
         # CPU unless a test says otherwise: the controller may have a CUDA toolkit of its own.
         llama_cpp_cuda="off",
         llama_cpp_nvidia_smi_path=str(tmp_path / "no-nvidia-smi"),
+        # The build plays as deploy.yml runs them, after its preflight: the checks under test are
+        # llama_cpp_build's own (the preflight would stop a driver mismatch first).
+        gpulab_build_preflight=False,
     )
     hostvars.update(overrides)
     return {"all": {"children": {"gpu_nodes": {"children": {

@@ -19,6 +19,8 @@ import pytest
 import yaml
 from playbook_runner import local_host, run_in
 
+from ansible_collections.gpulab.inference.plugins.module_utils import nvidia_smi
+
 CASES_PLAY = "Module cases"
 ROLE_PLAY = "Role validation cases"
 
@@ -199,6 +201,10 @@ def role_inventory(tmp_path, models):
     # Port 1 on loopback: nothing listens there, so the connection is refused at once.
     silent_worker = tmp_path / "servers-silent.json"
     silent_worker.write_text(json.dumps(worker("node-b", "127.0.0.1", port=1, build_id="aaaaaaaaaaaa")))
+    # The roles read the node's GPUs from the file gpu_preflight writes in deploy.yml's first play:
+    # here the one it writes on a CPU node (the fake builds are CPU builds).
+    gpu_inventory = tmp_path / "gpu-inventory.json"
+    gpu_inventory.write_text(json.dumps(nvidia_smi.inventory_snapshot([], {})))
     # The account is root here: no llama-server account exists on the test machine, and the
     # model under /tmp is allowed through the sandbox overrides; both checks have module cases.
     head = {"role_case": "gpulab.inference.llama_server", "llama_server_build_link": head_build,
@@ -215,7 +221,8 @@ def role_inventory(tmp_path, models):
                                "llama_rpc_server_address": "0.0.0.0", "llama_rpc_server_allowed_sources": ["10.0.0.1"]},
     }
     return {"all": {"children": {
-        "role_cases": {"hosts": {name: local_host(**hostvars) for name, hostvars in cases.items()}},
+        "role_cases": {"hosts": {name: local_host(gpulab_gpu_inventory_file=str(gpu_inventory), **hostvars)
+                                 for name, hostvars in cases.items()}},
         "rpc_workers": {"hosts": {"node-b": local_host()}},
     }}}
 
