@@ -17,6 +17,7 @@ __metaclass__ = type
 
 import os
 
+from ansible_collections.gpulab.inference.plugins.module_utils.bounded_command import bounded_argv
 from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi import (
     GPU_QUERY_ARGS,
     MIG_QUERY_ARGS,
@@ -40,8 +41,6 @@ from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi import
 DEFAULT_TIMEOUT_S = 30
 # seconds a GPU probe may take once a call has hung (one probe per GPU, in turn)
 PROBE_TIMEOUT_S = 10
-# coreutils timeout sends SIGTERM, then SIGKILL this many seconds later
-KILL_AFTER_S = 5
 # exit statuses of coreutils timeout: 124 the command timed out, 137 it had to be killed
 TIMEOUT_RCS = (124, 137)
 DRIVER_GPUS_DIR = "/proc/driver/nvidia/gpus"
@@ -74,7 +73,7 @@ class NvidiaSmiRunner:
         return self.smi
 
     def bounded(self, args, timeout_s):
-        return [self.timeout_bin, "--kill-after=%ds" % KILL_AFTER_S, "%ds" % timeout_s, self.smi] + list(args)
+        return bounded_argv(self.timeout_bin, timeout_s, [self.smi] + list(args))
 
     def run(self, args, allow_mismatch=False):
         """(rc, stdout, stderr) of nvidia-smi with args; fails on a non-zero exit (but an allowed

@@ -158,6 +158,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpulab.inference.plugins.module_utils import bench_stats, gpu_trace
 from ansible_collections.gpulab.inference.plugins.module_utils.atomic_file import atomic_write
+from ansible_collections.gpulab.inference.plugins.module_utils.bounded_command import KILL_AFTER_S
 from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi import (
     GPU_QUERY_ARGS,
     NvidiaSmiParseError,
@@ -165,7 +166,6 @@ from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi import
     timeout_message,
 )
 from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi_runner import (
-    KILL_AFTER_S,
     TIMEOUT_RCS,
     NvidiaSmiRunner,
 )
