@@ -15,7 +15,7 @@ SANITY_ROOT := /tmp/gpulab-sanity/ansible_collections/gpulab/inference
 LLAMA_CPP_PYTHON_VERSION := 0.3.36
 LLAMA_CPP_COMMIT := 0c1e570
 LLAMA_CPP_ARCHIVE := .cache/llama.cpp-$(LLAMA_CPP_COMMIT).tar.gz
-MOLECULE_SCENARIOS ?= facts build default drain roce vllm models supervisor
+MOLECULE_SCENARIOS ?= default drain roce vllm models supervisor
 APT_PACKAGES := podman runc debootstrap rsync shellcheck openssh-client
 
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
@@ -77,6 +77,11 @@ lab-destroy: deps ## Remove the lab containers and network (keeps the image and 
 	$(call step,removing the container lab)
 	@ansible-playbook -i inventory/demo molecule/lab/destroy.yml
 
+.PHONY: lab-images
+lab-images: deps ## Build the lab's node and mirror images once (debootstrap; reused while unchanged)
+	@bash molecule/lab/build-image.sh
+	@bash molecule/lab/build-mirror-image.sh
+
 # ---- the main job ---------------------------------------------------------------------------
 .PHONY: demo facts
 demo: lab llama-cpp-archive ## Deploy on the container lab and print what it serves
@@ -93,12 +98,21 @@ facts: deps ## GPU facts table of an inventory: make facts INVENTORY=inventory/l
 
 # ---- checks ---------------------------------------------------------------------------------
 .PHONY: test lint sanity unit molecule build integration-llama
-test: deps ## Everything CI checks: lint, sanity, unit, molecule, integration-llama
-	@bash scripts/timed.sh "ansible-lint (production profile)" $(MAKE) --no-print-directory lint
-	@bash scripts/timed.sh "ansible-test sanity" $(MAKE) --no-print-directory sanity
-	@bash scripts/timed.sh "unit tests" $(MAKE) --no-print-directory unit
-	@bash scripts/timed.sh "molecule scenarios: $(MOLECULE_SCENARIOS)" $(MAKE) --no-print-directory molecule
-	@bash scripts/timed.sh "synthetic models loaded by the lab's llama.cpp build" $(MAKE) --no-print-directory integration-llama
+# Two lanes at once (scripts/lanes.sh), each on a lab of its own: most steps keep one core busy,
+# so on two cores the lanes take little more than the longer one. The lanes' scenarios are
+# balanced by their measured times (docs/benchmarks.md); integration-llama needs a lab build.
+MOLECULE_LANE_1 ?= default drain models roce
+MOLECULE_LANE_2 ?= supervisor vllm
+timed := bash scripts/timed.sh
+test: deps llama-cpp-archive lab-images ## Everything CI checks: lint, sanity, unit, molecule, integration-llama
+	@bash scripts/lanes.sh \
+	  "molecule-1=$(timed) 'molecule: $(MOLECULE_LANE_1)' $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS='$(MOLECULE_LANE_1)'" \
+	  "checks=$(timed) 'ansible-lint (production profile)' $(MAKE) --no-print-directory lint \
+	    && $(timed) 'ansible-test sanity' $(MAKE) --no-print-directory sanity \
+	    && $(timed) 'unit tests' $(MAKE) --no-print-directory unit \
+	    && $(timed) 'molecule: $(MOLECULE_LANE_2)' $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS='$(MOLECULE_LANE_2)' \
+	       MOLECULE_LAB=$(MOLECULE_LAB)-2 MOLECULE_FABRIC_PREFIX=$(MOLECULE_FABRIC_PREFIX_2)"
+	@$(timed) "synthetic models loaded by the lab's llama.cpp build" $(MAKE) --no-print-directory integration-llama
 	$(call step,all checks passed)
 
 lint: deps ## ansible-lint, production profile
@@ -134,20 +148,24 @@ unit: deps ## Unit tests and playbook tests (ansible-runner), in UNIT_WORKERS pr
 	$(call step,pytest tests/unit tests/playbooks in $(UNIT_WORKERS) processes)
 	@python -m pytest -q -rs -n $(UNIT_WORKERS) --dist loadscope tests/unit tests/playbooks
 
-# The scenarios get a lab of their own (containers, network, subnet), so a demo lab survives.
-molecule: export GPULAB_LAB_NAME := gpulab-test
-molecule: export GPULAB_LAB_FABRIC_PREFIX := 10.231.78
-molecule: deps llama-cpp-archive ## Molecule scenarios on a lab of their own (MOLECULE_SCENARIOS)
+# The scenarios get a lab of their own (containers, networks, subnets), so a demo lab survives;
+# make test's second lane takes another one.
+MOLECULE_LAB ?= gpulab-test
+MOLECULE_FABRIC_PREFIX ?= 10.231.78
+MOLECULE_FABRIC_PREFIX_2 ?= 10.231.79
+molecule: export GPULAB_LAB_NAME := $(MOLECULE_LAB)
+molecule: export GPULAB_LAB_FABRIC_PREFIX := $(MOLECULE_FABRIC_PREFIX)
+molecule: deps llama-cpp-archive lab-images ## Molecule scenarios one after the other on a lab of their own (MOLECULE_SCENARIOS)
 	@for s in $(MOLECULE_SCENARIOS); do \
 	  bash scripts/timed.sh "molecule test -s $$s" molecule test -s $$s || exit 1; \
 	done
 
 # The lab's builds are static and were made on Debian 12 like this host, so the newest one that
-# the scenarios left in the controller cache runs here: it loads the synthetic models directly.
+# the scenarios left in the labs' controller caches runs here: it loads the synthetic models directly.
 LLAMA_BIN := .build/llama.cpp-bin
 integration-llama: deps llama-cpp-archive ## Load synthetic GGUF models with the lab-built llama.cpp
 	$(call step,pytest tests/integration_llama with the newest lab build)
-	@newest=$$(ls -t .cache/llama.cpp-builds/*.tar.gz 2>/dev/null | head -n 1); \
+	@newest=$$(ls -t .cache/llama.cpp-builds/*/*.tar.gz 2>/dev/null | head -n 1); \
 	  test -n "$$newest" || { echo "no lab build in .cache/llama.cpp-builds: run 'make molecule' first"; exit 1; }; \
 	  rm -rf $(LLAMA_BIN) && mkdir -p $(LLAMA_BIN) && tar -C $(LLAMA_BIN) --strip-components=1 -xzf "$$newest"; \
 	  tar -C $(LLAMA_BIN) --strip-components=2 -xzf $(LLAMA_CPP_ARCHIVE) llama.cpp/models/ggml-vocab-qwen2.gguf; \

@@ -1,11 +1,23 @@
-"""Verify the GPU inventory snapshots that gpu_preflight wrote from the fake nvidia-smi profiles
-(molecule/lab/files/nvidia-smi/<profile>/query-gpu.csv; node-c's is a real H200 capture)."""
+"""The GPU inventory snapshots that gpu_preflight wrote from the fake nvidia-smi profiles
+(molecule/lab/files/nvidia-smi/<profile>/query-gpu.csv; node-c's is a real H200 capture), after
+converge.yml's driver upgrade and reboot; and playbooks/facts.yml on the converged lab."""
 
 import json
+import os
+import sys
+from pathlib import Path
 
 import pytest
 
-# Per node: the GPUs its profile lists (uuid, PCI bus id) and the driver it reports.
+REPO = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[3]))
+sys.path.insert(0, str(REPO / "tests" / "playbooks"))
+from playbook_runner import run_in  # noqa: E402 pylint: disable=wrong-import-position
+
+ENV = {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "MOLECULE_PROJECT_DIRECTORY": str(REPO)}
+# converge.yml upgrades every node's driver to this one and reboots; idempotence ran deploy.yml under it.
+UPGRADED_DRIVER = "590.44.01"
+
+# Per node: the GPUs its profile lists (uuid, PCI bus id) and the driver it reported before the upgrade.
 EXPECTED = {
     "node-a": {"name": "NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "compute_cap": "12.0", "cuda_arch": "120",
                "memory_total_mib": 97887, "driver_version": "580.95.05",
@@ -43,9 +55,11 @@ def test_snapshot_matches_node_profile(snapshot, expected):
         assert gpu["memory_total_mib"] == expected["memory_total_mib"]
 
 
-def test_driver_versions_agree(snapshot, expected):
-    assert snapshot["driver_version"] == expected["driver_version"]
-    assert snapshot["kernel_module_version"] == expected["driver_version"]
+def test_driver_versions_agree_after_the_upgrade(snapshot, expected):
+    # The profile's own driver is gone: preflight rewrote the snapshot under the upgraded one.
+    assert expected["driver_version"] != UPGRADED_DRIVER
+    assert snapshot["driver_version"] == UPGRADED_DRIVER
+    assert snapshot["kernel_module_version"] == UPGRADED_DRIVER
     assert snapshot["cuda_version"] == "13.0"
 
 
@@ -59,3 +73,17 @@ def test_snapshot_is_root_owned_and_readable(host):
     snapshot_file = host.file("/var/lib/gpulab/gpu-inventory.json")
     assert snapshot_file.user == "root"
     assert snapshot_file.mode == 0o644
+
+
+def test_facts_playbook_prints_every_node_and_changes_nothing(tmp_path):
+    """make facts on a deployed lab: every node's table printed, the snapshot already current."""
+    run = run_in(tmp_path / "facts", "playbooks/facts.yml", str(REPO / "inventory" / "demo"), envvars=ENV)
+    assert run.status == "successful", run.failures
+    assert run.changed_tasks() == []
+    printed = dict((e["event_data"]["host"], e["event_data"]["res"]["msg"]) for e in run.events
+                   if e.get("event") == "runner_on_ok" and e["event_data"].get("task") == "Print the GPU table of this node")
+    assert sorted(printed) == sorted(EXPECTED)
+    for node, table in printed.items():
+        assert table.startswith(node + ": ")
+        assert EXPECTED[node]["name"] in table
+        assert UPGRADED_DRIVER in table
