@@ -26,6 +26,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.llama_cpp import 
 )
 # --cache-type-k/-v values llama.cpp accepts (common/arg.cpp kv_cache_types), one table for both plans
 from ansible_collections.gpulab.inference.plugins.module_utils.gguf_plan import CACHE_TYPES
+from ansible_collections.gpulab.inference.plugins.module_utils import service_files
 
 # llama.cpp's llama_max_devices() is 16 and common/arg.cpp rejects a --tensor-split
 # with `split_arg.size() >= llama_max_devices()`, so at most 15 entries are accepted.
@@ -600,6 +601,104 @@ def foreign_firewall_problem(active_units, ports, sources):
     return ("%s is active on this node and keeps rules of its own that the RPC ports must pass too; open them "
             "for the head only (%s), then set llama_rpc_server_other_firewall: opened"
             % (" and ".join(active), "; ".join(commands)))
+
+
+# --- The RPC server's wrapper and unit -----------------------------------------------
+
+CUDA_ORDER_WHY = "nvidia-smi numbers GPUs by PCI bus; make CUDA use the same order."
+RDMA_WHY = "RDMA transport of llama.cpp RPC (role roce, fabric.json): the verbs device and RoCE v2 GID."
+
+
+def rdma_exports(environment, variable):
+    """The GGML_RDMA_* exports of a wrapper, the comment above the first."""
+    return [service_files.env(name, value, variable, LlamaServerError, RDMA_WHY if position == 0 else "")
+            for position, (name, value) in enumerate((environment or {}).items())]
+
+
+def rpc_server_wrapper(server, build, address, settings, rdma_environment=None):
+    """The wrapper of one RPC server (service_files.wrapper): its comments, environment and rpc-server argv.
+
+    server: a rpc_devices entry with its port; build: read_deployed_build with the binary's path;
+    settings: host (inventory name), user, unit, bin_dir, threads (0: rpc-server's default),
+    cache_dir (empty: no weight cache); rdma_environment: GGML_RDMA_* of the fabric (empty: TCP).
+    """
+    error = LlamaServerError
+    user = service_files.checked(settings["user"], "llama_rpc_server_user", error)
+    unit = service_files.checked(settings["unit"], "llama_rpc_server_unit_name", error)
+    bin_dir = service_files.checked(settings["bin_dir"], "llama_rpc_server_bin_dir", error)
+    cache_dir = service_files.checked(settings.get("cache_dir"), "llama_rpc_server_cache_dir", error)
+    threads = _non_negative_int(settings.get("threads") or 0, "llama_rpc_server_threads")
+    host = service_files.checked(settings.get("host") or "this node", "inventory_hostname", error)
+    instance = server["instance"]
+    gpu = "" if server["gpu_index"] is None else " = nvidia-smi GPU %s" % server["gpu_index"]
+    comments = [
+        "ggml RPC server %s of %s, build %s:" % (instance, host, build["build_id"]),
+        "device %s%s, listening on %s." % (server["device"], gpu, endpoint(address, server["port"])),
+        "The service manager runs it as %s (%s@%s.service under systemd);" % (user, unit, instance),
+        "to run it by hand, stop the unit and: sudo -u %s %s/%s-%s" % (user, bin_dir, unit, instance),
+    ]
+    environment = [service_files.env("CUDA_DEVICE_ORDER", "PCI_BUS_ID", "CUDA_DEVICE_ORDER", error, CUDA_ORDER_WHY)]
+    if server["gpu_index"] is not None:
+        environment.append(service_files.env("CUDA_VISIBLE_DEVICES", server["gpu_index"], "gpus", error,
+                                             "This server sees only its own GPU, as CUDA0."))
+    environment += rdma_exports(rdma_environment, "fabric.json")
+    if cache_dir:
+        environment.append(service_files.env("LLAMA_CACHE", cache_dir, "llama_rpc_server_cache_dir", error,
+                                             "-c keeps received tensors under $LLAMA_CACHE/rpc."))
+    argv = [[build["rpc_server_binary"]], ["--host", address], ["--port", str(server["port"])],
+            ["--device", server["device"]]]
+    if threads > 0:
+        argv.append(["--threads", str(threads)])
+    if cache_dir:
+        argv.append(["--cache"])
+    result = service_files.wrapper(comments, environment, argv, error)
+    result.update(instance=instance, name="%s-%s" % (unit, instance))
+    return result
+
+
+def rpc_server_unit(settings, servers, firewall, unit_directives, service_directives):
+    """The template unit <unit>@.service of the RPC servers (service_files.unit_file).
+
+    settings: user, group, unit, bin_dir, cache_dir (empty: none), firewall_unit (empty: no
+    firewall), hardening (directive: value, None leaves it out), cuda_devices (opened only when a
+    server has a GPU); firewall: the plan's (ip_address_allow); *_directives: [key, value] pairs.
+    """
+    error = LlamaServerError
+    user = service_files.checked(settings["user"], "llama_rpc_server_user", error)
+    group = service_files.checked(settings["group"], "llama_rpc_server_group", error)
+    unit = service_files.checked(settings["unit"], "llama_rpc_server_unit_name", error)
+    bin_dir = service_files.checked(settings["bin_dir"], "llama_rpc_server_bin_dir", error)
+    cache_dir = service_files.checked(settings.get("cache_dir"), "llama_rpc_server_cache_dir", error)
+    firewall_unit = service_files.checked(settings.get("firewall_unit"), "llama_rpc_server_unit_name", error)
+    section_unit = ["Description=ggml RPC server %i for the llama-server head (gpulab.inference)",
+                    "Wants=network-online.target", "After=network-online.target"]
+    if firewall_unit:
+        section_unit += ["# No rules, no server: the instance does not start unless the firewall unit loaded its table.",
+                         "Requires=%s" % firewall_unit, "After=%s" % firewall_unit]
+    section_unit += service_files.directives(unit_directives, "the restart directives", error)
+    section_service = ["Type=simple", "User=%s" % user, "Group=%s" % group,
+                       "ExecStart=%s/%s-%%i" % (bin_dir, unit)]
+    section_service += service_files.directives(service_directives, "the restart and fabric directives", error)
+    if cache_dir:
+        section_service.append("ReadWritePaths=%s" % cache_dir)
+    if firewall_unit:
+        section_service += [
+            "# Second layer, independent of nftables: the kernel drops the servers' packets to and from any",
+            "# other address (cgroup BPF; systemd.resource-control(5)).",
+            "IPAddressDeny=any",
+            service_files.directive("IPAddressAllow", " ".join(firewall["ip_address_allow"]),
+                                    "llama_rpc_server_allowed_sources", error)]
+    section_service.append("# Hardening: gpulab_service_hardening, with llama_rpc_server_hardening_overrides applied.")
+    section_service += service_files.hardening(settings.get("hardening") or {}, "llama_rpc_server_hardening_overrides", error)
+    if any(server["gpu_index"] is not None for server in servers):
+        section_service += service_files.device_allow(settings.get("cuda_devices"), "llama_rpc_server_cuda_devices", error)
+    if firewall_unit:
+        section_install = ["# Started again with the firewall unit when nftables.service comes back after a stop.",
+                           "WantedBy=multi-user.target %s" % firewall_unit]
+    else:
+        section_install = ["WantedBy=multi-user.target"]
+    comments = ["ggml RPC server %%i: runs %s/%s-%%i (one instance per exposed device)." % (bin_dir, unit)]
+    return service_files.unit_file(comments, section_unit, section_service, section_install, error)
 
 
 # --- Services ------------------------------------------------------------------

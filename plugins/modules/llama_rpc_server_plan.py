@@ -106,6 +106,43 @@ options:
     description: Largest restart delay in seconds, reached in steps where systemd supports it.
     type: int
     default: 60
+  node_name:
+    description: The node's inventory name, named in the wrappers' comments.
+    type: str
+  user:
+    description: The servers' account (C(User=) of the unit, named in the wrappers).
+    type: str
+    default: gpulab-rpc
+  group:
+    description: The servers' group (C(Group=) of the unit).
+    type: str
+    default: gpulab-rpc
+  bin_dir:
+    description: Directory of the wrapper scripts C(<unit>-<i>) the unit runs.
+    type: path
+    default: /opt/gpulab/bin
+  threads:
+    description: CPU threads per server (C(--threads)); V(0) leaves rpc-server's default.
+    type: int
+    default: 0
+  cache_dir:
+    description:
+      - Weight cache of the servers (C(LLAMA_CACHE), C(--cache), C(ReadWritePaths=)); empty runs them without a cache.
+    type: str
+    default: ""
+  firewall_unit:
+    description:
+      - The firewall unit the servers require while O(firewall_enabled) is true; C(<unit>-firewall.service) when not given.
+    type: str
+  hardening:
+    description: systemd hardening of the unit, directive to value; a value of V(null) leaves the directive out.
+    type: dict
+    default: {}
+  cuda_devices:
+    description: Device groups a server with a GPU may open (C(DeviceAllow=)).
+    type: list
+    elements: str
+    default: []
 """
 
 EXAMPLES = r"""
@@ -190,6 +227,21 @@ rdma:
       the wrapper) and C(service_directives) (already part of RV(service_directives)).
   returned: success
   type: dict
+wrappers:
+  description:
+    - One wrapper script per server, as the template renders it, empty without O(build_link); each with C(instance),
+      C(name) (the file name in O(bin_dir)), C(comments), C(environment) (C(name), C(value), C(why), the comment
+      above the export, may be empty), C(file_environment) and C(preludes) (empty here), C(argv_lines) (rpc-server's
+      command line, one list per script line, exec'd with C("$@")) and C(argv) (the same, flat).
+  returned: success
+  type: list
+  elements: dict
+unit_file:
+  description:
+    - The servers' template unit, C(comments) and the lines of its C(unit), C(service) and C(install) sections
+      (C(Key=value) or a C(#) comment), with the firewall, the cache, the hardening and C(DeviceAllow=) as planned.
+  returned: success
+  type: dict
 """
 
 import os
@@ -208,6 +260,8 @@ from ansible_collections.gpulab.inference.plugins.module_utils.llama_server impo
     read_deployed_build,
     restart_directives,
     rpc_devices,
+    rpc_server_unit,
+    rpc_server_wrapper,
     stale_units,
 )
 
@@ -258,7 +312,16 @@ class RpcServerPlan:
         systemd_version = self.systemd_version()
         unit_directives, service_directives = restart_directives(
             systemd_version, params["restart_sec"], params["restart_max_delay_s"])
+        service_directives = [list(d) for d in service_directives] + rdma["service_directives"]
+        settings = dict((key, params[key]) for key in ("user", "group", "bin_dir", "threads", "cache_dir", "hardening",
+                                                       "cuda_devices", "unit"))
+        settings.update(host=params["node_name"],
+                        firewall_unit=(params["firewall_unit"] or "%s-firewall.service" % params["unit"])
+                        if params["firewall_enabled"] else "")
         self.plan = {
+            "wrappers": [rpc_server_wrapper(server, build, address, settings, rdma["environment"]) for server in servers]
+            if build else [],
+            "unit_file": rpc_server_unit(settings, servers, firewall, unit_directives, service_directives),
             "address": address,
             "servers": servers,
             "build": build,
@@ -267,7 +330,7 @@ class RpcServerPlan:
             "unit_directives": [list(d) for d in unit_directives],
             "firewall_unit_directives": [list(d) for d in firewall_unit_directives()]
             if params["firewall_enabled"] else [],
-            "service_directives": [list(d) for d in service_directives] + rdma["service_directives"],
+            "service_directives": service_directives,
             "rdma": rdma,
         }
 
@@ -328,6 +391,15 @@ def build_module():
             restart_sec=dict(type="int", default=5),
             fabric=dict(type="dict"),
             restart_max_delay_s=dict(type="int", default=60),
+            node_name=dict(type="str"),
+            user=dict(type="str", default="gpulab-rpc"),
+            group=dict(type="str", default="gpulab-rpc"),
+            bin_dir=dict(type="path", default="/opt/gpulab/bin"),
+            threads=dict(type="int", default=0),
+            cache_dir=dict(type="str", default=""),
+            firewall_unit=dict(type="str"),
+            hardening=dict(type="dict", default={}),
+            cuda_devices=dict(type="list", elements="str", default=[]),
         ),
         required_if=[("firewall_enabled", True, ("allowed_sources",))],
         supports_check_mode=True,

@@ -10,7 +10,7 @@ from pathlib import Path
 import jinja2
 from ansible.plugins.filter.core import FilterModule
 
-from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import firewall_unit_directives
+from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import firewall_unit_directives, rpc_server_unit
 
 REPO = Path(__file__).resolve().parents[3]
 TEMPLATES = REPO / 'roles' / 'llama_rpc_server' / 'templates'
@@ -18,30 +18,24 @@ FIREWALL_UNIT = 'gpulab-rpc-server-firewall.service'
 
 
 def render(name, firewall_enabled=True):
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True,
                              loader=jinja2.FileSystemLoader(str(TEMPLATES)))
     env.filters.update(FilterModule().filters())
+    servers = [{'instance': 0, 'gpu_index': None, 'port': 50052}]
+    firewall = {'ip_address_allow': ['10.231.77.10']}
+    settings = {'user': 'gpulab-rpc', 'group': 'gpulab-rpc', 'unit': 'gpulab-rpc-server', 'bin_dir': '/opt/gpulab/bin',
+                'cache_dir': '', 'firewall_unit': FIREWALL_UNIT if firewall_enabled else '',
+                'hardening': {'NoNewPrivileges': 'yes', 'PrivateTmp': None}, 'cuda_devices': []}
     plan = {
         'firewall_unit_directives': [list(d) for d in firewall_unit_directives()] if firewall_enabled else [],
-        'unit_directives': [['StartLimitIntervalSec', '0']],
-        'service_directives': [['Restart', 'always'], ['RestartSec', '5']],
-        'firewall': {'ip_address_allow': ['10.231.77.10']},
-        'servers': [{'instance': 0, 'gpu_index': None, 'port': 50052}],
+        'unit_file': rpc_server_unit(settings, servers, firewall, [['StartLimitIntervalSec', '0']],
+                                     [['Restart', 'always'], ['RestartSec', '5']]),
+        'servers': servers,
     }
     values = {
         '__llama_rpc_server_plan': plan,
-        '__llama_rpc_server_firewall_unit': FIREWALL_UNIT,
-        '__llama_rpc_server_hardening': {'NoNewPrivileges': 'yes', 'PrivateTmp': None},
-        'llama_rpc_server_firewall_enabled': firewall_enabled,
         'llama_rpc_server_nft_file': '/etc/nftables.d/gpulab-rpc.nft',
         'llama_rpc_server_nft_table': 'gpulab_rpc',
-        'llama_rpc_server_bin_dir': '/opt/gpulab/bin',
-        'llama_rpc_server_unit_name': 'gpulab-rpc-server',
-        'llama_rpc_server_user': 'gpulab-rpc',
-        'llama_rpc_server_group': 'gpulab-rpc',
-        'llama_rpc_server_cache_enabled': False,
-        'llama_rpc_server_cache_dir': '/var/cache/gpulab',
-        'llama_rpc_server_cuda_devices': [],
     }
     return env.get_template(name).render(**values)
 
@@ -83,12 +77,15 @@ def test_every_server_requires_the_firewall_unit_and_comes_back_with_it():
     assert ('After', FIREWALL_UNIT) in unit['Unit']
     assert ('WantedBy', 'multi-user.target ' + FIREWALL_UNIT) in unit['Install']
     assert ('IPAddressDeny', 'any') in unit['Service']
+    assert ('IPAddressAllow', '10.231.77.10') in unit['Service']
+    assert ('NoNewPrivileges', 'yes') in unit['Service'] and 'PrivateTmp' not in dict(unit['Service'])
 
 
 def test_without_the_firewall_the_server_unit_names_no_firewall_unit():
     text = render('gpulab-rpc-server@.service.j2', firewall_enabled=False)
     assert FIREWALL_UNIT not in text
     assert ('WantedBy', 'multi-user.target') in sections(text)['Install']
+    assert 'IPAddress' not in text
 
 
 def test_the_plan_ties_the_firewall_unit_to_nftables():

@@ -54,12 +54,43 @@ def test_cpu_worker_plan(build):
     assert plan["unit_directives"] == [["StartLimitIntervalSec", "0"]]
     assert plan["service_directives"] == [["Restart", "always"], ["RestartSec", "5"]]
     assert result.commands == [[SYSTEMCTL, "is-active", "firewalld.service", "ufw.service"], [SYSTEMCTL, "--version"]]
+    binary = str(build.resolve() / "bin" / "ggml-rpc-server")
+    assert [w["name"] for w in plan["wrappers"]] == ["gpulab-rpc-server-0"]
+    assert plan["wrappers"][0]["comments"][0] == "ggml RPC server 0 of this node, build 0123456789ab:"
+    assert plan["wrappers"][0]["argv"] == [binary, "--host", "10.231.77.11", "--port", "50052", "--device", "CPU"]
+    assert plan["unit_file"]["unit"][3:6] == ["# No rules, no server: the instance does not start unless the firewall "
+                                              "unit loaded its table.", "Requires=gpulab-rpc-server-firewall.service",
+                                              "After=gpulab-rpc-server-firewall.service"]
+    assert plan["unit_file"]["install"][-1] == "WantedBy=multi-user.target gpulab-rpc-server-firewall.service"
+
+
+def test_the_role_settings_reach_the_wrapper_and_the_unit(build):
+    plan = run({"build_link": str(build), "node_name": "node-b", "threads": 6, "cache_dir": "/var/cache/gpulab/rpc",
+                "firewall_unit": "rpc-fw.service", "user": "rpc", "group": "rpc", "bin_dir": "/usr/local/bin",
+                "hardening": {"NoNewPrivileges": "yes", "ProtectHome": None}}).result
+    wrapper = plan["wrappers"][0]
+    assert wrapper["comments"][0] == "ggml RPC server 0 of node-b, build 0123456789ab:"
+    assert wrapper["argv_lines"][-2:] == [["--threads", "6"], ["--cache"]]
+    assert wrapper["environment"][-1]["name"] == "LLAMA_CACHE"
+    service = plan["unit_file"]["service"]
+    assert service[:4] == ["Type=simple", "User=rpc", "Group=rpc", "ExecStart=/usr/local/bin/gpulab-rpc-server-%i"]
+    assert "ReadWritePaths=/var/cache/gpulab/rpc" in service and "IPAddressAllow=10.231.77.10" in service
+    assert service[-1] == "NoNewPrivileges=yes"
+    assert plan["unit_file"]["unit"][4] == "Requires=rpc-fw.service"
+
+
+def test_a_newline_in_a_role_setting_is_refused(build):
+    result = run({"build_link": str(build), "cache_dir": "/var/cache\nExecStartPre=/bin/sh"})
+    assert result.kind is FailJson
+    assert result.result["msg"].startswith("llama_rpc_server_cache_dir '/var/cache\\nExecStartPre=/bin/sh' holds a newline")
 
 
 def test_head_on_the_node_admits_loopback():
     plan = run({"head_is_local": True}).result
     assert plan["firewall"]["admit_loopback"] is True
     assert plan["firewall"]["ip_address_allow"] == ["10.231.77.10", "localhost"]
+    assert "IPAddressAllow=10.231.77.10 localhost" in plan["unit_file"]["service"]
+    assert plan["wrappers"] == []
 
 
 def test_backoff_from_systemd_254():
@@ -90,6 +121,8 @@ def test_firewall_disabled_needs_no_sources():
     result = run({"firewall_enabled": False, "allowed_sources": []}, firewalls="active\nactive\n")
     assert result.kind is ExitJson
     assert result.result["firewall"]["ip_address_allow"] == []
+    assert result.result["unit_file"]["install"] == ["WantedBy=multi-user.target"]
+    assert not [line for line in result.result["unit_file"]["service"] if line.startswith("IPAddress")]
 
 
 def test_cuda_build_without_gpus(build):
