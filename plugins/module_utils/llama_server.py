@@ -701,6 +701,38 @@ def rpc_server_unit(settings, servers, firewall, unit_directives, service_direct
     return service_files.unit_file(comments, section_unit, section_service, section_install, error)
 
 
+# --- The head's wrapper and unit ----------------------------------------------------
+
+def head_wrapper_lines(devices, split, rdma_environment=None, backend_sampling=None):
+    """What the head's wrapper renders besides its fixed script: `devices`, a comment line per device in
+    llama.cpp's order with its split; `sampling`, the backend-sampling choice (none without one);
+    `environment`, the exports (CUDA order, RDMA)."""
+    error = LlamaServerError
+    lines = []
+    for device, share in zip(devices, split):
+        where = "%s (%s)" % (device["endpoint"], device["host"]) if device["kind"] == "rpc" else "local GPU"
+        lines.append(service_files.checked("  %s: %s, split %s" % (device["name"], where, share),
+                                           "a device of the workers' servers.json", error))
+    sampling = []
+    if backend_sampling:
+        sampling.append(service_files.checked(
+            "Backend sampling: %s (%s)." % ("on" if backend_sampling["enabled"] else "off",
+                                            " ".join(str(backend_sampling["reason"]).split("\n"))),
+            "the backend-sampling reason", error))
+    environment = [service_files.env("CUDA_DEVICE_ORDER", "PCI_BUS_ID", "CUDA_DEVICE_ORDER", error, CUDA_ORDER_WHY)]
+    return {"devices": lines, "sampling": sampling,
+            "environment": environment + rdma_exports(rdma_environment, "fabric.json")}
+
+
+def head_unit_sandbox(hardening, cuda_access, cuda_devices):
+    """The head's hardening lines (None leaves a directive out) and DeviceAllow= where it uses CUDA."""
+    error = LlamaServerError
+    lines = service_files.hardening(hardening or {}, "llama_server_hardening_overrides", error)
+    if cuda_access:
+        lines += service_files.device_allow(cuda_devices, "llama_server_cuda_devices", error)
+    return lines
+
+
 # --- Services ------------------------------------------------------------------
 
 def parse_systemd_version(text):

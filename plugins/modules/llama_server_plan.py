@@ -100,9 +100,16 @@ options:
     type: str
     default: ""
   hardening:
-    description: The unit's hardening directives; C(ProtectHome=) and C(PrivateTmp=) hide paths from the service.
+    description:
+      - The unit's hardening directives (a value of V(null) leaves the directive out, RV(unit_sandbox)); C(ProtectHome=)
+        and C(PrivateTmp=) hide paths from the service.
     type: dict
     default: {}
+  cuda_devices:
+    description: Device groups the unit opens (C(DeviceAllow=)) where RV(cuda_device_access) is true.
+    type: list
+    elements: str
+    default: []
   restart_sec:
     description:
       - First restart delay in seconds. From systemd 254 on (C(systemctl --version)), restarts back off in steps up to
@@ -227,6 +234,20 @@ rdma:
       the wrapper) and C(service_directives) (already part of RV(service_directives)).
   returned: success
   type: dict
+wrapper:
+  description:
+    - What the wrapper renders of the plan besides RV(argv), C(devices) (a comment line per device in llama.cpp's order
+      with its split), C(sampling) (the backend-sampling choice, a comment line where O(server) is given) and
+      C(environment) (C(name), C(value), C(why), the comment above the export, may be empty).
+  returned: success
+  type: dict
+unit_sandbox:
+  description:
+    - The unit's hardening lines (C(Key=value), O(hardening) without the V(null) entries) and C(DeviceAllow=) for
+      O(cuda_devices) where RV(cuda_device_access) is true.
+  returned: success
+  type: list
+  elements: str
 """
 
 import grp
@@ -245,6 +266,8 @@ from ansible_collections.gpulab.inference.plugins.module_utils.llama_server impo
     access_problem,
     check_health_settings,
     cuda_device_access,
+    head_unit_sandbox,
+    head_wrapper_lines,
     device_order,
     format_tensor_split,
     gguf_magic_problem,
@@ -362,6 +385,9 @@ class LlamaServerPlan:
         }
         if params["server"] is not None:
             self.plan_command(devices, split, shards[0], build)
+        self.plan["wrapper"] = head_wrapper_lines(devices, split, rdma["environment"], self.plan.get("backend_sampling"))
+        self.plan["unit_sandbox"] = head_unit_sandbox(params["hardening"], self.plan["cuda_device_access"],
+                                                      params["cuda_devices"])
 
     def plan_command(self, devices, split, model, build):
         """argv and the backend-sampling decision, from the model's layer count where it reads."""
@@ -448,6 +474,7 @@ def build_module():
             fabric=dict(type="dict"),
             restart_max_delay_s=dict(type="int", default=30),
             server=dict(type="dict"),
+            cuda_devices=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,
     )

@@ -17,6 +17,8 @@ import jinja2
 import pytest
 from ansible.plugins.filter.core import FilterModule
 
+from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import head_wrapper_lines
+
 REPO = Path(__file__).resolve().parents[3]
 TEMPLATE = REPO / 'roles' / 'llama_server' / 'templates' / 'gpulab-llama-server.sh.j2'
 
@@ -43,8 +45,8 @@ def render(tmp_path, ports, wait_s=30, watch_s=1):
     assert count == 1, 'no command=( ... ) block in the wrapper template'
     text = env.from_string(source).render(
         inventory_hostname='node-a',
-        __llama_server_plan={'build': {'build_id': 'test'}, 'devices': [], 'tensor_split': [],
-                             'rdma': {'environment': {}}, 'endpoints': endpoints},
+        __llama_server_plan={'build': {'build_id': 'test'}, 'devices': [], 'tensor_split': [], 'endpoints': endpoints,
+                             'wrapper': head_wrapper_lines([], [], {}, None)},
         llama_server_worker_wait_s=wait_s, llama_server_worker_watch_s=watch_s)
     script = tmp_path / 'gpulab-llama-server'
     script.write_text(text)

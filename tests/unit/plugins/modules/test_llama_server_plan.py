@@ -33,6 +33,8 @@ def test_plan_over_two_workers(head):
     assert plan["build"]["cuda"] is False
     # nor opens the NVIDIA devices, though the node has a GPU
     assert plan["cuda_device_access"] is False
+    assert plan["unit_sandbox"] == []
+    assert plan["wrapper"]["sampling"] == []
     assert plan["model_bytes"] == 1024
     assert plan["unit_directives"] == [["StartLimitIntervalSec", "0"]]
     assert plan["service_directives"] == [["Restart", "always"], ["RestartSec", "5"]]
@@ -80,6 +82,8 @@ def test_rdma_fabric_reaches_the_head_too(head):
     plan = run(dict(head, workers=[manifest("node-b", "10.231.77.11")], fabric=fabric)).result
     assert plan["rdma"]["environment"] == {"GGML_RDMA_DEV": "mlx5_0", "GGML_RDMA_GID": "3"}
     assert ["LimitMEMLOCK", "infinity"] in plan["service_directives"]
+    assert [(e["name"], e["value"]) for e in plan["wrapper"]["environment"]] == [
+        ("CUDA_DEVICE_ORDER", "PCI_BUS_ID"), ("GGML_RDMA_DEV", "mlx5_0"), ("GGML_RDMA_GID", "3")]
 
 
 def test_argv_turns_backend_sampling_on_for_a_local_output_layer(head, tmp_path):
@@ -88,11 +92,16 @@ def test_argv_turns_backend_sampling_on_for_a_local_output_layer(head, tmp_path)
     (build / "BUILD_INFO.json").write_text(json.dumps({"build_id": "0123456789ab", "cuda": True}))
     result = run(dict(head, workers=[manifest("node-b", "10.231.77.11")],
                       local_gpus=[{"index": 0, "memory_total_mib": 97887}],
-                      server={"port": 8080, "backend_sampling": "auto"}))
+                      server={"port": 8080, "backend_sampling": "auto"},
+                      hardening={"NoNewPrivileges": "yes", "ProtectHome": None}, cuda_devices=["char-nvidia"]))
     assert result.kind is ExitJson, result.result
     assert result.result["backend_sampling"]["enabled"] is True
     assert result.result["cuda_device_access"] is True
+    assert result.result["unit_sandbox"] == ["NoNewPrivileges=yes", "DeviceAllow=char-nvidia rw"]
     assert result.result["argv"][-1] == "--backend-sampling"
+    assert result.result["wrapper"]["sampling"] == [
+        "Backend sampling: on (auto: the output layer is on CUDA0 (a GPU of the head))."]
+    assert result.result["wrapper"]["devices"] == ["  RPC0: 10.231.77.11:50052 (node-b), split 1", "  CUDA0: local GPU, split 1"]
     assert result.result["argv"][1:3] == ["--model", head["model_path"]]
 
 

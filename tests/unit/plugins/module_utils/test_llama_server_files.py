@@ -1,13 +1,15 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to gpulab.inference
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The RPC server's wrapper and unit as the plan decides them (llama_server.rpc_server_wrapper,
-rpc_server_unit): the templates only render these lists."""
+"""The RPC servers' and the head's wrappers and units as the plans decide them (llama_server.rpc_server_wrapper,
+rpc_server_unit, head_wrapper_lines, head_unit_sandbox): the templates only render these lists."""
 
 import pytest
 
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import (
     LlamaServerError,
+    head_unit_sandbox,
+    head_wrapper_lines,
     rpc_server_unit,
     rpc_server_wrapper,
 )
@@ -132,3 +134,37 @@ def test_a_value_that_breaks_the_unit_is_refused_naming_the_variable(changes, va
     with pytest.raises(LlamaServerError) as raised:
         rpc_server_unit(settings(**changes), [GPU], {"ip_address_allow": []}, UNIT, SERVICE)
     assert variable in str(raised.value)
+
+
+# --- the head ----------------------------------------------------------------------
+
+DEVICES = [{"name": "RPC0", "kind": "rpc", "host": "node-b", "endpoint": "[fd00::2]:50052"},
+           {"name": "CUDA0", "kind": "cuda", "host": "node-a", "endpoint": None}]
+
+
+def test_head_wrapper_lines_name_each_device_the_sampling_and_the_rdma_exports():
+    lines = head_wrapper_lines(DEVICES, [3, 1], RDMA, {"enabled": False, "reason": "llama_server_backend_sampling\nis false"})
+    assert lines == {
+        "devices": ["  RPC0: [fd00::2]:50052 (node-b), split 3", "  CUDA0: local GPU, split 1"],
+        "sampling": ["Backend sampling: off (llama_server_backend_sampling is false)."],
+        "environment": [
+            ORDER,
+            {"name": "GGML_RDMA_DEV", "value": "mlx5_0",
+             "why": "RDMA transport of llama.cpp RPC (role roce, fabric.json): the verbs device and RoCE v2 GID."},
+            {"name": "GGML_RDMA_GID", "value": "3", "why": ""}],
+    }
+
+
+def test_head_wrapper_lines_over_tcp_without_a_server_plan():
+    assert head_wrapper_lines([], [], {}, None) == {"devices": [], "sampling": [], "environment": [ORDER]}
+
+
+def test_head_unit_sandbox_opens_cuda_only_where_the_head_uses_it():
+    hardening = {"NoNewPrivileges": "yes", "PrivateTmp": None}
+    assert head_unit_sandbox(hardening, True, ["char-nvidia", "char-nvidia-uvm"]) == [
+        "NoNewPrivileges=yes", "DeviceAllow=char-nvidia rw", "DeviceAllow=char-nvidia-uvm rw"]
+    assert head_unit_sandbox(hardening, False, ["char-nvidia"]) == ["NoNewPrivileges=yes"]
+    with pytest.raises(LlamaServerError, match="^llama_server_hardening_overrides 'yes\\\\n' holds a newline"):
+        head_unit_sandbox({"ProtectHome": "yes\n"}, False, [])
+    with pytest.raises(LlamaServerError, match="^llama_server_cuda_devices"):
+        head_unit_sandbox({}, True, ["char-nvidia\nExecStartPre=/bin/sh"])
