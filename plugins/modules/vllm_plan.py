@@ -137,6 +137,101 @@ options:
     type: str
     default: mp
     choices: [mp, ray]
+  service:
+    description:
+      - The service of this node. Given, the module also returns RV(wrapper), RV(environment), RV(unit_file) and
+        RV(program_user), what the vllm_server role's templates render; every value is refused when it holds a newline
+        or another character that would break the wrapper or the unit.
+    type: dict
+    suboptions:
+      node_name:
+        description: The node's inventory name, named in the wrapper's comments.
+        type: str
+      install:
+        description: How vLLM is installed; V(container) runs it as root inside the container (no account, no hardening).
+        type: str
+        choices: [pip, preinstalled, container]
+        required: true
+      service_manager:
+        description: What runs the wrapper, named in its comments.
+        type: str
+        choices: [systemd, supervisor]
+        required: true
+      vllm_command:
+        description: The C(vllm) command (the binary, or the C(podman run) line whose entrypoint it is).
+        type: list
+        elements: str
+        required: true
+      ray_command:
+        description: The C(ray) command, likewise.
+        type: list
+        elements: str
+        required: true
+      ray_port:
+        description: Port of the Ray head.
+        type: int
+        default: 6379
+      fabric_address:
+        description: This node's fabric address (C(VLLM_HOST_IP), Ray's C(--node-ip-address)); empty where it has none.
+        type: str
+        default: ""
+      user:
+        description: The service account.
+        type: str
+        default: gpulab-vllm
+      group:
+        description: Its group.
+        type: str
+        default: gpulab-vllm
+      unit:
+        description: The unit's (and the wrapper's) name.
+        type: str
+        default: gpulab-vllm
+      bin_dir:
+        description: Directory of the wrapper.
+        type: str
+        default: /opt/gpulab/bin
+      env_file:
+        description: The environment file systemd reads (C(EnvironmentFile=)).
+        type: str
+        required: true
+      rdma_env_file:
+        description: The fabric's NCCL/Gloo environment file (role roce), read when it exists.
+        type: str
+        required: true
+      api_key_file:
+        description: The file the wrapper reads C(VLLM_API_KEY) from; empty where no key is set.
+        type: str
+        default: ""
+      cache_dir:
+        description: HOME of the service outside a container (C(ReadWritePaths=)).
+        type: str
+        required: true
+      environment:
+        description: More environment (vllm_server_environment), after the collection's own.
+        type: dict
+        default: {}
+      hardening:
+        description: systemd hardening, directive to value; a value of V(null) leaves the directive out.
+        type: dict
+        default: {}
+      cuda_devices:
+        description: Device groups the unit opens (C(DeviceAllow=)) outside a container.
+        type: list
+        elements: str
+        default: []
+      restart_sec:
+        description: C(RestartSec=) after a crash.
+        type: int
+        default: 30
+      start_limit_burst:
+        description: C(StartLimitBurst=).
+        type: int
+        default: 3
+      start_limit_interval_s:
+        description: C(StartLimitIntervalSec=).
+        type: int
+        default: 1800
 """
 
 EXAMPLES = r"""
@@ -247,6 +342,27 @@ tool_call_parser:
   returned: success
   type: str
   sample: minimax_m2
+wrapper:
+  description:
+    - The wrapper script, as the template renders it - C(comments), C(environment) (exports, empty here),
+      C(file_environment) (C(VLLM_API_KEY) read from O(service.api_key_file)), C(preludes) (C(ray start --head) where
+      the nodes meet over Ray) and C(argv_lines) (the command exec'd with C("$@"), one list per script line; C(argv)
+      the same, flat).
+  returned: when O(service) is given and the layout is valid
+  type: dict
+environment:
+  description: The service's environment in the environment file's order, each C(name), C(value) and C(why) (empty).
+  returned: when O(service) is given and the layout is valid
+  type: list
+  elements: dict
+unit_file:
+  description: The unit, C(comments) and the lines of its C(unit), C(service) and C(install) sections.
+  returned: when O(service) is given and the layout is valid
+  type: dict
+program_user:
+  description: The account supervisord runs the program as; empty inside a container (root there).
+  returned: when O(service) is given and the layout is valid
+  type: str
 """
 
 import json
@@ -340,6 +456,29 @@ def build_module():
             master_port=dict(type="int", default=29501),
             dp_rpc_port=dict(type="int", default=13345),
             distributed_backend=dict(type="str", default="mp", choices=list(vp.DISTRIBUTED_BACKENDS)),
+            service=dict(type="dict", options=dict(
+                node_name=dict(type="str"),
+                install=dict(type="str", choices=list(vp.INSTALLS), required=True),
+                service_manager=dict(type="str", choices=list(vp.SERVICE_MANAGERS), required=True),
+                vllm_command=dict(type="list", elements="str", required=True),
+                ray_command=dict(type="list", elements="str", required=True),
+                ray_port=dict(type="int", default=6379),
+                fabric_address=dict(type="str", default=""),
+                user=dict(type="str", default="gpulab-vllm"),
+                group=dict(type="str", default="gpulab-vllm"),
+                unit=dict(type="str", default="gpulab-vllm"),
+                bin_dir=dict(type="str", default="/opt/gpulab/bin"),
+                env_file=dict(type="str", required=True),
+                rdma_env_file=dict(type="str", required=True),
+                api_key_file=dict(type="str", default=""),
+                cache_dir=dict(type="str", required=True),
+                environment=dict(type="dict", default={}),
+                hardening=dict(type="dict", default={}),
+                cuda_devices=dict(type="list", elements="str", default=[]),
+                restart_sec=dict(type="int", default=30),
+                start_limit_burst=dict(type="int", default=3),
+                start_limit_interval_s=dict(type="int", default=1800),
+            )),
         ),
         required_one_of=[("nodes", "gpus")],
         mutually_exclusive=[("nodes", "gpus")],
@@ -374,6 +513,11 @@ def run(module):
         opts["max_model_len"] = result["max_model_len"]
         command = vp.serve_arguments(p["model_path"], layout, opts, result["hardware"], launch)
         result["serve_args"], result["node_role"] = command["args"], command["role"]
+        if p["service"] is not None:
+            service = dict(p["service"], master_addr=p["master_addr"], distributed_backend=p["distributed_backend"])
+            plan_info = {"label": result["label"], "nodes": result["hardware"]["nodes"], "estimate": result["estimate"],
+                         "model_path": p["model_path"]}
+            result.update(vp.service_files_of(service, plan_info, command["role"], command["args"]))
     return result
 
 

@@ -56,6 +56,38 @@ def test_exact_sizes_from_safetensors(tmp_path):
         "--tool-call-parser", "minimax_m2", "--enable-auto-tool-choice"]
 
 
+SERVICE = {"install": "pip", "service_manager": "systemd", "vllm_command": ["/opt/v/bin/vllm"], "ray_command": ["/opt/v/bin/ray"],
+           "env_file": "/etc/gpulab/vllm/environment", "rdma_env_file": "/etc/gpulab/rdma.env",
+           "cache_dir": "/var/cache/gpulab/vllm", "node_name": "node-a", "fabric_address": "10.231.77.10",
+           "hardening": {"NoNewPrivileges": "yes", "PrivateTmp": None}}
+
+
+def test_the_service_files_come_with_the_plan(tmp_path):
+    model = str(tmp_path / "mm2")
+    write_model(model)
+    run = plan_module({"model_path": model, "gpus": H200, "service": SERVICE})
+    assert run.kind is ExitJson, run.result
+    result = run.result
+    assert result["wrapper"]["argv"] == ["/opt/v/bin/vllm"] + result["serve_args"]
+    assert result["wrapper"]["comments"][0] == "vLLM on node-a, head of 1 node(s): TP=1 of %s" % model
+    assert {"name": "VLLM_HOST_IP", "value": "10.231.77.10", "why": ""} in result["environment"]
+    assert result["unit_file"]["service"][1:3] == ["User=gpulab-vllm", "Group=gpulab-vllm"]
+    assert "NoNewPrivileges=yes" in result["unit_file"]["service"]
+    assert not [line for line in result["unit_file"]["service"] if line.startswith("PrivateTmp")]
+    assert result["program_user"] == "gpulab-vllm"
+    without = plan_module({"model_path": model, "gpus": H200}).result
+    assert "wrapper" not in without and "unit_file" not in without
+
+
+def test_a_newline_in_the_service_is_refused_naming_the_variable(tmp_path):
+    model = str(tmp_path / "mm2")
+    write_model(model)
+    run = plan_module({"model_path": model, "gpus": H200,
+                       "service": dict(SERVICE, environment={"VLLM_X": "1\nLD_PRELOAD=/tmp/x.so"})})
+    assert run.kind is FailJson
+    assert run.result["msg"].startswith("vllm_server_environment '1\\nLD_PRELOAD=/tmp/x.so' holds a newline")
+
+
 def test_synthetic_default_tp2_without_ep_fails_like_the_seed(tmp_path):
     model = str(tmp_path / "mm2")
     write_model(model)
