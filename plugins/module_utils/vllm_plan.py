@@ -1037,7 +1037,9 @@ def service_wrapper(service, plan_info, node_role, serve_args):
             preludes.append([ray + ["start", "--head", "--disable-usage-stats"],
                              ["--port", ray_port, "--node-ip-address", _node_address(service, "the Ray head")]])
         argv = [vllm] + service_files.argument_lines(serve_args)
-    return service_files.wrapper(comments, [], argv, error, preludes=preludes, file_environment=secrets)
+    result = service_files.wrapper(comments, [], argv, error, preludes=preludes, file_environment=secrets)
+    result["name"] = unit
+    return result
 
 
 def service_unit(service, plan_info, node_role):

@@ -52,6 +52,7 @@ def test_one_node_head_under_systemd():
         "argv_lines": [VLLM, ["serve", "/srv/m"], ["--host", "127.0.0.1"], ["--port", "8000"],
                        ["--tensor-parallel-size", "2"], ["--enforce-eager"]],
         "argv": VLLM + SERVE,
+        "name": "gpulab-vllm",
     }
     assert files["environment"] == env(*BASE_ENV)
     assert files["program_user"] == "gpulab-vllm"
