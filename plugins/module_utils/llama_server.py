@@ -701,6 +701,37 @@ def rpc_server_unit(settings, servers, firewall, unit_directives, service_direct
     return service_files.unit_file(comments, section_unit, section_service, section_install, error)
 
 
+def rpc_guard_wrapper(guard, servers, unit, firewall_unit):
+    """The RPC guard's wrapper (service_files.wrapper): module_utils/rpc_guard.py run with the table, every
+    server's port and unit (instances under systemd, programs under supervisord) and the firewall unit.
+
+    guard: name (the program in bin_dir), python, code (the guard's copied code), table, service_manager,
+    supervisor_config, interval_s; servers: the plan's; unit: the servers' unit name.
+    """
+    error = LlamaServerError
+    table = service_files.checked(guard["table"], "llama_rpc_server_nft_table", error)
+    manager = guard["service_manager"]
+    if manager not in ("systemd", "supervisor"):
+        raise LlamaServerError("llama_rpc_server_service_manager is %r; use systemd or supervisor" % (manager,))
+    units = ["%s@%s.service" % (unit, s["instance"]) if manager == "systemd" else "%s-%s" % (unit, s["instance"])
+             for s in servers]
+    comments = [
+        "Stops this node's ggml RPC servers while table %s no longer drops their ports from" % table,
+        "other hosts (`nft flush ruleset`, the table deleted), and starts the ones it stopped when the table is back.",
+        "By hand: `--once` looks once and acts; `--check` exits 1 without the table (the servers' pre-start check).",
+    ]
+    environment = [service_files.env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin", "PATH", error)]
+    argv = [[guard["python"], guard["code"]], ["--table", table],
+            ["--ports", ",".join(str(s["port"]) for s in servers)], ["--manager", manager]]
+    if manager == "supervisor":
+        config = service_files.checked(guard["supervisor_config"], "gpulab_supervisor_config", error)
+        argv.append(["--supervisor-config", config])
+    argv += [["--firewall-unit", firewall_unit], ["--interval-s", str(guard["interval_s"])], ["--units"] + units]
+    result = service_files.wrapper(comments, environment, argv, error)
+    result["name"] = service_files.checked(guard["name"], "llama_rpc_server_unit_name", error)
+    return result
+
+
 # --- The head's wrapper and unit ----------------------------------------------------
 
 def head_wrapper_lines(devices, split, rdma_environment=None, backend_sampling=None):

@@ -143,6 +143,41 @@ options:
     type: list
     elements: str
     default: []
+  guard:
+    description:
+      - The RPC guard (module_utils/rpc_guard.py) that stops the servers while the table is gone; given, the module
+        returns its wrapper as RV(guard_wrapper).
+    type: dict
+    suboptions:
+      name:
+        description: The guard's program name, its wrapper's file name in O(bin_dir).
+        type: str
+        required: true
+      python:
+        description: The Python that runs the guard's code.
+        type: str
+        required: true
+      code:
+        description: The guard's code on the node.
+        type: str
+        required: true
+      table:
+        description: The nftables table (family inet) it watches.
+        type: str
+        required: true
+      service_manager:
+        description: What runs the servers; the guard names their units or programs.
+        type: str
+        choices: [systemd, supervisor]
+        required: true
+      supervisor_config:
+        description: supervisord's configuration file, under supervisord.
+        type: str
+        default: /etc/gpulab/supervisord.conf
+      interval_s:
+        description: Seconds between two looks at the ruleset.
+        type: float
+        default: 0.5
 """
 
 EXAMPLES = r"""
@@ -236,6 +271,13 @@ wrappers:
   returned: success
   type: list
   elements: dict
+guard_wrapper:
+  description:
+    - The guard's wrapper, shaped as RV(wrappers) are (C(name), C(comments), C(environment), C(argv_lines), C(argv)),
+      passing the table, every server's port and unit or program and the firewall unit to its code; V(null) without
+      O(guard).
+  returned: success
+  type: dict
 unit_file:
   description:
     - The servers' template unit, C(comments) and the lines of its C(unit), C(service) and C(install) sections
@@ -260,6 +302,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.llama_server impo
     read_deployed_build,
     restart_directives,
     rpc_devices,
+    rpc_guard_wrapper,
     rpc_server_unit,
     rpc_server_wrapper,
     stale_units,
@@ -322,6 +365,8 @@ class RpcServerPlan:
             "wrappers": [rpc_server_wrapper(server, build, address, settings, rdma["environment"]) for server in servers]
             if build else [],
             "unit_file": rpc_server_unit(settings, servers, firewall, unit_directives, service_directives),
+            "guard_wrapper": rpc_guard_wrapper(params["guard"], servers, params["unit"], settings["firewall_unit"])
+            if params["guard"] else None,
             "address": address,
             "servers": servers,
             "build": build,
@@ -400,6 +445,15 @@ def build_module():
             firewall_unit=dict(type="str"),
             hardening=dict(type="dict", default={}),
             cuda_devices=dict(type="list", elements="str", default=[]),
+            guard=dict(type="dict", options=dict(
+                name=dict(type="str", required=True),
+                python=dict(type="str", required=True),
+                code=dict(type="str", required=True),
+                table=dict(type="str", required=True),
+                service_manager=dict(type="str", choices=["systemd", "supervisor"], required=True),
+                supervisor_config=dict(type="str", default="/etc/gpulab/supervisord.conf"),
+                interval_s=dict(type="float", default=0.5),
+            )),
         ),
         required_if=[("firewall_enabled", True, ("allowed_sources",))],
         supports_check_mode=True,

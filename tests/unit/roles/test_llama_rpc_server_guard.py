@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The RPC guard's files (roles/llama_rpc_server/templates/gpulab-rpc-guard*): the wrapper passes
+"""The RPC guard's files (roles/llama_rpc_server/templates/gpulab-rpc-guard*, the wrapper from the plan's
+guard_wrapper through roles/service/templates/wrapper.sh.j2): the wrapper passes
 the table, every server's port and unit to module_utils/rpc_guard.py, the servers' drop-in checks
 the table as root before each start, and the names stay clear of the servers' prefix (whose
 supervisord programs beyond the plan are removed). molecule default's side effect proves the
@@ -14,15 +15,17 @@ import jinja2
 import yaml
 from ansible.plugins.filter.core import FilterModule
 
+from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import rpc_guard_wrapper
 from ansible_collections.gpulab.inference.plugins.module_utils.rpc_guard import parse_args
 
 REPO = Path(__file__).resolve().parents[3]
 ROLE = REPO / 'roles' / 'llama_rpc_server'
+WRAPPER = REPO / 'roles' / 'service' / 'templates' / 'wrapper.sh.j2'
 VARS = yaml.safe_load((ROLE / 'vars' / 'main.yml').read_text())
 
 
 def render(name, manager='systemd'):
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True,
                              loader=jinja2.FileSystemLoader(str(ROLE / 'templates')))
     env.filters.update(FilterModule().filters())
     values = {
@@ -37,12 +40,18 @@ def render(name, manager='systemd'):
         'discovered_interpreter_python': '/usr/bin/python3',
     }
     for key in ('__llama_rpc_server_guard_name', '__llama_rpc_server_guard_unit', '__llama_rpc_server_guard_program',
-                '__llama_rpc_server_guard_code', '__llama_rpc_server_guard_interval_s',
-                '__llama_rpc_server_guard_targets', '__llama_rpc_server_guard_python'):
+                '__llama_rpc_server_guard_code', '__llama_rpc_server_guard_interval_s', '__llama_rpc_server_guard_python'):
         value = VARS[key]
         values[key] = env.from_string(value).render(**values).strip() if isinstance(value, str) else value
-    if values['__llama_rpc_server_guard_targets'].startswith('['):
-        values['__llama_rpc_server_guard_targets'] = yaml.safe_load(values['__llama_rpc_server_guard_targets'])
+    if name == WRAPPER:
+        # What validate.yml passes the plan for the guard, rendered by the wrapper template of role service.
+        guard = {'name': values['__llama_rpc_server_guard_name'], 'python': values['__llama_rpc_server_guard_python'],
+                 'code': values['__llama_rpc_server_guard_code'], 'table': values['llama_rpc_server_nft_table'],
+                 'service_manager': manager, 'supervisor_config': values['gpulab_supervisor_config'],
+                 'interval_s': values['__llama_rpc_server_guard_interval_s']}
+        values['__service_wrapper'] = rpc_guard_wrapper(guard, values['__llama_rpc_server_plan']['servers'],
+                                                        'gpulab-rpc-server', values['__llama_rpc_server_firewall_unit'])
+        return env.from_string(WRAPPER.read_text()).render(**values), values
     return env.get_template(name).render(**values), values
 
 
@@ -55,7 +64,7 @@ def wrapper_args(text):
 
 
 def test_the_wrapper_guards_every_server_unit_and_port():
-    text, unused = render('gpulab-rpc-guard.sh.j2')
+    text, unused = render(WRAPPER)
     subprocess.run(['sh', '-n'], input=text, universal_newlines=True, check=True)
     args = parse_args(wrapper_args(text) + ['--check'])
     assert (args.table, args.ports, args.manager, args.check) == ('gpulab_rpc', [50052, 50053], 'systemd', True)
@@ -64,7 +73,7 @@ def test_the_wrapper_guards_every_server_unit_and_port():
 
 
 def test_under_supervisord_the_wrapper_guards_the_programs():
-    text, unused = render('gpulab-rpc-guard.sh.j2', 'supervisor')
+    text, unused = render(WRAPPER, 'supervisor')
     args = parse_args(wrapper_args(text))
     assert (args.manager, args.supervisor_config) == ('supervisor', '/etc/gpulab/supervisord.conf')
     assert args.units == ['gpulab-rpc-server-0', 'gpulab-rpc-server-1']

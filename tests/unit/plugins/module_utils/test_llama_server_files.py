@@ -10,6 +10,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.llama_server impo
     LlamaServerError,
     head_unit_sandbox,
     head_wrapper_lines,
+    rpc_guard_wrapper,
     rpc_server_unit,
     rpc_server_wrapper,
 )
@@ -168,3 +169,34 @@ def test_head_unit_sandbox_opens_cuda_only_where_the_head_uses_it():
         head_unit_sandbox({"ProtectHome": "yes\n"}, False, [])
     with pytest.raises(LlamaServerError, match="^llama_server_cuda_devices"):
         head_unit_sandbox({}, True, ["char-nvidia\nExecStartPre=/bin/sh"])
+
+
+# --- the RPC guard -------------------------------------------------------------------
+
+GUARD = {"name": "gpulab-rpc-guard", "python": "/usr/bin/python3", "code": "/opt/gpulab/bin/gpulab-rpc-guard.py",
+         "table": "gpulab_rpc", "service_manager": "systemd", "supervisor_config": "/etc/gpulab/supervisord.conf",
+         "interval_s": 0.5}
+
+
+def test_guard_wrapper_under_systemd_names_the_instances():
+    wrapper = rpc_guard_wrapper(GUARD, [CPU, GPU], "gpulab-rpc-server", FIREWALL_UNIT)
+    assert wrapper["name"] == "gpulab-rpc-guard"
+    assert wrapper["environment"] == [{"name": "PATH", "value": "/usr/sbin:/usr/bin:/sbin:/bin", "why": ""}]
+    assert wrapper["comments"][0] == ("Stops this node's ggml RPC servers while table gpulab_rpc no longer drops their "
+                                      "ports from")
+    assert wrapper["argv_lines"] == [
+        ["/usr/bin/python3", "/opt/gpulab/bin/gpulab-rpc-guard.py"], ["--table", "gpulab_rpc"],
+        ["--ports", "50052,50053"], ["--manager", "systemd"], ["--firewall-unit", FIREWALL_UNIT], ["--interval-s", "0.5"],
+        ["--units", "gpulab-rpc-server@0.service", "gpulab-rpc-server@1.service"]]
+
+
+def test_guard_wrapper_under_supervisord_names_the_programs_and_the_config():
+    wrapper = rpc_guard_wrapper(dict(GUARD, service_manager="supervisor"), [CPU, GPU], "gpulab-rpc-server", FIREWALL_UNIT)
+    assert wrapper["argv_lines"][3:5] == [["--manager", "supervisor"],
+                                          ["--supervisor-config", "/etc/gpulab/supervisord.conf"]]
+    assert wrapper["argv_lines"][-1] == ["--units", "gpulab-rpc-server-0", "gpulab-rpc-server-1"]
+
+
+def test_guard_wrapper_refuses_a_table_with_a_newline():
+    with pytest.raises(LlamaServerError, match="^llama_rpc_server_nft_table 'gpulab_rpc\\\\n' holds a newline"):
+        rpc_guard_wrapper(dict(GUARD, table="gpulab_rpc\n"), [CPU], "gpulab-rpc-server", FIREWALL_UNIT)

@@ -79,6 +79,17 @@ def test_the_role_settings_reach_the_wrapper_and_the_unit(build):
     assert plan["unit_file"]["unit"][4] == "Requires=rpc-fw.service"
 
 
+def test_the_guard_s_wrapper_comes_with_the_plan(build):
+    guard = {"name": "gpulab-rpc-guard", "python": "/usr/bin/python3", "code": "/opt/gpulab/bin/gpulab-rpc-guard.py",
+             "table": "gpulab_rpc", "service_manager": "supervisor"}
+    plan = run({"build_link": str(build), "guard": guard}).result
+    assert plan["guard_wrapper"]["argv"] == [
+        "/usr/bin/python3", "/opt/gpulab/bin/gpulab-rpc-guard.py", "--table", "gpulab_rpc", "--ports", "50052",
+        "--manager", "supervisor", "--supervisor-config", "/etc/gpulab/supervisord.conf",
+        "--firewall-unit", "gpulab-rpc-server-firewall.service", "--interval-s", "0.5", "--units", "gpulab-rpc-server-0"]
+    assert run({"build_link": str(build)}).result["guard_wrapper"] is None
+
+
 def test_a_newline_in_a_role_setting_is_refused(build):
     result = run({"build_link": str(build), "cache_dir": "/var/cache\nExecStartPre=/bin/sh"})
     assert result.kind is FailJson
