@@ -628,13 +628,19 @@ def select_prunable(installed, current, previous, referenced, keep, linked=(), r
 def node_driver_error(node):
     """Why a surveyed node's driver cannot be used (None when it can or the node has no GPU).
 
-    node['gpu_driver'] is gpu_facts' gpulab_gpu_driver: after a driver upgrade without a reboot
-    it says mismatch=true and nvidia-smi lists no GPU.
+    node['gpu_driver'] is the driver of the node's gpu-inventory.json (driver_version,
+    kernel_module_version, cuda_version) or gpu_facts' gpulab_gpu_driver: after a driver upgrade
+    without a reboot the userspace driver differs from the loaded kernel module, or gpu_facts says
+    mismatch=true.
     """
     driver = node.get("gpu_driver") or {}
     if driver.get("mismatch"):
         return "%s: %s" % (node.get("host"), driver.get("message") or
                            "the NVIDIA driver was upgraded without a reboot (driver/library version mismatch): reboot it")
+    userspace, kernel = driver.get("driver_version"), driver.get("kernel_module_version")
+    if userspace and kernel and userspace != kernel:
+        return ("%s: the NVIDIA userspace driver %s and the loaded kernel module %s differ (Driver/library version "
+                "mismatch): reboot the node, then run gpu_preflight again" % (node.get("host"), userspace, kernel))
     return None
 
 

@@ -46,8 +46,9 @@ options:
     default: ""
   gpu_driver:
     description:
-      - This host's C(gpulab_gpu_driver) fact from M(gpulab.inference.gpu_facts) (C(mismatch),
-        C(message)), copied into RV(node).
+      - This host's driver as M(gpulab.inference.gpu_inventory) returns it (C(driver_version), C(kernel_module_version),
+        C(cuda_version)), or its C(gpulab_gpu_driver) fact from M(gpulab.inference.gpu_facts) (C(mismatch), C(message)),
+        copied into RV(node).
     type: dict
     default: {}
   forward_compat:

@@ -1,10 +1,13 @@
 """llama_cpp_build through playbooks/build.yml: each bad input stops the play in validation,
 with a message naming the offending value, before anything is unpacked, built or installed."""
 
+import json
 import tarfile
 
 import pytest
 from playbook_runner import LAB_FILES, local_host
+
+from ansible_collections.gpulab.inference.plugins.module_utils import nvidia_smi
 
 FAKE_NVCC = str(LAB_FILES / "fake-nvcc")
 PLAN_TASK = "Check the CUDA, architecture, RDMA and retention choices against the toolkit and every node"
@@ -26,6 +29,12 @@ def tiny_archive(tmp_path):
     return archive
 
 
+def cpu_inventory(tmp_path):
+    path = tmp_path / "cpu-gpu-inventory.json"
+    path.write_text(json.dumps(nvidia_smi.inventory_snapshot([], {})))
+    return str(path)
+
+
 def build_inventory(tmp_path, **overrides):
     """One local node, head and only GPU node, whose every build path lies under tmp_path."""
     hostvars = local_host(
@@ -43,6 +52,8 @@ def build_inventory(tmp_path, **overrides):
         # The build plays as deploy.yml runs them, after its preflight: the checks under test are
         # llama_cpp_build's own (the preflight would stop a driver mismatch first).
         gpulab_build_preflight=False,
+        # The gpu-inventory.json that preflight writes on a CPU node.
+        gpulab_gpu_inventory_file=cpu_inventory(tmp_path),
     )
     hostvars.update(overrides)
     return {"all": {"children": {"gpu_nodes": {"children": {

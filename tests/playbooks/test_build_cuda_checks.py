@@ -5,10 +5,13 @@ a visible GPU. `llama_cpp_cuda: auto` never turns these into a CPU build.
 The node's GPUs and driver come from the lab's fake nvidia-smi (a test double replaying captured
 output, molecule/lab/files/nvidia-smi/<profile>/), the toolkit from the lab's fake nvcc."""
 
+import json
 import shutil
 
 import pytest
 from playbook_runner import LAB_FILES
+
+from ansible_collections.gpulab.inference.plugins.module_utils import nvidia_smi
 from test_bad_input_build import PLAN_TASK, assert_stopped_before_any_change, build_inventory
 
 FAKE_NVCC = str(LAB_FILES / "fake-nvcc")
@@ -44,6 +47,19 @@ def cuda_node(tmp_path, toolkit, profile="rtx-pro-6000-x2", driver=None, cuda_ve
         llama_cpp_driver_version_file=str(smi_dir / "proc-driver-nvidia-version"),
     )
     settings.update(overrides)
+    # The gpu-inventory.json the preflight of deploy.yml's first play wrote (these cases run the
+    # build plays without it): the node's GPUs and driver, none where nvidia-smi is not found.
+    # After an upgrade without a reboot the userspace driver (mismatch) is not the loaded module's.
+    gpus = [] if settings["llama_cpp_nvidia_smi_path"] != FAKE_SMI else nvidia_smi.parse_gpu_query(
+        (smi_dir / "query-gpu.csv").read_text())
+    module_version = gpus[0]["driver_version"] if gpus else None
+    cuda = [line.split(":")[1].strip() for line in (smi_dir / "version.txt").read_text().splitlines()
+            if line.startswith("CUDA Version")]
+    inventory_file = tmp_path / "gpu-inventory.json"
+    inventory_file.write_text(json.dumps(nvidia_smi.inventory_snapshot(gpus, {
+        "driver_version": mismatch or module_version, "kernel_module_version": module_version,
+        "cuda_version": cuda[0] if gpus else None})))
+    settings["gpulab_gpu_inventory_file"] = str(inventory_file)
     env = {"GPULAB_FAKE_NVCC_VERSION_FILE": str(nvcc_version), "GPULAB_FAKE_NVIDIA_SMI_DIR": str(smi_dir)}
     return build_inventory(tmp_path, **settings), env
 

@@ -477,6 +477,21 @@ def test_driver_upgraded_without_reboot_is_refused_not_built_for_cpu():
         lc.plan_build_targets("auto", BUILD_HOST, nodes)
 
 
+def test_an_inventory_driver_unlike_its_kernel_module_is_refused():
+    # gpu-inventory.json's driver: the userspace driver and the loaded kernel module differ after an
+    # upgrade without a reboot.
+    inventory = {"driver_version": "590.44.01", "kernel_module_version": "580.95.05", "cuda_version": "13.1"}
+    nodes = [node("node-a", ["12.0"]), dict(node("node-b", ["12.0"]), gpu_driver=inventory)]
+    with pytest.raises(lc.LlamaCppError, match="node-b: the NVIDIA userspace driver 590.44.01 and the loaded kernel module "
+                                               "580.95.05 differ .Driver/library version mismatch.: reboot the node, then "
+                                               "run gpu_preflight again"):
+        lc.plan_build_targets("auto", BUILD_HOST, nodes)
+    same = dict(inventory, kernel_module_version="590.44.01")
+    assert lc.node_driver_error(dict(node("node-b", ["12.0"]), gpu_driver=same)) is None
+    cpu = {"driver_version": None, "kernel_module_version": None, "cuda_version": None}
+    assert lc.node_driver_error(dict(node("cpu", []), gpu_driver=cpu)) is None
+
+
 def test_override_must_cover_every_sharing_gpu():
     nodes = [node("node-a", ["12.0"]), node("node-c", ["9.0"], name="NVIDIA H200")]
     with pytest.raises(lc.LlamaCppError, match="NVIDIA H200 on node-c .compute capability 9.0. is not covered"):
