@@ -1007,8 +1007,8 @@ def service_wrapper(service, plan_info, node_role, serve_args):
     bin_dir = _service_value(service, "bin_dir", "vllm_server_bin_dir")
     env_file = _service_value(service, "env_file", "vllm_server_config_dir")
     key_file = _service_value(service, "api_key_file", "vllm_server_config_dir")
-    vllm = [_service_value({"v": arg}, "v", "the vLLM command of vllm_server_install") for arg in service["vllm_command"]]
-    ray = [_service_value({"v": arg}, "v", "the Ray command of vllm_server_install") for arg in service["ray_command"]]
+    vllm = [service_files.checked(arg, "the vLLM command of vllm_server_install", error) for arg in service["vllm_command"]]
+    ray = [service_files.checked(arg, "the Ray command of vllm_server_install", error) for arg in service["ray_command"]]
     estimate = plan_info.get("estimate") or {}
     node = service.get("node_name") or "this node"
     comments = [
