@@ -99,10 +99,10 @@ facts: deps ## GPU facts table of an inventory: make facts INVENTORY=inventory/l
 # ---- checks ---------------------------------------------------------------------------------
 .PHONY: test lint sanity unit molecule build integration-llama
 # Two lanes at once (scripts/lanes.sh), each on a lab of its own: most steps keep one core busy,
-# so on two cores the lanes take little more than the longer one. The lanes' scenarios are
-# balanced by their measured times (docs/benchmarks.md); integration-llama needs a lab build.
-MOLECULE_LANE_1 ?= default drain models roce
-MOLECULE_LANE_2 ?= supervisor vllm
+# so on two cores the lanes take less than one after the other. The lanes are balanced by their
+# measured times (docs/benchmarks.md): `default` is about as long as everything else.
+MOLECULE_LANE_1 ?= default roce
+MOLECULE_LANE_2 ?= supervisor vllm drain models
 timed := bash scripts/timed.sh
 test: deps llama-cpp-archive lab-images ## Everything CI checks: lint, sanity, unit, molecule, integration-llama
 	@bash scripts/lanes.sh \
@@ -111,8 +111,8 @@ test: deps llama-cpp-archive lab-images ## Everything CI checks: lint, sanity, u
 	    && $(timed) 'ansible-test sanity' $(MAKE) --no-print-directory sanity \
 	    && $(timed) 'unit tests' $(MAKE) --no-print-directory unit \
 	    && $(timed) 'molecule: $(MOLECULE_LANE_2)' $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS='$(MOLECULE_LANE_2)' \
-	       MOLECULE_LAB=$(MOLECULE_LAB)-2 MOLECULE_FABRIC_PREFIX=$(MOLECULE_FABRIC_PREFIX_2)"
-	@$(timed) "synthetic models loaded by the lab's llama.cpp build" $(MAKE) --no-print-directory integration-llama
+	       MOLECULE_LAB=$(MOLECULE_LAB)-2 MOLECULE_FABRIC_PREFIX=$(MOLECULE_FABRIC_PREFIX_2) \
+	    && $(timed) \"synthetic models loaded by the lab's llama.cpp build\" $(MAKE) --no-print-directory integration-llama"
 	$(call step,all checks passed)
 
 lint: deps ## ansible-lint, production profile
@@ -146,7 +146,7 @@ sanity: deps $(SANITY_VENV)/.installed ## ansible-test sanity (own venv, offline
 UNIT_WORKERS ?= 2
 unit: deps ## Unit tests and playbook tests (ansible-runner), in UNIT_WORKERS processes
 	$(call step,pytest tests/unit tests/playbooks in $(UNIT_WORKERS) processes)
-	@python -m pytest -q -rs -n $(UNIT_WORKERS) --dist loadscope tests/unit tests/playbooks
+	@python -m pytest -q -rs -n $(UNIT_WORKERS) --dist loadscope --durations=15 tests/unit tests/playbooks
 
 # The scenarios get a lab of their own (containers, networks, subnets), so a demo lab survives;
 # make test's second lane takes another one.
