@@ -27,6 +27,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.llama_cpp import 
 # --cache-type-k/-v values llama.cpp accepts (common/arg.cpp kv_cache_types), one table for both plans
 from ansible_collections.gpulab.inference.plugins.module_utils.gguf_plan import CACHE_TYPES
 from ansible_collections.gpulab.inference.plugins.module_utils import service_files
+from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import ServiceManagerError, service_names
 
 # llama.cpp's llama_max_devices() is 16 and common/arg.cpp rejects a --tensor-split
 # with `split_arg.size() >= llama_max_devices()`, so at most 15 entries are accepted.
@@ -713,8 +714,11 @@ def rpc_guard_wrapper(guard, servers, unit, firewall_unit):
     manager = guard["service_manager"]
     if manager not in ("systemd", "supervisor"):
         raise LlamaServerError("llama_rpc_server_service_manager is %r; use systemd or supervisor" % (manager,))
-    units = ["%s@%s.service" % (unit, s["instance"]) if manager == "systemd" else "%s-%s" % (unit, s["instance"])
-             for s in servers]
+    try:
+        # The servers' names as role service gives them to the service manager.
+        units = service_names([s["instance"] for s in servers], unit, manager)
+    except ServiceManagerError as exc:
+        raise LlamaServerError("llama_rpc_server_unit_name: %s" % exc)
     comments = [
         "Stops this node's ggml RPC servers while table %s no longer drops their ports from" % table,
         "other hosts (`nft flush ruleset`, the table deleted), and starts the ones it stopped when the table is back.",
