@@ -28,6 +28,7 @@ import re
 import struct
 
 from ansible_collections.gpulab.inference.plugins.module_utils import service_files
+from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import MANAGERS
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import (
     LlamaServerError,
     endpoint,
@@ -959,7 +960,6 @@ def serve_arguments(model_path, layout, opts, hardware_info, launch):
 
 # --- the service: wrapper, environment file and unit -----------------------------------------------
 
-SERVICE_MANAGERS = ("systemd", "supervisor")
 INSTALLS = ("pip", "preinstalled", "container")
 # What the service always gets; HOME holds the Hugging Face, torch.compile and Triton caches.
 SERVICE_ENVIRONMENT = (("CUDA_DEVICE_ORDER", "PCI_BUS_ID"), ("HF_HUB_OFFLINE", "1"), ("VLLM_NO_USAGE_STATS", "1"),
@@ -1087,7 +1087,7 @@ def service_unit(service, plan_info, node_role):
 def service_files_of(service, plan_info, node_role, serve_args):
     """Everything the role renders for this node's service: wrapper, environment (file and program),
     unit, and the account supervisord runs the program as (none inside the container: root there)."""
-    if service.get("service_manager") not in SERVICE_MANAGERS:
+    if service.get("service_manager") not in MANAGERS:
         raise VllmPlanError("vllm_server_service_manager is %r; use systemd or supervisor" % (service.get("service_manager"),))
     if service.get("install") not in INSTALLS:
         raise VllmPlanError("vllm_server_install is %r; use pip, preinstalled or container" % (service.get("install"),))

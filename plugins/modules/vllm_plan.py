@@ -459,7 +459,7 @@ def build_module():
             service=dict(type="dict", options=dict(
                 node_name=dict(type="str"),
                 install=dict(type="str", choices=list(vp.INSTALLS), required=True),
-                service_manager=dict(type="str", choices=list(vp.SERVICE_MANAGERS), required=True),
+                service_manager=dict(type="str", choices=list(vp.MANAGERS), required=True),
                 vllm_command=dict(type="list", elements="str", required=True),
                 ray_command=dict(type="list", elements="str", required=True),
                 ray_port=dict(type="int", default=6379),
