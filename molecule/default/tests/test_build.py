@@ -3,16 +3,10 @@ what toolkit, driver and option changes do to it)."""
 
 import json
 import os
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[3]))
-sys.path.insert(0, str(REPO / "tests" / "playbooks"))
-from playbook_runner import run_in  # noqa: E402 pylint: disable=wrong-import-position
-
-ENV = {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "MOLECULE_PROJECT_DIRECTORY": str(REPO)}
+from lab_playbooks import run_on_lab
 
 INSTALL_DIR = "/opt/gpulab/llama.cpp"
 # The build host's container, in the lab that GPULAB_LAB_NAME names (as in inventory/demo).
@@ -92,6 +86,6 @@ def test_nothing_left_in_flight(host):
 
 def test_build_playbook_alone_changes_nothing(tmp_path):
     """playbooks/build.yml on its own (its preflight first) on the converged lab: nothing to do."""
-    run = run_in(tmp_path / "build", "playbooks/build.yml", str(REPO / "inventory" / "demo"), envvars=ENV)
+    run = run_on_lab(tmp_path / "build", "playbooks/build.yml")
     assert run.status == "successful", run.failures
     assert run.changed_tasks() == []

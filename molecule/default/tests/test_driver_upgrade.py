@@ -13,14 +13,10 @@ containers here and put back afterwards. The file runs after the checks of the d
 
 import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[3]))
-sys.path.insert(0, str(REPO / "tests" / "playbooks"))
-from playbook_runner import run_in  # noqa: E402 pylint: disable=wrong-import-position
+from lab_playbooks import REPO, run_on_lab
 
 LAB = os.environ.get("GPULAB_LAB_NAME", "gpulab")
 NODES = ("node-a", "node-b", "node-c")
@@ -46,8 +42,7 @@ def serving_units(node):
 
 
 def lab_run(tmp_path, name, playbook, **extravars):
-    return run_in(tmp_path / name, playbook, str(REPO / "inventory" / "demo"), extravars=extravars,
-                  envvars={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "MOLECULE_PROJECT_DIRECTORY": str(REPO)})
+    return run_on_lab(tmp_path / name, playbook, extravars=extravars)
 
 
 def changed_hosts(run):

@@ -3,17 +3,10 @@
 converge.yml's driver upgrade and reboot; and playbooks/facts.yml on the converged lab."""
 
 import json
-import os
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[3]))
-sys.path.insert(0, str(REPO / "tests" / "playbooks"))
-from playbook_runner import run_in  # noqa: E402 pylint: disable=wrong-import-position
-
-ENV = {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "MOLECULE_PROJECT_DIRECTORY": str(REPO)}
+from lab_playbooks import run_on_lab
 # converge.yml upgrades every node's driver to this one and reboots; idempotence ran deploy.yml under it.
 UPGRADED_DRIVER = "590.44.01"
 
@@ -77,7 +70,7 @@ def test_snapshot_is_root_owned_and_readable(host):
 
 def test_facts_playbook_prints_every_node_and_changes_nothing(tmp_path):
     """make facts on a deployed lab: every node's table printed, the snapshot already current."""
-    run = run_in(tmp_path / "facts", "playbooks/facts.yml", str(REPO / "inventory" / "demo"), envvars=ENV)
+    run = run_on_lab(tmp_path / "facts", "playbooks/facts.yml")
     assert run.status == "successful", run.failures
     assert run.changed_tasks() == []
     printed = dict((e["event_data"]["host"], e["event_data"]["res"]["msg"]) for e in run.events

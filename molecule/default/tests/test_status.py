@@ -1,19 +1,12 @@
 """playbooks/status.yml on the deployed lab, under systemd: every node's units with state, start time
 and restart count, the build, the model and the endpoints, the last log lines on request."""
 
-import os
-import sys
-from pathlib import Path
 
-REPO = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[3]))
-sys.path.insert(0, str(REPO / "tests" / "playbooks"))
-from playbook_runner import run_in  # noqa: E402 pylint: disable=wrong-import-position
+from lab_playbooks import run_on_lab
 
 
 def test_status_playbook_reports_every_node(tmp_path):
-    run = run_in(tmp_path / "status", "playbooks/status.yml", str(REPO / "inventory" / "demo"),
-                 envvars={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "MOLECULE_PROJECT_DIRECTORY": str(REPO)},
-                 cmdline="-e status_log_lines=3")
+    run = run_on_lab(tmp_path / "status", "playbooks/status.yml", cmdline="-e status_log_lines=3")
     assert run.status == "successful", run.failures
     assert run.changed_tasks() == []
     shown = {e["event_data"]["host"]: e["event_data"]["res"]["msg"] for e in run.events

@@ -8,20 +8,14 @@ converged."""
 
 import os
 import subprocess
-import sys
-from pathlib import Path
 
 import ansible_runner
 import pytest
 import testinfra
 
-REPO = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[3]))
-sys.path.insert(0, str(REPO / "tests" / "playbooks"))
-from playbook_runner import COLLECTIONS, PlaybookRun, run_in  # noqa: E402 pylint: disable=wrong-import-position
+from lab_playbooks import COLLECTIONS, ENV, INVENTORY, REPO, PlaybookRun, run_in
 
 LAB = os.environ.get("GPULAB_LAB_NAME", "gpulab")
-INVENTORY = str(REPO / "inventory" / "demo")
-ENV = {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "MOLECULE_PROJECT_DIRECTORY": str(REPO)}
 CONSUMERS = "molecule/default/transport_fault_consumers.yml"
 CONSUMER = "gpulab-test-consumer.service"
 DRAIN_TASK = "Drain the GPUs (state file first, then stop, then wait for the memory to fall)"
