@@ -26,7 +26,8 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 work=${GPULAB_E2E_WORK:-/tmp/gpulab-e2e}
-archive=$(realpath "${GPULAB_E2E_ARCHIVE:-$repo/.cache/llama.cpp-0c1e570.tar.gz}")
+# -m: the vLLM part alone needs no llama.cpp archive.
+archive=$(realpath -m "${GPULAB_E2E_ARCHIVE:-$repo/.cache/llama.cpp-0c1e570.tar.gz}")
 wheels=${GPULAB_E2E_WHEELS:-$repo/.whl}
 commit=${GPULAB_E2E_COMMIT:-0c1e570}
 manager=${GPULAB_E2E_SERVICE_MANAGER:-supervisor}
