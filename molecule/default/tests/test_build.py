@@ -2,15 +2,12 @@
 what toolkit, driver and option changes do to it)."""
 
 import json
-import os
 
 import pytest
 
-from lab_playbooks import run_on_lab
+from lab_playbooks import lab_host, run_on_lab
 
 INSTALL_DIR = "/opt/gpulab/llama.cpp"
-# The build host's container, in the lab that GPULAB_LAB_NAME names (as in inventory/demo).
-HEAD = os.environ.get("GPULAB_LAB_NAME", "gpulab") + "-node-a"
 EXPECTED_BINARIES = {"llama-server", "llama-bench", "llama-cli", "ggml-rpc-server"}
 
 
@@ -20,9 +17,7 @@ def build_info(host):
 
 @pytest.fixture(scope="module")
 def head_info():
-    import testinfra
-
-    return build_info(testinfra.get_host(f"podman://{HEAD}"))
+    return build_info(lab_host("node-a"))
 
 
 def test_same_build_id_on_every_node(host, head_info):

@@ -6,18 +6,13 @@ import re
 
 import pytest
 
-LAB = os.environ.get("GPULAB_LAB_NAME", "gpulab")
+from lab_playbooks import lab_host
+
 FABRIC = os.environ.get("GPULAB_LAB_FABRIC_PREFIX", "10.231.77")
 ADDRESS = {"node-a": f"{FABRIC}.10", "node-b": f"{FABRIC}.11", "node-c": f"{FABRIC}.12"}
 WORKERS = ("node-b", "node-c")
 RPC_PORT = 50052
 BUILD_INFO = "/opt/gpulab/llama.cpp/current/BUILD_INFO.json"
-
-
-def lab_host(name):
-    import testinfra
-
-    return testinfra.get_host(f"podman://{LAB}-{name}")
 
 
 # Tests that concern one kind of node address it by name (not through testinfra's `host`, which

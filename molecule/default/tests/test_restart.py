@@ -2,20 +2,18 @@
 systemd does not wait out TimeoutStopSec (lab containers run under cgroup v1 on the CI machines)
 and the unit ends inactive, not failed. The file runs last and leaves the head serving."""
 
-import os
 import time
 
 import pytest
 
-LAB = os.environ.get("GPULAB_LAB_NAME", "gpulab")
+from lab_playbooks import lab_host
+
 UNIT = "gpulab-llama-server.service"
 
 
 @pytest.fixture(scope="module")
 def head():
-    import testinfra
-
-    return testinfra.get_host(f"podman://{LAB}-node-a")
+    return lab_host("node-a")
 
 
 def unit_state(host):

@@ -30,6 +30,7 @@ SERVING = "--tags serving --skip-tags bench"
 
 
 def node(name):
+    # Through podman, not SSH (lab_playbooks.lab_host): node-c is read while its sshd is stopped.
     return testinfra.get_host("podman://%s-%s" % (LAB, name))
 
 
