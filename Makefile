@@ -100,15 +100,20 @@ facts: deps ## GPU facts table of an inventory: make facts INVENTORY=inventory/l
 .PHONY: test lint sanity unit molecule build integration-llama
 # Two lanes at once (scripts/lanes.sh), each on a lab of its own: most steps keep one core busy,
 # so on two cores the lanes take less than one after the other. The lanes are balanced by their
-# measured times (docs/benchmarks.md): `default` is about as long as everything else.
+# measured times (docs/benchmarks.md): `default` is about as long as everything else. The unit
+# tests (two processes) come after the first scenarios of the second lane, so that they fall on
+# default's two-minute worker outage, when its lane leaves a core idle.
 MOLECULE_LANE_1 ?= default roce
-MOLECULE_LANE_2 ?= supervisor vllm drain models
+MOLECULE_LANE_2_FIRST ?= supervisor vllm
+MOLECULE_LANE_2 ?= drain models
 timed := bash scripts/timed.sh
 test: deps llama-cpp-archive lab-images ## Everything CI checks: lint, sanity, unit, molecule, integration-llama
 	@bash scripts/lanes.sh \
 	  "molecule-1=$(timed) 'molecule: $(MOLECULE_LANE_1)' $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS='$(MOLECULE_LANE_1)'" \
 	  "checks=$(timed) 'ansible-lint (production profile)' $(MAKE) --no-print-directory lint \
 	    && $(timed) 'ansible-test sanity' $(MAKE) --no-print-directory sanity \
+	    && $(timed) 'molecule: $(MOLECULE_LANE_2_FIRST)' $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS='$(MOLECULE_LANE_2_FIRST)' \
+	       MOLECULE_LAB=$(MOLECULE_LAB)-2 MOLECULE_FABRIC_PREFIX=$(MOLECULE_FABRIC_PREFIX_2) \
 	    && $(timed) 'unit tests' $(MAKE) --no-print-directory unit \
 	    && $(timed) 'molecule: $(MOLECULE_LANE_2)' $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS='$(MOLECULE_LANE_2)' \
 	       MOLECULE_LAB=$(MOLECULE_LAB)-2 MOLECULE_FABRIC_PREFIX=$(MOLECULE_FABRIC_PREFIX_2) \
