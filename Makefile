@@ -107,16 +107,16 @@ MOLECULE_LANE_1 ?= default roce
 MOLECULE_LANE_2_FIRST ?= supervisor vllm
 MOLECULE_LANE_2 ?= drain models
 timed := bash scripts/timed.sh
+# The second lane's lab (its own name and subnet), for each of its molecule steps.
+lane_2_lab = MOLECULE_LAB=$(MOLECULE_LAB)-2 MOLECULE_FABRIC_PREFIX=$(MOLECULE_FABRIC_PREFIX_2)
 test: deps llama-cpp-archive lab-images ## Everything CI checks: lint, sanity, unit, molecule, integration-llama
 	@bash scripts/lanes.sh \
 	  "molecule-1=$(timed) 'molecule: $(MOLECULE_LANE_1)' $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS='$(MOLECULE_LANE_1)'" \
 	  "checks=$(timed) 'ansible-lint (production profile)' $(MAKE) --no-print-directory lint \
 	    && $(timed) 'ansible-test sanity' $(MAKE) --no-print-directory sanity \
-	    && $(timed) 'molecule: $(MOLECULE_LANE_2_FIRST)' $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS='$(MOLECULE_LANE_2_FIRST)' \
-	       MOLECULE_LAB=$(MOLECULE_LAB)-2 MOLECULE_FABRIC_PREFIX=$(MOLECULE_FABRIC_PREFIX_2) \
+	    && $(timed) 'molecule: $(MOLECULE_LANE_2_FIRST)' $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS='$(MOLECULE_LANE_2_FIRST)' $(lane_2_lab) \
 	    && $(timed) 'unit tests' $(MAKE) --no-print-directory unit \
-	    && $(timed) 'molecule: $(MOLECULE_LANE_2)' $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS='$(MOLECULE_LANE_2)' \
-	       MOLECULE_LAB=$(MOLECULE_LAB)-2 MOLECULE_FABRIC_PREFIX=$(MOLECULE_FABRIC_PREFIX_2) \
+	    && $(timed) 'molecule: $(MOLECULE_LANE_2)' $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS='$(MOLECULE_LANE_2)' $(lane_2_lab) \
 	    && $(timed) \"synthetic models loaded by the lab's llama.cpp build\" $(MAKE) --no-print-directory integration-llama"
 	$(call step,all checks passed)
 

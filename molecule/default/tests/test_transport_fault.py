@@ -6,16 +6,14 @@ it changes nothing. A fake GPU consumer per node (transport_fault_consumers.yml)
 something to stop; it is removed again at the end, so the scenario's later steps find the lab as
 converged."""
 
-import os
 import subprocess
 
 import ansible_runner
 import pytest
 import testinfra
 
-from lab_playbooks import COLLECTIONS, ENV, INVENTORY, REPO, PlaybookRun, run_in
+from lab_playbooks import COLLECTIONS, ENV, INVENTORY, LAB, REPO, PlaybookRun, run_in
 
-LAB = os.environ.get("GPULAB_LAB_NAME", "gpulab")
 CONSUMERS = "molecule/default/transport_fault_consumers.yml"
 CONSUMER = "gpulab-test-consumer.service"
 DRAIN_TASK = "Drain the GPUs (state file first, then stop, then wait for the memory to fall)"
