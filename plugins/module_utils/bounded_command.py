@@ -33,11 +33,13 @@ CHECKS = {
 CONTAINER_CHECK = 'the container runtime does not answer: check its storage and `%s info`'
 
 
-def bounded_argv(timeout_bin, limit_s, argv, kill_after_s=KILL_AFTER_S):
-    """argv run under coreutils timeout: stopped after limit_s, killed kill_after_s later."""
+def bounded_argv(timeout_bin, limit_s, argv, kill_after_s=KILL_AFTER_S, signal=None):
+    """argv run under coreutils timeout: stopped after limit_s (with SIGTERM, or signal, e.g.
+    'INT' for a tool that prints what it has on SIGINT), killed kill_after_s later."""
     if isinstance(limit_s, bool) or not isinstance(limit_s, int) or limit_s < 1:
         raise ValueError('limit_s=%r must be a whole number of seconds, 1 or more' % (limit_s,))
-    return [timeout_bin, '--kill-after=%ds' % kill_after_s, '%ds' % limit_s] + list(argv)
+    prefix = [timeout_bin] + (['--signal=%s' % signal] if signal else [])
+    return prefix + ['--kill-after=%ds' % kill_after_s, '%ds' % limit_s] + list(argv)
 
 
 def timed_out(rc):

@@ -17,7 +17,7 @@ __metaclass__ = type
 
 import os
 
-from ansible_collections.gpulab.inference.plugins.module_utils.bounded_command import bounded_argv
+from ansible_collections.gpulab.inference.plugins.module_utils.bounded_command import bounded_argv, timed_out
 from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi import (
     GPU_QUERY_ARGS,
     MIG_QUERY_ARGS,
@@ -41,8 +41,6 @@ from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi import
 DEFAULT_TIMEOUT_S = 30
 # seconds a GPU probe may take once a call has hung (one probe per GPU, in turn)
 PROBE_TIMEOUT_S = 10
-# exit statuses of coreutils timeout: 124 the command timed out, 137 it had to be killed
-TIMEOUT_RCS = (124, 137)
 DRIVER_GPUS_DIR = "/proc/driver/nvidia/gpus"
 
 
@@ -81,7 +79,7 @@ class NvidiaSmiRunner:
         command = self.bounded(args, self.timeout_s)
         rc, stdout, stderr = self.module.run_command(command)
         extra = self.partial_result() if self.partial_result else {}
-        if rc in TIMEOUT_RCS:
+        if timed_out(rc):
             self.module.fail_json(msg=timeout_message([self.smi] + list(args), self.timeout_s, self.probe_gpus(),
                                                       self.timeout_option),
                                   rc=rc, stdout=stdout, stderr=stderr, cmd=command, **extra)
@@ -104,7 +102,7 @@ class NvidiaSmiRunner:
         for bus_id in self.driver_gpus():
             command = self.bounded(["-i", bus_id] + PROBE_ARGS, min(self.timeout_s, PROBE_TIMEOUT_S))
             rc = self.module.run_command(command)[0]
-            probes.append((bus_id, rc not in TIMEOUT_RCS))
+            probes.append((bus_id, not timed_out(rc)))
         return probes
 
 

@@ -158,17 +158,14 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpulab.inference.plugins.module_utils import bench_stats, gpu_trace
 from ansible_collections.gpulab.inference.plugins.module_utils.atomic_file import atomic_write
-from ansible_collections.gpulab.inference.plugins.module_utils.bounded_command import KILL_AFTER_S
+from ansible_collections.gpulab.inference.plugins.module_utils.bounded_command import bounded_argv, timed_out
 from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi import (
     GPU_QUERY_ARGS,
     NvidiaSmiParseError,
     parse_gpu_query,
     timeout_message,
 )
-from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi_runner import (
-    TIMEOUT_RCS,
-    NvidiaSmiRunner,
-)
+from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi_runner import NvidiaSmiRunner
 
 MIN_INTERVAL_MS = 50
 # nvidia-smi -lms runs in slices this long; the stop file is checked between them.
@@ -235,12 +232,13 @@ class Sampler:
         lines = []
         while not self.should_stop():
             slice_s = max(1, min(LOOP_SLICE_S, int(math.ceil(self.deadline - time.monotonic()))))
-            command = ([timeout, '--signal=INT', '--kill-after=%ds' % KILL_AFTER_S, '%ds' % slice_s, smi]
-                       + gpu_trace.LOOP_ARGS + ['-lms', str(self.params['interval_ms'])])
+            loop = [smi] + gpu_trace.LOOP_ARGS + ['-lms', str(self.params['interval_ms'])]
+            # SIGINT: nvidia-smi ends its loop and prints what it has.
+            command = bounded_argv(timeout, slice_s, loop, signal='INT')
             rc, stdout, stderr = self.module.run_command(command)
             # -lms prints its first sample at once: a slice cut off with nothing printed hung.
-            if rc in TIMEOUT_RCS and not stdout.strip():
-                self.module.fail_json(msg=timeout_message([smi] + command[5:], slice_s, self.runner.probe_gpus()),
+            if timed_out(rc) and not stdout.strip():
+                self.module.fail_json(msg=timeout_message(loop, slice_s, self.runner.probe_gpus()),
                                       rc=rc, stderr=stderr, cmd=command)
             if rc not in (0, TIMEOUT_RC):
                 if not lines and self.params['method'] == 'auto':

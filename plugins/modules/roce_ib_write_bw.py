@@ -98,6 +98,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpulab.inference.plugins.module_utils.bounded_command import bounded_argv, timed_out
 from ansible_collections.gpulab.inference.plugins.module_utils.roce import (
     RoceError,
     check_bandwidth,
@@ -106,10 +107,6 @@ from ansible_collections.gpulab.inference.plugins.module_utils.roce import (
     ib_write_bw_timeout_s,
     parse_ib_write_bw,
 )
-
-# coreutils timeout: 124 the command was stopped, 137 it had to be killed
-TIMEOUT_RCS = (124, 137)
-KILL_AFTER_S = 5
 
 
 def build_module():
@@ -145,7 +142,7 @@ def main():
         module.fail_json(msg='server %r is not an IPv4 address' % (params['server'],))
     command[0] = binary
     limit_s = ib_write_bw_timeout_s(params['duration_s'])
-    bounded = [timeout, '--kill-after=%ds' % KILL_AFTER_S, '%ds' % limit_s] + command
+    bounded = bounded_argv(timeout, limit_s, command)
     rc, stdout, stderr = 1, '', ''
     for attempt in range(max(1, params['connect_attempts'])):
         rc, stdout, stderr = module.run_command(bounded)
@@ -153,7 +150,7 @@ def main():
             break
         if attempt + 1 < params['connect_attempts']:
             time.sleep(1)
-    if rc in TIMEOUT_RCS:
+    if timed_out(rc):
         module.fail_json(msg='%s did not finish within %d s (duration_s + %d s): the server at %s does not answer the '
                              'exchange or the device hangs; check that ib_write_bw runs there and the fabric passes '
                              'TCP port %d' % (' '.join(command), limit_s, limit_s - params['duration_s'],

@@ -46,6 +46,18 @@ def test_bounded_argv_puts_the_limit_before_the_command():
         '/usr/bin/timeout', '--kill-after=5s', '30s', '/usr/bin/systemctl', 'show', 'x']
 
 
+def test_bounded_argv_sends_the_signal_asked_for():
+    assert bounded_argv('/usr/bin/timeout', 2, ['nvidia-smi', '-lms', '200'], signal='INT') == [
+        '/usr/bin/timeout', '--signal=INT', '--kill-after=5s', '2s', 'nvidia-smi', '-lms', '200']
+
+
+def test_a_command_stopped_with_sigint_prints_what_it_has(tmp_path):
+    loop = program(tmp_path, "trap 'echo stopped; exit 0' INT\necho first\nwhile :; do sleep 0.1; done\n")
+    done = subprocess.run(bounded_argv(shutil.which('timeout'), 1, [loop], signal='INT'),
+                          capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stdout) == (124, 'first\nstopped\n')
+
+
 @pytest.mark.parametrize('limit_s', [0, -1, True, 1.5, '30', None])
 def test_a_limit_that_is_not_whole_seconds_is_refused(limit_s):
     with pytest.raises(ValueError, match='limit_s=.* must be a whole number of seconds'):
