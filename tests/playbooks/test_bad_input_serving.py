@@ -398,7 +398,7 @@ def test_nothing_changed(serving):
 # seconds, naming the variable as the user set it, before any node is read or changed.
 def deploy_inventory(tmp_path, head_vars=None, worker_vars=None):
     def host(name, **extra):
-        return local_host(gpu_preflight_state_dir=str(tmp_path / name), **extra)
+        return local_host(gpulab_gpu_inventory_file=str(tmp_path / name / "gpu-inventory.json"), **extra)
 
     return {"all": {"children": {"gpu_nodes": {"children": {
         "inference_head": {"hosts": {"node-a": host("node-a", gpulab_fabric_address="10.0.0.1", **(head_vars or {}))}},

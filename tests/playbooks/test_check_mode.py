@@ -42,7 +42,7 @@ def test_dry_run_of_a_lab_never_deployed_stops_after_the_checks_with_the_reason(
     smi = LAB_FILES / "nvidia-smi" / "rtx-pro-6000-x2"
 
     def node(name, address):
-        return local_host(gpulab_fabric_address=address, gpu_preflight_state_dir=str(tmp_path / name),
+        return local_host(gpulab_fabric_address=address, gpulab_gpu_inventory_file=str(tmp_path / name / "gpu-inventory.json"),
                           gpu_preflight_nvidia_smi_path=str(LAB_FILES / "fake-nvidia-smi"),
                           gpu_preflight_driver_version_file=str(smi / "proc-driver-nvidia-version"),
                           gpulab_llama_cpp_current_link=str(tmp_path / "llama.cpp" / "current"))

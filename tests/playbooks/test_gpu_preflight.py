@@ -14,7 +14,7 @@ def lab_inventory(tmp_path, heads, workers):
     def host(name, profile, address):
         profile_dir = LAB_FILES / "nvidia-smi" / profile
         hostvars = local_host(
-            gpu_preflight_state_dir=str(tmp_path / name),
+            gpulab_gpu_inventory_file=str(tmp_path / name / "gpu-inventory.json"),
             gpu_preflight_nvidia_smi_path=FAKE_SMI,
             gpu_preflight_driver_version_file=str(profile_dir / "proc-driver-nvidia-version"),
         )
