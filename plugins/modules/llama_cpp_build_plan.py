@@ -110,14 +110,14 @@ EXAMPLES = r"""
     source_id: "archive:sha256:{{ archive_sha256 }}"
     cuda: "on"
     cuda_architectures: ["120"]
-    toolchain: "{{ ansible_facts.gpulab_llama_cpp_toolchain }}"
+    toolchain: "{{ llama_cpp_build_toolchain.toolchain }}"
 
 - name: Resolve the build from the unpacked tree
   gpulab.inference.llama_cpp_build_plan:
     source_id: "git:https://github.com/ggml-org/llama.cpp@0c1e570"
     source_dir: /var/cache/gpulab/llama.cpp/src/0c1e570
     gpus: "{{ ansible_facts.gpulab_gpus }}"
-    toolchain: "{{ ansible_facts.gpulab_llama_cpp_toolchain }}"
+    toolchain: "{{ llama_cpp_build_toolchain.toolchain }}"
   register: plan
 """
 

@@ -21,7 +21,7 @@ description:
     host's GPUs or needs a newer driver (RV(run_problems)).
   - RV(node) is what M(gpulab.inference.llama_cpp_build_plan) needs to know of every host that
     is to run a build.
-  - Changes nothing; the result is also set as the fact C(gpulab_llama_cpp_toolchain).
+  - Changes nothing; it sets no fact (register the result).
 author:
   - gpulab.inference contributors (@gpulab)
 extends_documentation_fragment:
@@ -291,8 +291,7 @@ def main():
             module.fail_json(msg=str(exc), toolchain=toolchain)
         compatible = not sharing and not running
     module.exit_json(changed=False, toolchain=toolchain, compatible=compatible, problems=sharing + running,
-                     sharing_problems=sharing, run_problems=running, node=node,
-                     ansible_facts={"gpulab_llama_cpp_toolchain": toolchain})
+                     sharing_problems=sharing, run_problems=running, node=node)
 
 
 if __name__ == "__main__":
