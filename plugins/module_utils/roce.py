@@ -21,6 +21,7 @@ import ipaddress
 import json
 import os
 import re
+import shlex
 
 SYSFS_INFINIBAND = os.path.join('class', 'infiniband')
 SYSFS_NET = os.path.join('class', 'net')
@@ -538,6 +539,43 @@ def pfc_vector(priority):
     if not isinstance(priority, int) or isinstance(priority, bool) or not 0 <= priority <= 7:
         raise RoceError('roce_pfc_priority %r is not a priority from 0 to 7' % (priority,))
     return ','.join('1' if p == priority else '0' for p in range(8))
+
+
+QOS_TRUST_MODES = ('dscp', 'pcp')
+
+
+def qos_script(interface, tool_path, trust, priority, ecn):
+    """The lines (after the shebang) of the boot script that makes the fabric lossless for RoCE:
+    the NIC trusts DSCP (or PCP), PFC on `priority` only, and with `ecn` ECN's notification and
+    reaction points enabled on that priority, where the NIC exposes them in sysfs."""
+    check_interface_name(interface)
+    if trust not in QOS_TRUST_MODES:
+        raise RoceError('roce_qos_trust %r is not one of %s' % (trust, ', '.join(QOS_TRUST_MODES)))
+    pfc = pfc_vector(priority)
+    if not isinstance(tool_path, str) or not tool_path.startswith('/') or re.search(r'[\x00-\x1f\x7f]', tool_path):
+        raise RoceError('the QoS tool was found at %r, not an absolute path: check roce_qos_tool' % (tool_path,))
+    if not isinstance(ecn, bool):
+        raise RoceError('roce_ecn_enabled %r is not a boolean' % (ecn,))
+    lines = [
+        '# Lossless RoCE on %s: trust %s, PFC on priority %d only%s.'
+        % (interface, trust, priority, ', ECN (notification and reaction points) on it' if ecn else ''),
+        'set -eu',
+        'interface=%s' % shlex.quote(interface),
+        'priority=%d' % priority,
+        '%s -i "$interface" --trust %s --pfc %s' % (shlex.quote(tool_path), trust, pfc),
+    ]
+    if ecn:
+        lines += [
+            'for point in roce_np roce_rp; do',
+            '  file="/sys/class/net/$interface/ecn/$point/enable/$priority"',
+            '  if [ -w "$file" ]; then',
+            '    echo 1 > "$file"',
+            '  else',
+            '    echo "gpulab-roce-qos: $file is missing: ECN left as it is" >&2',
+            '  fi',
+            'done',
+        ]
+    return lines
 
 
 NETWORK_MANAGERS = ('netplan', 'networkmanager', 'networkd')
