@@ -16,7 +16,7 @@ description:
     match (role C(common)'s C(gpulab_own_units)), ordered by the first pattern each matches, so a list
     that names the head first stops the head first.
   - A program matches as the unit it stands for (C(gpulab-rpc-server-0) as C(gpulab-rpc-server@0.service)),
-    the rule the drain uses (C(plugins/module_utils/gpu_drain.py)).
+    the rule of role C(service) (C(plugins/module_utils/service_manager.py)) that the drain uses too.
 author:
   - gpulab.inference contributors (@gpulab)
 options:
@@ -55,7 +55,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpulab.inference.plugins.module_utils.gpu_drain import programs_matching, units_matching
+from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import programs_matching, units_matching
 
 
 def own_units(names, patterns, kind="systemd"):

@@ -17,6 +17,19 @@ import fnmatch
 import json
 import re
 
+# Which of a node's units and programs are the collection's, and what supervisorctl answers: the
+# service role's rules (module_utils.service_manager), used here as they are, never restated.
+from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import (  # noqa: F401 (re-exported)
+    SUPERVISORCTL_STATUS_RCS,
+    active_programs,
+    parse_supervisorctl_states,
+    program_units,
+    programs_matching,
+    services_matching,
+    supervisorctl_argv,
+    units_matching,
+)
+
 STATE_SCHEMA = 'gpulab.inference.gpu_drain/1'
 DEFAULT_STATE_FILE = '/var/lib/gpulab/drain-state.json'
 # The collection's own inference units (role common: gpulab_llama_server_unit,
@@ -66,7 +79,6 @@ _CONTAINER_COMPONENTS = (
 )
 _BARE_ID_RE = re.compile(r'^[0-9a-f]{64}\Z')
 _USER_MANAGER_RE = re.compile(r'^user@(\d+)\.service\Z')
-_SUPERVISOR_RUNNING_RE = re.compile(r'^(\S+)\s+RUNNING\s+pid\s+(\d+),')
 _NVIDIA_DEVICE_RE = re.compile(r'^/dev/nvidia(\d+)\Z')
 _CONTAINER_ID_RE = re.compile(r'^[0-9a-f]{12,64}\Z')
 # A systemd unit or supervisord program name as the state file may record it: what systemctl and
@@ -204,12 +216,8 @@ def parse_stat_ppid(text):
 
 def parse_supervisorctl_status(output):
     """{pid: program} of the RUNNING programs in `supervisorctl status` output ("group:name" kept whole)."""
-    programs = {}
-    for line in output.splitlines():
-        match = _SUPERVISOR_RUNNING_RE.match(line.strip())
-        if match:
-            programs[int(match.group(2))] = match.group(1)
-    return programs
+    return dict((program['pid'], name) for name, program in parse_supervisorctl_states(output).items()
+                if program['state'] == 'RUNNING' and program['pid'] is not None)
 
 
 def parse_container_ps(output):
@@ -412,39 +420,6 @@ def parse_active_units(output):
     return units
 
 
-def program_units(program):
-    """The unit names a supervisord program stands for: the collection names a program after its
-    unit without .service (gpulab-vllm), an instance's after the instance (gpulab-rpc-server-0 for
-    gpulab-rpc-server@0.service), so own-unit patterns match programs too."""
-    names = [program + '.service']
-    instance = re.match(r'\A(.+)-([0-9]+)\Z', program)
-    if instance:
-        names.append('%s@%s.service' % instance.groups())
-    return names
-
-
-def programs_matching(programs, patterns):
-    """The supervisord programs whose units (program_units) patterns match, ordered like
-    units_matching."""
-    ordered = []
-    for pattern in patterns:
-        for program in programs:
-            if program not in ordered and matching_pattern([pattern], program_units(program)):
-                ordered.append(program)
-    return ordered
-
-
-def units_matching(units, patterns):
-    """The units matched by patterns, ordered by the first pattern each matches (so a list
-    that names the head before its workers stops the head first)."""
-    ordered = []
-    for pattern in patterns:
-        for unit in units:
-            if unit not in ordered and fnmatch.fnmatchcase(unit, pattern):
-                ordered.append(unit)
-    return ordered
-
-
 def unit_is_active(unit):
     return unit.get('ActiveState') in _ACTIVE_STATES
 
@@ -640,8 +615,6 @@ def drain_summary(consumers, freed):
 
 # seconds a stop or start may take: systemd's default stop timeout (90 s) then a start's, with room
 CHANGE_LIMIT_S = 300
-# supervisorctl status exits 3 when some program is not running; the answer is still complete.
-SUPERVISORCTL_STATUS_RCS = (0, 3)
 
 
 class Backend(object):
@@ -743,43 +716,71 @@ class ContainerBackend(Backend):
 
 
 class SupervisorBackend(Backend):
-    """supervisord programs through supervisorctl; path None: no supervisorctl on the host."""
+    """supervisord programs through supervisorctl; path None: no supervisorctl on the host.
+    config: the supervisord.conf supervisorctl is pointed at (-c), None for its default places."""
 
     kind = KIND_SUPERVISOR
 
-    def programs(self):
-        """{pid: program} of the running programs ({} without supervisorctl or a running supervisord)."""
+    def __init__(self, path, commands, fail, config=None):
+        super(SupervisorBackend, self).__init__(path, commands, fail)
+        self.config = config
+
+    def argv(self, *args):
+        return supervisorctl_argv(self.path, self.config, *args)
+
+    def states(self):
+        """parse_supervisorctl_states of `supervisorctl status` ({} without supervisorctl or a
+        running supervisord: then no program runs)."""
         if self.path is None:
             return {}
-        rc, stdout, unused_stderr = self.commands.run([self.path, 'status'])
+        rc, stdout, unused_stderr = self.commands.run(self.argv('status'))
         if rc not in SUPERVISORCTL_STATUS_RCS:
             return {}
-        return parse_supervisorctl_status(stdout)
+        return parse_supervisorctl_states(stdout)
+
+    def programs(self):
+        """{pid: program} of the running programs."""
+        return dict((program['pid'], name) for name, program in self.states().items()
+                    if program['state'] == 'RUNNING' and program['pid'] is not None)
 
     def is_running(self, entry, programs=None):
         return entry['name'] in (self.programs() if programs is None else programs).values()
+
+    def active_services(self):
+        """The programs that run or are being started (stop_units' candidates)."""
+        return active_programs(self.states())
 
     def change_command(self, verb, entry):
         if self.path is None:
             self.fail('cannot %s supervisord program %s: supervisorctl is not installed'
                       % ('restore' if verb == 'start' else verb, entry['name']))
-        return [self.path, verb, entry['name']]
+        return self.argv(verb, entry['name'])
+
+    def stop_unit(self, program, state_file):
+        self.change('stop', {'key': '%s:%s' % (KIND_SUPERVISOR, program), 'name': program}, state_file)
 
 
 class Backends(object):
     """The host's service managers, found once (get_bin_path(name) -> path or None): systemd,
-    supervisord, and each container runtime of MANAGED_RUNTIMES."""
+    supervisord, and each container runtime of MANAGED_RUNTIMES. supervisorctl and
+    supervisor_config: the supervisord the collection runs its programs under (role supervisor),
+    else the supervisorctl on PATH with its default configuration."""
 
-    def __init__(self, get_bin_path, commands, fail):
+    def __init__(self, get_bin_path, commands, fail, supervisorctl=None, supervisor_config=None):
         self.systemd = SystemdBackend(get_bin_path('systemctl'), commands, fail)
         self.containers = dict((runtime, ContainerBackend(runtime, get_bin_path(runtime), commands, fail))
                                for runtime in MANAGED_RUNTIMES)
-        self.supervisor = SupervisorBackend(get_bin_path('supervisorctl'), commands, fail)
+        self.supervisor = SupervisorBackend(get_bin_path(supervisorctl or 'supervisorctl'), commands, fail,
+                                            supervisor_config if supervisorctl else None)
 
     @property
     def runtimes(self):
         """The container runtimes installed here."""
         return [runtime for runtime in MANAGED_RUNTIMES if self.containers[runtime].path is not None]
+
+    def manager(self, name):
+        """The backend of a service manager by its name in service_manager.MANAGERS."""
+        return self.systemd if name == KIND_SYSTEMD else self.supervisor
 
     def of(self, entry):
         """The backend that manages a recorded entry (or a consumer to stop)."""

@@ -11,6 +11,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import fnmatch
 import re
 
 MANAGERS = ("systemd", "supervisor")
@@ -100,3 +101,106 @@ def supervisor_environment(environment):
             raise ServiceManagerError("environment variable %s holds a newline" % name)
         pairs.append('%s="%s"' % (name, text.replace("%", "%%").replace('"', "")))
     return ",".join(pairs)
+
+
+# --- which manager runs the collection's services, and which of its services are the collection's
+
+# What Ansible's service_mgr fact says on a host whose PID 1 is systemd.
+_SYSTEMD_FACT = "systemd"
+
+
+def active_manager(requested, service_mgr_fact=None):
+    """The manager that runs the collection's services on a host: systemd or supervisor.
+
+    requested: gpulab_service_manager (auto, systemd or supervisor). auto: systemd when Ansible's
+    service_mgr fact says systemd or was not gathered (None), else supervisor (a container whose
+    PID 1 is a shell, tini or supervisord itself).
+    """
+    if requested == "auto":
+        return "systemd" if service_mgr_fact in (None, "", _SYSTEMD_FACT) else "supervisor"
+    if requested not in MANAGERS:
+        raise ServiceManagerError(
+            "gpulab_service_manager is %r: set auto, systemd or supervisor" % (requested,))
+    return requested
+
+
+def program_units(program):
+    """The unit names a supervisord program stands for: a program is named after its unit without
+    .service (gpulab-vllm), an instance's after the instance (gpulab-rpc-server-0 for
+    gpulab-rpc-server@0.service, service_names), so unit patterns match programs too."""
+    names = [program + ".service"]
+    instance = re.match(r"\A(.+)-([0-9]+)\Z", program)
+    if instance:
+        names.append("%s@%s.service" % instance.groups())
+    return names
+
+
+def _ordered_matches(names, patterns, aliases):
+    ordered = []
+    for pattern in patterns:
+        for name in names:
+            if name not in ordered and any(fnmatch.fnmatchcase(alias, pattern) for alias in aliases(name)):
+                ordered.append(name)
+    return ordered
+
+
+def units_matching(units, patterns):
+    """The units matched by patterns, ordered by the first pattern each matches (so a list
+    that names the head before its workers stops the head first)."""
+    return _ordered_matches(units, patterns, lambda unit: [unit])
+
+
+def programs_matching(programs, patterns):
+    """The supervisord programs whose units (program_units) patterns match, ordered like
+    units_matching."""
+    return _ordered_matches(programs, patterns, program_units)
+
+
+def services_matching(names, patterns, manager):
+    """units_matching under systemd, programs_matching under supervisor."""
+    if manager == "systemd":
+        return units_matching(names, patterns)
+    if manager == "supervisor":
+        return programs_matching(names, patterns)
+    raise ServiceManagerError("service manager %r is neither systemd nor supervisor" % (manager,))
+
+
+# --- supervisorctl --------------------------------------------------------------------------------
+
+# `supervisorctl status` exits 3 when some program is not running, 4 when supervisord does not
+# answer (supervisor 4.x, supervisorctl.LSBStatusExitStatuses): 0 and 3 are complete answers.
+SUPERVISORCTL_STATUS_RCS = (0, 3)
+# States in which a program holds (or is about to hold) its resources (supervisor.states).
+SUPERVISOR_ACTIVE_STATES = ("RUNNING", "STARTING", "BACKOFF", "STOPPING")
+_SUPERVISOR_STATUS_RE = re.compile(r"\A(\S+)\s+([A-Z]+)\b\s*(.*)\Z")
+_SUPERVISOR_PID_RE = re.compile(r"\Apid (\d+),")
+
+
+def supervisorctl_argv(supervisorctl, config, *args):
+    """supervisorctl's command line: with config (supervisord.conf of the collection's own
+    supervisord) -c names it, without it supervisorctl searches its default places."""
+    argv = [supervisorctl]
+    if config:
+        argv += ["-c", config]
+    return argv + list(args)
+
+
+def parse_supervisorctl_states(output):
+    """{program: {'state', 'pid', 'description'}} from `supervisorctl status` output, in its order;
+    a program of a group is named group:name (what supervisorctl takes back). pid is None unless
+    the program runs."""
+    programs = {}
+    for line in output.splitlines():
+        match = _SUPERVISOR_STATUS_RE.match(line.strip())
+        if not match:
+            continue
+        name, state, description = match.groups()
+        pid = _SUPERVISOR_PID_RE.match(description)
+        programs[name] = {"state": state, "pid": int(pid.group(1)) if pid else None,
+                          "description": description.strip()}
+    return programs
+
+
+def active_programs(states):
+    """The programs of parse_supervisorctl_states's answer that run or are being started."""
+    return [name for name, program in states.items() if program["state"] in SUPERVISOR_ACTIVE_STATES]

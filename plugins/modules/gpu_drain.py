@@ -55,12 +55,34 @@ options:
     elements: str
   stop_units:
     description:
-      - With O(state=restored), systemd units to stop before anything is started again (patterns,
-        in order), so the restored services find their GPU memory free. Role C(gpu_drain) passes
-        the collection's inference units.
+      - With O(state=restored), the collection's units to stop before anything is started again
+        (unit patterns, in order), so the restored services find their GPU memory free. Role
+        C(gpu_drain) passes the collection's inference units.
+      - Under O(service_manager=supervisor) they are the supervisord programs that stand for these
+        units (C(gpulab-rpc-server-0) for C(gpulab-rpc-server@0.service)), stopped through supervisorctl.
     type: list
     elements: str
     default: []
+  service_manager:
+    description:
+      - The manager that runs the collection's services on this host, as role C(service) decides it
+        (role C(common)'s C(gpulab_service_manager_active)); the units of O(stop_units) are stopped
+        through it. Drained consumers are always started again by the manager that ran them.
+      - A host without the named manager's tool still gets its drained services back; the task then
+        fails, naming what it could not stop.
+    type: str
+    choices: [systemd, supervisor]
+    default: systemd
+  supervisorctl_path:
+    description:
+      - The supervisorctl of the supervisord the collection runs (role C(supervisor)), used with
+        O(supervisor_config) for the programs a drain stops and starts and for O(stop_units).
+      - Unset, the supervisorctl on E(PATH) with its default configuration.
+    type: path
+  supervisor_config:
+    description:
+      - The configuration file that O(supervisorctl_path) reads (C(-c)); ignored without O(supervisorctl_path).
+    type: path
   kill_unmanaged:
     description:
       - Kill (SIGTERM, then SIGKILL after O(wait_timeout_s)) the GPU processes that nothing can start
@@ -133,6 +155,14 @@ EXAMPLES = r"""
 - name: Start again what the drain stopped
   gpulab.inference.gpu_drain:
     state: restored
+
+- name: On a host without systemd, stop the collection's supervisord programs, then restore
+  gpulab.inference.gpu_drain:
+    state: restored
+    stop_units: "{{ gpulab_own_unit_patterns }}"
+    service_manager: supervisor
+    supervisorctl_path: /opt/gpulab/supervisor/bin/supervisorctl
+    supervisor_config: /etc/gpulab/supervisord.conf
 
 - name: Drain, also killing GPU processes started by hand
   gpulab.inference.gpu_drain:
@@ -209,7 +239,7 @@ summary:
   elements: str
   sample: ["stop gpu-embed.service (2048 MiB): not kept", "GPU 0 freed 2048 MiB (6144 -> 4096 MiB used)"]
 units_stopped:
-  description: Units of O(stop_units) this run stopped (or would stop in check mode).
+  description: Units (or supervisord programs) of O(stop_units) this run stopped (or would stop in check mode).
   returned: state=restored
   type: list
   elements: str
@@ -263,9 +293,9 @@ from ansible_collections.gpulab.inference.plugins.module_utils.gpu_drain import 
     parse_state,
     parse_stat_ppid,
     restore_order,
+    services_matching,
     state_entry,
     unit_is_active,
-    units_matching,
     unmatched_patterns,
     unsettled_gpus,
     vram_freed,
@@ -326,7 +356,8 @@ class GpuDrain:
         self.module.fail_json(msg=msg, **dict(self.result, **extra))
 
     def find_tools(self):
-        self.backends = Backends(self.module.get_bin_path, self.commands, self.fail)
+        self.backends = Backends(self.module.get_bin_path, self.commands, self.fail,
+                                 self.params['supervisorctl_path'], self.params['supervisor_config'])
 
     def is_running(self, entry, programs=None):
         return self.backends.is_running(entry, programs)
@@ -560,16 +591,11 @@ class GpuDrain:
         self.state = existing
         self.find_tools()
         systemd = self.backends.systemd
-        if self.params['stop_units']:
-            self.units_stopped = units_matching(systemd.active_services(), self.params['stop_units'])
-            for unit in self.units_stopped:
-                self.changed = True
-                if not self.check_mode:
-                    systemd.stop_unit(unit, self.state_file)
-        if existing is None:
-            return
+        # The collection's services go first, so what was drained finds its memory free; a host
+        # where their manager cannot be reached still gets its drained services back.
+        unstopped = self.stop_own_services() if self.params['stop_units'] else None
         failures = []
-        for entry in restore_order(existing):
+        for entry in restore_order(existing) if existing is not None else []:
             if not self.is_running(entry):
                 self.restored.append(entry['key'])
                 if not self.check_mode:
@@ -585,12 +611,34 @@ class GpuDrain:
         if failures:
             self.changed = True
             self.module.fail_json(
-                msg='started but not running after %d s: %s; %s is kept, so a later restore tries again'
-                    % (self.params['wait_timeout_s'], ', '.join(failures), self.state_file), **self.result)
-        self.changed = True
-        if not self.check_mode:
-            os.unlink(self.state_file)
-            self.state = None
+                msg='started but not running after %d s: %s; %s is kept, so a later restore tries again%s'
+                    % (self.params['wait_timeout_s'], ', '.join(failures), self.state_file,
+                       '; ' + unstopped if unstopped else ''), **self.result)
+        if existing is not None:
+            self.changed = True
+            if not self.check_mode:
+                os.unlink(self.state_file)
+                self.state = None
+        if unstopped:
+            self.module.fail_json(msg=unstopped + (
+                '; the drained services were started again' if existing is not None else ''), **self.result)
+
+    def stop_own_services(self):
+        """Stops the running services of stop_units under service_manager; returns why it could
+        not (its tool is missing), else None."""
+        manager = self.params['service_manager']
+        backend = self.backends.manager(manager)
+        if backend.path is None:
+            return ('%s not found, so the collection\'s services (%s) were not stopped: service_manager is %s; '
+                    'set gpulab_service_manager to the manager that runs them on this host'
+                    % (self.params['supervisorctl_path'] or 'supervisorctl' if manager == 'supervisor' else 'systemctl',
+                       ', '.join(self.params['stop_units']), manager))
+        self.units_stopped = services_matching(backend.active_services(), self.params['stop_units'], manager)
+        for name in self.units_stopped:
+            self.changed = True
+            if not self.check_mode:
+                backend.stop_unit(name, self.state_file)
+        return None
 
     def wait_running(self, entry):
         deadline = time.monotonic() + self.params['wait_timeout_s']
@@ -609,6 +657,9 @@ def build_module():
             keep=dict(type='list', elements='str', default=[]),
             own_units=dict(type='list', elements='str'),
             stop_units=dict(type='list', elements='str', default=[]),
+            service_manager=dict(type='str', default='systemd', choices=['systemd', 'supervisor']),
+            supervisorctl_path=dict(type='path'),
+            supervisor_config=dict(type='path'),
             kill_unmanaged=dict(type='bool', default=False),
             state_file=dict(type='path', default='/var/lib/gpulab/drain-state.json'),
             wait_timeout_s=dict(type='int', default=120),

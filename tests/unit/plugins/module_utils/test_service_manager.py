@@ -103,3 +103,92 @@ def test_device_groups_present_on_the_node(wanted, present, expected):
 def test_device_group_that_is_no_group_name(group):
     with pytest.raises(ServiceManagerError, match=r"device group .* is not a group name"):
         device_groups([group], {"video": ["x", "44", ""]})
+
+
+# --- which manager, which services, what supervisorctl says ---------------------------------------
+
+from pathlib import Path  # noqa: E402
+
+from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import (  # noqa: E402
+    active_manager,
+    active_programs,
+    parse_supervisorctl_states,
+    program_units,
+    programs_matching,
+    services_matching,
+    supervisorctl_argv,
+    units_matching,
+)
+
+# Captured from supervisor 4.3.0 (tests/unit/fixtures/supervisorctl/README.md).
+SUPERVISORCTL = Path(__file__).resolve().parents[3] / "unit" / "fixtures" / "supervisorctl"
+OWN = ["gpulab-llama-server.service", "gpulab-rpc-server@[0-9]*.service", "gpulab-vllm.service"]
+
+
+@pytest.mark.parametrize("requested, fact, expected", [
+    ("auto", "systemd", "systemd"),
+    ("auto", None, "systemd"),
+    ("auto", "", "systemd"),
+    ("auto", "service", "supervisor"),
+    ("auto", "sysvinit", "supervisor"),
+    ("systemd", "service", "systemd"),
+    ("supervisor", "systemd", "supervisor"),
+])
+def test_the_manager_in_use(requested, fact, expected):
+    assert active_manager(requested, fact) == expected
+
+
+@pytest.mark.parametrize("requested", ["runit", "", None, "Systemd"])
+def test_an_unknown_manager_is_refused_naming_the_variable(requested):
+    with pytest.raises(ServiceManagerError) as raised:
+        active_manager(requested, "systemd")
+    assert str(raised.value) == "gpulab_service_manager is %r: set auto, systemd or supervisor" % (requested,)
+
+
+def test_a_program_stands_for_its_unit_and_an_instance_for_the_template_instance():
+    assert program_units("gpulab-rpc-server-1") == ["gpulab-rpc-server-1.service", "gpulab-rpc-server@1.service"]
+    assert program_units("gpulab-vllm") == ["gpulab-vllm.service"]
+
+
+def test_own_services_in_the_patterns_order_under_each_manager():
+    units = ["gpulab-rpc-server@1.service", "ssh.service", "gpulab-rpc-server@.service",
+             "gpulab-llama-server.service", "gpulab-rpc-server@0.service"]
+    assert units_matching(units, OWN) == [
+        "gpulab-llama-server.service", "gpulab-rpc-server@1.service", "gpulab-rpc-server@0.service"]
+    assert services_matching(units, OWN, "systemd") == units_matching(units, OWN)
+    programs = ["gpu-embed", "gpulab-rpc-server-0", "gpulab-vllm", "gpulab-llama-server", "asr:whisper"]
+    assert programs_matching(programs, OWN) == ["gpulab-llama-server", "gpulab-rpc-server-0", "gpulab-vllm"]
+    assert services_matching(programs, OWN[2:], "supervisor") == ["gpulab-vllm"]
+    with pytest.raises(ServiceManagerError):
+        services_matching(programs, OWN, "runit")
+
+
+def test_supervisorctl_argv_names_the_configuration_when_given():
+    assert supervisorctl_argv("/opt/gpulab/supervisor/bin/supervisorctl", "/etc/gpulab/supervisord.conf", "stop", "x") == [
+        "/opt/gpulab/supervisor/bin/supervisorctl", "-c", "/etc/gpulab/supervisord.conf", "stop", "x"]
+    assert supervisorctl_argv("/usr/bin/supervisorctl", None, "status") == ["/usr/bin/supervisorctl", "status"]
+
+
+def test_supervisorctl_status_of_every_state():
+    states = parse_supervisorctl_states((SUPERVISORCTL / "status-mixed.txt").read_text())
+    assert dict((name, (program["state"], program["pid"])) for name, program in states.items()) == {
+        "asr:whisper": ("RUNNING", 18225),
+        "crashy": ("FATAL", None),
+        "flappy": ("BACKOFF", None),
+        "gpu-embed": ("RUNNING", 18228),
+        "gpu-notebook": ("STOPPED", None),
+        "gpulab-llama-server": ("RUNNING", 18229),
+        "gpulab-rpc-server-0": ("RUNNING", 18230),
+        "slowstart": ("STARTING", None),
+    }
+    assert states["gpu-notebook"]["description"] == "Not started"
+    assert active_programs(states) == ["asr:whisper", "flappy", "gpu-embed", "gpulab-llama-server",
+                                       "gpulab-rpc-server-0", "slowstart"]
+
+
+def test_supervisorctl_status_after_a_stop_and_when_supervisord_is_down():
+    states = parse_supervisorctl_states((SUPERVISORCTL / "status-own-stopped.txt").read_text())
+    assert states["gpulab-llama-server"]["state"] == "STOPPED"
+    assert active_programs(states) == ["gpu-embed", "gpu-notebook"]
+    assert parse_supervisorctl_states((SUPERVISORCTL / "status-down.txt").read_text()) == {}
+    assert parse_supervisorctl_states("") == {}

@@ -486,3 +486,127 @@ def test_hidden_consumer_from_the_h200_capture_is_reported(tmp_path):
     assert (result['changed'], [c for c in commands if c[1] == 'stop']) == (False, [])
     assert len(warnings) == 1 and warnings[0].startswith('GPU process(es) %d (process:%d)' % (pid, pid))
     assert not (tmp_path / 'drain-state.json').exists()
+
+
+# --- restore under supervisord (supervisorctl answers captured from supervisor 4.3.0) -------------
+
+SUPERVISORCTL = '/opt/gpulab/supervisor/bin/supervisorctl'
+SUPERVISOR_CONFIG = '/etc/gpulab/supervisord.conf'
+CTL = (SUPERVISORCTL, '-c', SUPERVISOR_CONFIG)
+CAPTURES = Path(__file__).resolve().parents[2] / 'fixtures' / 'supervisorctl'
+OWN_PATTERNS = ['gpulab-llama-server.service', 'gpulab-rpc-server@[0-9]*.service', 'gpulab-vllm.service']
+
+
+def captured(name, rc):
+    return (rc, (CAPTURES / name).read_text(), '')
+
+
+def program_entry(name):
+    return {'key': 'supervisor:' + name, 'kind': 'supervisor', 'name': name, 'was_active': True,
+            'was_enabled': None, 'gpus_mib': {}}
+
+
+def container_entry():
+    return {'key': 'container:podman:' + PODMAN_ID, 'kind': 'container', 'name': 'comfyui', 'runtime': 'podman',
+            'id': PODMAN_ID, 'was_active': True, 'was_enabled': None, 'gpus_mib': {}}
+
+
+def supervisor_restore_args(tmp_path, **extra):
+    args = dict({'stop_units': OWN_PATTERNS, 'service_manager': 'supervisor', 'supervisorctl_path': SUPERVISORCTL,
+                 'supervisor_config': SUPERVISOR_CONFIG}, **extra)
+    return restore_args(tmp_path, **args)
+
+
+def test_restore_without_systemd_stops_the_programs_then_starts_programs_and_containers(tmp_path):
+    state_file = tmp_path / 'drain-state.json'
+    write_state(state_file, [program_entry('asr:whisper'), container_entry(), program_entry('gpu-notebook')])
+    answers = Answers({
+        # the own programs run, gpu-notebook is stopped; after its start it runs, asr:whisper is
+        # stopped; after its start it runs (status-mixed again)
+        CTL + ('status',): [captured('status-mixed.txt', 3), captured('status-mixed.txt', 3),
+                            captured('status-own-stopped.txt', 3), captured('status-own-stopped.txt', 3),
+                            captured('status-mixed.txt', 3)],
+        CTL + ('stop', 'gpulab-llama-server'): (0, 'gpulab-llama-server: stopped\n', ''),
+        CTL + ('stop', 'gpulab-rpc-server-0'): (0, 'gpulab-rpc-server-0: stopped\n', ''),
+        CTL + ('start', 'gpu-notebook'): (0, 'gpu-notebook: started\n', ''),
+        CTL + ('start', 'asr:whisper'): (0, 'asr:whisper: started\n', ''),
+        (PODMAN, 'inspect', '--format', '{{.State.Running}}', PODMAN_ID): [(0, 'false\n', ''), (0, 'true\n', '')],
+        (PODMAN, 'start', PODMAN_ID): (0, PODMAN_ID + '\n', ''),
+    })
+    kind, result, commands, unused_warnings = run(
+        supervisor_restore_args(tmp_path), answers,
+        tools={'nvidia-smi': SMI, SUPERVISORCTL: SUPERVISORCTL, 'podman': PODMAN})
+    assert kind is ExitJson, result
+    changes = [c for c in commands if 'stop' in c or 'start' in c]
+    assert changes == [CTL + ('stop', 'gpulab-llama-server'), CTL + ('stop', 'gpulab-rpc-server-0'),
+                       CTL + ('start', 'gpu-notebook'), (PODMAN, 'start', PODMAN_ID), CTL + ('start', 'asr:whisper')]
+    assert result['units_stopped'] == ['gpulab-llama-server', 'gpulab-rpc-server-0']
+    assert result['restored'] == ['supervisor:gpu-notebook', 'container:podman:' + PODMAN_ID, 'supervisor:asr:whisper']
+    assert (result['changed'], result['drain_state']) == (True, None)
+    assert not state_file.exists()
+    assert not any(c[0] == SYSTEMCTL for c in commands)
+
+
+def test_restore_under_supervisord_on_a_systemd_host_stops_programs_and_starts_units(tmp_path):
+    state_file = tmp_path / 'drain-state.json'
+    write_state(state_file, [entry('gpu-embed.service')])
+    answers = Answers({
+        CTL + ('status',): captured('status-mixed.txt', 3),
+        CTL + ('stop', 'gpulab-llama-server'): (0, 'gpulab-llama-server: stopped\n', ''),
+        CTL + ('stop', 'gpulab-rpc-server-0'): (0, 'gpulab-rpc-server-0: stopped\n', ''),
+        show('gpu-embed.service'): [unit('inactive'), unit('active')],
+        (SYSTEMCTL, 'start', '--', 'gpu-embed.service'): OK,
+    })
+    kind, result, commands, unused_warnings = run(
+        supervisor_restore_args(tmp_path), answers,
+        tools={'nvidia-smi': SMI, 'systemctl': SYSTEMCTL, SUPERVISORCTL: SUPERVISORCTL})
+    assert kind is ExitJson, result
+    assert LIST_UNITS not in commands
+    assert result['units_stopped'] == ['gpulab-llama-server', 'gpulab-rpc-server-0']
+    assert result['restored'] == ['systemd:gpu-embed.service']
+    assert not state_file.exists()
+
+
+def test_restore_with_supervisord_down_stops_nothing(tmp_path):
+    kind, result, commands, unused_warnings = run(
+        supervisor_restore_args(tmp_path), Answers({CTL + ('status',): captured('status-down.txt', 4)}),
+        tools={'nvidia-smi': SMI, SUPERVISORCTL: SUPERVISORCTL})
+    assert kind is ExitJson, result
+    assert (result['changed'], result['units_stopped'], commands) == (False, [], [CTL + ('status',)])
+
+
+def test_restore_whose_manager_is_missing_still_starts_the_drained_programs_then_fails(tmp_path):
+    # service_manager systemd (gpulab_service_manager auto without facts) on a host without systemd
+    state_file = tmp_path / 'drain-state.json'
+    write_state(state_file, [program_entry('gpu-notebook')])
+    answers = Answers({
+        CTL + ('status',): [captured('status-mixed.txt', 3), captured('status-own-stopped.txt', 3)],
+        CTL + ('start', 'gpu-notebook'): (0, 'gpu-notebook: started\n', ''),
+    })
+    kind, result, commands, unused_warnings = run(
+        supervisor_restore_args(tmp_path, service_manager='systemd'), answers,
+        tools={'nvidia-smi': SMI, SUPERVISORCTL: SUPERVISORCTL})
+    assert kind is FailJson, result
+    assert result['msg'] == (
+        "systemctl not found, so the collection's services (gpulab-llama-server.service, "
+        "gpulab-rpc-server@[0-9]*.service, gpulab-vllm.service) were not stopped: service_manager is systemd; "
+        "set gpulab_service_manager to the manager that runs them on this host; the drained services were started again")
+    assert result['restored'] == ['supervisor:gpu-notebook']
+    assert CTL + ('start', 'gpu-notebook') in commands
+    assert not state_file.exists()
+
+
+def test_restore_of_a_program_supervisord_does_not_know_fails_by_name_and_keeps_the_state(tmp_path):
+    state_file = tmp_path / 'drain-state.json'
+    write_state(state_file, [program_entry('nosuch')])
+    answers = Answers({
+        CTL + ('status',): captured('status-own-stopped.txt', 3),
+        CTL + ('start', 'nosuch'): captured('start-no-such.txt', 1),
+    })
+    kind, result, unused_commands, unused_warnings = run(
+        restore_args(tmp_path, supervisorctl_path=SUPERVISORCTL, supervisor_config=SUPERVISOR_CONFIG), answers,
+        tools={'nvidia-smi': SMI, SUPERVISORCTL: SUPERVISORCTL})
+    assert kind is FailJson, result
+    assert result['msg'].startswith('%s -c %s start nosuch failed (rc=1): nosuch: ERROR (no such process)'
+                                    % (SUPERVISORCTL, SUPERVISOR_CONFIG))
+    assert state_file.exists()
