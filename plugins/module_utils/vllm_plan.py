@@ -454,21 +454,43 @@ def kv_bytes_per_token(shape, layout, kv_cache_dtype, layers):
     return layers * 2 * max(1, shape["kv_heads"] // layout.tp) * shape["head_dim"] * dtype_bytes
 
 
-def memory_estimate(summary, shape, layout, gpu_memory_mib, opts):
-    """The per-GPU estimate: weights, budget, KV cache, KV tokens and concurrency."""
+def budget_bytes(gpu_memory_mib, utilization, kept_mib=0):
+    """What vLLM may hold on one GPU: memory x gpu_memory_utilization, and never more than the
+    memory the kept services leave (vllm/v1/worker/gpu_worker.py init_device refuses to start
+    when free memory is below memory x utilization)."""
+    return int(min(gpu_memory_mib * utilization, gpu_memory_mib - (kept_mib or 0)) * MIB)
+
+
+def startup_utilization(gpu_memory_mib, utilization, kept_mib=0):
+    """The --gpu-memory-utilization that passes init_device's free-memory check next to the kept
+    services: the operator's fraction, lowered (to whole thousandths) where they hold more."""
+    if not kept_mib:
+        return utilization
+    room = int((gpu_memory_mib - kept_mib) * 1000 // gpu_memory_mib) / 1000.0
+    return min(utilization, room)
+
+
+def memory_estimate(summary, shape, layout, gpu_memory_mib, opts, kept_mib=0):
+    """The per-GPU estimate: weights, budget, KV cache, KV tokens and concurrency.
+
+    kv_cache_memory_bytes: the KV cache to pin with --kv-cache-memory-bytes, the smallest any
+    stage leaves, in whole MiB (vLLM sizes every worker's cache from the one value)."""
     weights, by_role, stage_weights = weights_per_gpu(summary, shape, layout)
-    budget = int(gpu_memory_mib * MIB * opts["gpu_memory_utilization"])
+    budget = budget_bytes(gpu_memory_mib, opts["gpu_memory_utilization"], kept_mib)
     reserve = int(opts["reserve_mib"] * MIB)
     partitions = pp_partitions(shape["layers"], layout.pp)
     # every stage needs room for its own layers' KV; the tightest stage bounds the tokens
     kv_tokens = None
     kv_cache = None
+    pinned = None
     for stage, stage_bytes in enumerate(stage_weights):
         stage_kv = budget - stage_bytes - reserve
         per_token = kv_bytes_per_token(shape, layout, opts["kv_cache_dtype"], partitions[stage])
         tokens = max(0, stage_kv) // per_token if per_token else 0
         if kv_tokens is None or tokens < kv_tokens:
             kv_tokens, kv_cache = tokens, stage_kv
+        if pinned is None or stage_kv < pinned:
+            pinned = stage_kv
     per_engine = kv_tokens // opts["max_model_len"] if opts["max_model_len"] else 0
     return {
         "weights_bytes": weights,
@@ -478,6 +500,7 @@ def memory_estimate(summary, shape, layout, gpu_memory_mib, opts):
         "budget_gib": round(budget / float(GIB), 2),
         "reserve_gib": round(reserve / float(GIB), 2),
         "kv_cache_gib": round(kv_cache / float(GIB), 2),
+        "kv_cache_memory_bytes": max(0, pinned) // MIB * MIB,
         "kv_bytes_per_token": kv_bytes_per_token(shape, layout, opts["kv_cache_dtype"], max(partitions)),
         "kv_tokens_per_gpu": int(kv_tokens),
         "kv_tokens_total": int(kv_tokens) * layout.dp,
@@ -681,7 +704,8 @@ def check_layout(summary, shape, hardware, layout, opts):
     """Apply every rule. Returns {layout, valid, findings, estimate}."""
     estimate = None
     if layout.world <= hardware["gpus_total"] and layout.pp <= shape["layers"]:
-        estimate = memory_estimate(summary, shape, layout, hardware["gpu_memory_mib"], opts)
+        estimate = memory_estimate(summary, shape, layout, hardware["gpu_memory_mib"], opts,
+                                   hardware.get("kept_mib", 0))
     ctx = {"shape": shape, "layout": layout, "hardware": hardware, "opts": opts, "estimate": estimate}
     findings = []
     for rule in RULES:
@@ -706,6 +730,7 @@ def hardware(nodes):
         raise VllmPlanError("no nodes given: pass at least one node with its GPUs (gpu_facts)")
     counts = {}
     memories = []
+    kept = [0]
     for node in nodes:
         gpus = node.get("gpus") or []
         counts[node.get("name", "?")] = len(gpus)
@@ -715,6 +740,12 @@ def hardware(nodes):
                 raise VllmPlanError("GPU %s on node %s has no memory_total_mib (%r); a GPU in MIG mode is "
                                     "not supported" % (gpu.get("index", "?"), node.get("name", "?"), memory))
             memories.append(memory)
+            held = gpu.get("kept_mib", 0)
+            if isinstance(held, bool) or not isinstance(held, int) or not 0 <= held < memory:
+                raise VllmPlanError("GPU %s on node %s: kept_mib %r (memory of the services kept on it) is not a whole "
+                                    "number of MiB below its %d MiB" % (gpu.get("index", "?"), node.get("name", "?"),
+                                                                        held, memory))
+            kept.append(held)
     if not memories:
         raise VllmPlanError("the nodes %s have no GPUs: run gpu_preflight (gpu_facts) first" % ", ".join(sorted(counts)))
     if len(set(counts.values())) > 1:
@@ -727,7 +758,10 @@ def hardware(nodes):
         "gpus_per_node": per_node,
         "gpus_total": per_node * len(nodes),
         "gpu_memory_mib": min(memories),
-        "label": "%d node(s) x %d GPUs of %d MiB" % (len(nodes), per_node, min(memories)),
+        # the most any kept service holds on one GPU: every GPU gets the same budget
+        "kept_mib": max(kept),
+        "label": "%d node(s) x %d GPUs of %d MiB" % (len(nodes), per_node, min(memories))
+        + (", up to %d MiB kept for other services" % max(kept) if max(kept) else ""),
     }
 
 
@@ -922,6 +956,11 @@ def serve_arguments(model_path, layout, opts, hardware_info, launch):
     args += ["--gpu-memory-utilization", str(opts["gpu_memory_utilization"]),
              "--max-model-len", str(opts["max_model_len"]),
              "--kv-cache-dtype", opts["kv_cache_dtype"]]
+    if opts.get("kv_cache_memory_bytes"):
+        # The plan's KV cache, pinned: vLLM then skips its memory profiling and sizes the cache from
+        # this value on every worker (vllm/v1/worker/gpu_worker.py determine_available_memory), so a
+        # restart holds what was planned. gpu_memory_utilization still gates the start (init_device).
+        args += ["--kv-cache-memory-bytes", str(int(opts["kv_cache_memory_bytes"]))]
     if launch.get("reasoning_parser"):
         args += ["--reasoning-parser", launch["reasoning_parser"]]
     if launch.get("tool_call_parser"):

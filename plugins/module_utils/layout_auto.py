@@ -1,0 +1,452 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to gpulab.inference
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The layout autopilot: what `auto` resolves to, for each engine, with the reason and the
+alternatives it turned down.
+
+Pure functions over the planners' inputs (gguf_plan for llama.cpp, vllm_plan for vLLM). Every
+choice returns the same shape: the chosen value, `reason` (one sentence) and `rejected` (the
+first alternatives, each with its `findings`), so a play can print why and a test can assert it.
+
+llama.cpp: layers are whole, so the split is searched, not scaled. Device d of n takes a
+contiguous run of the offloaded slots (layers, then the output layer), as load_tensors assigns
+them; a split of whole-layer counts c_0..c_n-1 over the S offloaded slots puts slot j on the first
+device whose cumulative count exceeds j (float32 upper_bound of j/S against cum/S keeps that order
+exactly). The search maximises the smallest headroom over every device with a dynamic programme
+over (device, slots taken): O(n x S^2) per context size, so the context is found by bisection
+on top of it.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+
+from ansible_collections.gpulab.inference.plugins.module_utils import gguf_plan as gp
+from ansible_collections.gpulab.inference.plugins.module_utils import vllm_plan as vp
+
+AUTO = "auto"
+MIB = gp.MIB
+# How many turned-down alternatives a choice reports by default.
+REJECTED_LIMIT = 5
+# With no memory figure for some device (an RPC server of a CPU build started without -m) the
+# context cannot be sized from memory: auto takes the trained context, capped here.
+UNKNOWN_MEMORY_CTX = 8192
+
+
+class AutoError(ValueError):
+    """No layout fits, or an input cannot be chosen from: the message names the variable."""
+
+
+def is_auto(value):
+    return value is None or (isinstance(value, str) and value.strip().lower() == AUTO)
+
+
+# ---------------------------------------------------------------- the engine
+
+ENGINES = ("llama_cpp", "vllm")
+
+
+def model_format(path=None, manifest=None, synthetic=None, names=None):
+    """'gguf', 'hf' or None: what kind of model this is, from the first thing that says.
+
+    manifest: the model manifest (its `format`); synthetic: model_synthetic (a synthetic GGUF);
+    path: a file ending in .gguf, or a directory; names: the file names in that directory (a
+    Hugging Face checkpoint has config.json and *.safetensors).
+    """
+    if isinstance(manifest, dict) and manifest.get("format") in ("gguf", "hf"):
+        return manifest["format"]
+    if synthetic:
+        return "gguf"
+    if path and str(path).lower().endswith(".gguf"):
+        return "gguf"
+    names = list(names or [])
+    if "config.json" in names or any(n.endswith(".safetensors") for n in names):
+        return "hf"
+    if any(n.lower().endswith(".gguf") for n in names):
+        return "gguf"
+    if path and str(path).rstrip("/").lower().endswith(".gguf"):
+        return "gguf"
+    return None
+
+
+def choose_engine(setting, fmt, where="the model"):
+    """gpulab_engine: a set engine is kept; auto takes llama.cpp for a GGUF model and vLLM for a
+    Hugging Face checkpoint. Returns {engine, reason}."""
+    if not is_auto(setting):
+        if setting not in ENGINES:
+            raise AutoError("gpulab_engine is %r; set llama_cpp, vllm or auto" % (setting,))
+        return {"engine": setting, "reason": "gpulab_engine is set to %s" % setting}
+    if fmt == "gguf":
+        return {"engine": "llama_cpp", "reason": "auto: %s is a GGUF model, which llama.cpp serves" % where}
+    if fmt == "hf":
+        return {"engine": "vllm", "reason": "auto: %s is a Hugging Face checkpoint (config.json and safetensors), "
+                                            "which vLLM serves" % where}
+    raise AutoError("gpulab_engine is auto but %s is neither a GGUF file nor a Hugging Face checkpoint "
+                    "(config.json and *.safetensors); set gpulab_engine to llama_cpp or vllm, or point model_path "
+                    "or model_source at the model" % where)
+
+
+def engine_of_path(setting, path):
+    """choose_engine for a model on this machine (a file or a directory)."""
+    names = os.listdir(path) if path and os.path.isdir(path) else []
+    return choose_engine(setting, model_format(path=path, names=names), where=path)
+
+
+# ---------------------------------------------------------------- llama.cpp: costs per slot
+
+def _capacities(devices):
+    """MiB each device may fill: its free memory (kept services already out of it), else its total
+    (an RPC server of a CPU build with -m), else None."""
+    caps = []
+    for device in devices:
+        if device.get("free_mib") is not None:
+            caps.append(float(device["free_mib"]))
+        elif device.get("total_mib") is not None:
+            caps.append(float(device["total_mib"]))
+        else:
+            caps.append(None)
+    return caps
+
+
+class _Costs:
+    """Bytes of each offloaded slot and each device's fixed bytes, as gguf_plan.plan_layout
+    counts them, for one context size."""
+
+    def __init__(self, model, facts, devices, options):
+        opts = dict(options)
+        self.margin = float(opts.get("margin_mib", 1024))
+        self.context_mib = float(opts.get("cuda_context_mib", 0))
+        n_layer = facts["layers"]
+        ngl = gp.gpu_layers(opts.get("n_gpu_layers", "all"), n_layer)
+        self.start = max(n_layer + 1 - ngl, 0)
+        self.slots = min(ngl, n_layer + 1)
+        self.n_layer = n_layer
+        cells, streams = gp.kv_cells(opts.get("ctx_size", 0), opts.get("parallel", 1), facts["context_length_train"],
+                                     opts.get("kv_unified", False))
+        self.cells = cells
+        type_k = gp.cache_type(opts.get("cache_type_k", "f16"), "cache_type_k")
+        type_v = gp.cache_type(opts.get("cache_type_v", "f16"), "cache_type_v")
+        full = dict(facts, expert_ffn_size=gp._expert_ffn(model, facts))
+        weights = gp.weight_bytes_by_layer(model, n_layer, opts.get("alignment", 32))
+        kv = gp.kv_bytes_per_layer(full, cells, streams, type_k, type_v)
+        offload = opts.get("offload_kqv", True)
+        self.slot_bytes = []
+        for j in range(self.slots):
+            il = self.start + j
+            if il == n_layer:
+                self.slot_bytes.append(weights[gp.OUTPUT])
+            else:
+                self.slot_bytes.append(weights[il] + (kv[il][0] + kv[il][1] if offload else 0))
+        self.prefix = [0]
+        for nbytes in self.slot_bytes:
+            self.prefix.append(self.prefix[-1] + nbytes)
+        flash = opts.get("flash_attn", "auto") != "off"
+        ubatch = opts.get("ubatch", gp.DEFAULT_UBATCH)
+        outputs = max(opts.get("parallel", 1), 1)
+        self.compute = {}
+        for layers in (False, True):
+            for output in (False, True):
+                self.compute[(layers, output)] = gp.compute_bytes_estimate(full, cells, layers, output, flash, ubatch,
+                                                                           outputs)
+        self.devices = devices
+        self.caps = _capacities(devices)
+
+    def headroom(self, d, a, b):
+        """MiB device d keeps with slots [a, b) (None when its memory is unknown)."""
+        cap = self.caps[d]
+        if cap is None:
+            return None
+        if b <= a:
+            return cap - self.margin
+        output = b == self.slots and self.start + self.slots - 1 == self.n_layer
+        layers = (b - a) - (1 if output else 0) > 0
+        total = self.prefix[b] - self.prefix[a] + self.compute[(layers, output)]
+        if self.devices[d].get("cuda", True) is not False:
+            total += self.context_mib * MIB
+        return cap - self.margin - total / float(MIB)
+
+
+def best_whole_layer_split(costs):
+    """(smallest headroom in MiB, slot counts per device): the contiguous whole-slot split with the
+    largest smallest headroom (dynamic programme over devices and slots taken)."""
+    n, slots = len(costs.devices), costs.slots
+    neg = float("-inf")
+    best = [[neg] * (slots + 1) for _d in range(n)]
+    back = [[0] * (slots + 1) for _d in range(n)]
+    for b in range(slots + 1):
+        best[0][b] = costs.headroom(0, 0, b)
+    for d in range(1, n):
+        for b in range(slots + 1):
+            for a in range(b + 1):
+                if best[d - 1][a] == neg:
+                    continue
+                value = min(best[d - 1][a], costs.headroom(d, a, b))
+                # ties keep the later layers on the later devices (the larger a), like an equal split
+                if value >= best[d][b]:
+                    best[d][b], back[d][b] = value, a
+    counts = [0] * n
+    b = slots
+    for d in range(n - 1, 0, -1):
+        a = back[d][b]
+        counts[d] = b - a
+        b = a
+    counts[0] = b
+    return best[n - 1][slots], counts
+
+
+def _plan_summary(label, split, plan):
+    checked = [r for r in plan["devices"] if r["headroom_mib"] is not None]
+    tightest = min(checked, key=lambda r: r["headroom_mib"]) if checked else None
+    findings = []
+    for row in checked:
+        if not row["fits"]:
+            findings.append("%s would overflow by %.0f MiB (%.0f MiB planned, %s MiB free, %s MiB margin)"
+                            % (row["name"], -row["headroom_mib"], row["total_mib"], gp._fmt(row["free_mib"]),
+                               gp._fmt(row["margin_mib"])))
+    if not findings and tightest is not None:
+        findings.append("fits; the tightest device %s keeps %.0f MiB" % (tightest["name"], tightest["headroom_mib"]))
+    return {
+        "label": label,
+        "tensor_split": split,
+        "layer_ranges": [r["layer_range"] + ("+out" if r["output_layer"] else "") for r in plan["devices"]],
+        "fits": plan["fits"],
+        "smallest_headroom_mib": round(tightest["headroom_mib"], 2) if tightest else None,
+        "tightest": tightest["name"] if tightest else None,
+        "findings": findings,
+    }
+
+
+def choose_tensor_split(model, devices, facts=None, limit=REJECTED_LIMIT, **options):
+    """llama_server_tensor_split auto: the whole-layer split with the largest smallest headroom.
+
+    options: gguf_plan.plan_layout's (ctx_size resolved, parallel, cache types, margin_mib,
+    cuda_context_mib, ...). Returns {tensor_split (whole-layer counts), plan, reason, rejected,
+    smallest_headroom_mib}. Devices whose memory is unknown get llama.cpp's equal split.
+    """
+    facts = facts or gp.model_facts(model)
+    devices = gp.normalise_devices(devices)
+    options = dict(options)
+    options.pop("split", None)
+    costs = _Costs(model, facts, devices, options)
+    unknown = [d["name"] for d, cap in zip(devices, costs.caps) if cap is None]
+    if unknown:
+        split = [1.0] * len(devices)
+        plan = gp.plan_layout(model, devices, split=split, facts=facts, **options)
+        return {"tensor_split": split, "plan": plan, "smallest_headroom_mib": None, "rejected": [],
+                "reason": "auto: equal split, since the memory of %s is unknown (no free or total MiB); give the "
+                          "RPC servers their memory or set llama_server_tensor_split" % ", ".join(unknown)}
+    smallest, counts = best_whole_layer_split(costs)
+    split = [float(c) for c in counts]
+    plan = gp.plan_layout(model, devices, split=split, facts=facts, **options)
+    chosen = _plan_summary("auto", split, plan)
+    if chosen["smallest_headroom_mib"] is None:
+        # devices checked against their total only (RPC servers of a CPU build given memory)
+        chosen["smallest_headroom_mib"] = round(smallest, 2)
+        chosen["tightest"] = "of the given memory"
+    alternatives = []
+    for label, mode in (("equal", "equal"), ("by free memory (llama.cpp's default)", "free"),
+                        ("by total memory", "proportional")):
+        try:
+            values = gp.tensor_split(mode, devices)
+        except gp.PlanError:
+            continue
+        other = gp.plan_layout(model, devices, split=values, facts=facts, **options)
+        summary = _plan_summary(label, values, other)
+        if summary["layer_ranges"] != chosen["layer_ranges"]:
+            alternatives.append(summary)
+    ranges = ", ".join("%s %s" % (d["name"], r or "-") for d, r in zip(devices, chosen["layer_ranges"]))
+    if plan["fits"]:
+        reason = ("auto: whole-layer split %s (%s) keeps at least %.0f MiB beyond the margin on every device "
+                  "(tightest %s)" % (",".join("%d" % c for c in counts), ranges, chosen["smallest_headroom_mib"],
+                                     chosen["tightest"]))
+    else:
+        reason = ("auto: no whole-layer split fits; the best, %s (%s), still overflows %s"
+                  % (",".join("%d" % c for c in counts), ranges, ", ".join(plan["overflowing"])))
+    for alt in alternatives:
+        if alt["smallest_headroom_mib"] is not None and chosen["smallest_headroom_mib"] is not None:
+            alt["findings"].append("%.0f MiB less on its tightest device than auto"
+                                   % (chosen["smallest_headroom_mib"] - alt["smallest_headroom_mib"]))
+    return {"tensor_split": split, "plan": plan, "smallest_headroom_mib": chosen["smallest_headroom_mib"],
+            "reason": reason, "rejected": alternatives[:limit] if limit is not None else alternatives}
+
+
+def _streams(parallel, kv_unified):
+    return 1 if kv_unified or parallel == 1 else parallel
+
+
+def choose_ctx_and_split(model, devices, ctx_size=AUTO, split=AUTO, facts=None, limit=REJECTED_LIMIT, **options):
+    """llama_server_ctx_size and llama_server_tensor_split, each auto or the operator's value.
+
+    ctx auto: the largest context (whole 256-cell blocks per slot) whose plan fits with the
+    margin, capped by the model's trained context; with split auto the split is searched at every
+    context tried. A given context is kept and checked. Returns {ctx_size, tensor_split, plan,
+    ctx_reason, split_reason, rejected, fits}.
+    """
+    facts = facts or gp.model_facts(model)
+    devices = gp.normalise_devices(devices)
+    options = dict(options)
+    parallel = options.get("parallel", 1)
+    streams = _streams(parallel, options.get("kv_unified", False))
+    trained = facts["context_length_train"]
+
+    def plan_at(ctx):
+        opts = dict(options, ctx_size=ctx)
+        if is_auto(split):
+            choice = choose_tensor_split(model, devices, facts=facts, limit=limit, **opts)
+            return choice["plan"], choice
+        plan = gp.plan_layout(model, devices, split=split, facts=facts, **opts)
+        return plan, None
+
+    if not is_auto(ctx_size):
+        plan, choice = plan_at(ctx_size)
+        ctx_reason = "llama_server_ctx_size %d as set" % ctx_size
+        if trained and ctx_size > trained:
+            ctx_reason += ", beyond the model's trained context %d (llama.cpp warns; quality may drop)" % trained
+        ctx = ctx_size
+    else:
+        if not trained:
+            raise AutoError("llama_server_ctx_size is auto but the model does not say its trained context "
+                            "(%s.context_length); set llama_server_ctx_size" % facts["architecture"])
+        block = gp.KV_CTX_PAD * streams
+        top = max(trained // block, 1)
+        caps = _capacities(devices)
+        if any(c is None for c in caps):
+            ctx = min(trained, max(UNKNOWN_MEMORY_CTX // block, 1) * block)
+            plan, choice = plan_at(ctx)
+            ctx_reason = ("auto: %d tokens, the trained context %d capped at %d, since the memory of some device "
+                          "is unknown" % (ctx, trained, UNKNOWN_MEMORY_CTX))
+        else:
+            plan, choice = plan_at(block)
+            if not plan["fits"]:
+                ctx = block
+                ctx_reason = ("auto: not even %d tokens (%d slot(s) of %d) fit: the weights alone overflow %s"
+                              % (block, streams, gp.KV_CTX_PAD, ", ".join(plan["overflowing"])))
+            else:
+                # fitting is monotone in the context: bisect over whole blocks
+                low, high = 1, top
+                best = (plan, choice)
+                while low < high:
+                    mid = (low + high + 1) // 2
+                    trial = plan_at(mid * block)
+                    if trial[0]["fits"]:
+                        low, best = mid, trial
+                    else:
+                        high = mid - 1
+                plan, choice = best
+                ctx = low * block
+                if ctx >= trained or low == top:
+                    ctx_reason = "auto: %d tokens, the model's trained context (it fits with the margin)" % ctx
+                else:
+                    ctx_reason = ("auto: %d tokens, the largest context that fits with the margin (trained %d)"
+                                  % (ctx, trained))
+    return {
+        "ctx_size": ctx,
+        "tensor_split": choice["tensor_split"] if choice else plan["tensor_split"],
+        "plan": plan,
+        "fits": plan["fits"],
+        "ctx_reason": ctx_reason,
+        "split_reason": choice["reason"] if choice else "llama_server_tensor_split %r as set" % (split,),
+        "rejected": choice["rejected"] if choice else [],
+    }
+
+
+# ---------------------------------------------------------------- vLLM
+
+def _given_matches(layout, given):
+    for key, value in (("tensor_parallel_size", layout.tp), ("pipeline_parallel_size", layout.pp),
+                       ("data_parallel_size", layout.dp), ("enable_expert_parallel", layout.ep)):
+        want = given.get(key)
+        if not is_auto(want) and want != value:
+            return False
+    return True
+
+
+def _closeness(result):
+    """Order of the turned-down layouts: those that use the most GPUs, then fewer pipeline stages
+    and data-parallel engines, then the larger TP first (the ones an operator tries first)."""
+    layout = result["layout"]
+    world = layout["tensor_parallel_size"] * layout["pipeline_parallel_size"] * layout["data_parallel_size"]
+    return (-world, layout["pipeline_parallel_size"], layout["data_parallel_size"],
+            -layout["tensor_parallel_size"], layout["enable_expert_parallel"])
+
+
+def _verdict(result):
+    """The findings that turn a layout down: its errors, and under auto its idle GPUs."""
+    errors = [f["message"] for f in result["findings"] if f["level"] == "error"]
+    idle = [f["message"] for f in result["findings"] if f["rule"] == "gpus" and f["level"] == "warning"]
+    return errors, idle
+
+
+def choose_vllm_layout(summary, shape, hw, opts, given=None, limit=REJECTED_LIMIT):
+    """TP, PP, DP and expert parallel chosen together: every GPU used, vLLM's rules, memory,
+    then KV capacity (vllm_plan.rank_key). given: the operator's values, each a value or auto/None;
+    a layout they fix completely is kept and checked (idle GPUs then only warn).
+
+    Returns {layout (vllm_plan.Layout), result (check_layout's), reason, rejected, alternatives}.
+    """
+    given = dict(given or {})
+    fixed = not any(is_auto(given.get(k)) for k in ("tensor_parallel_size", "pipeline_parallel_size",
+                                                    "data_parallel_size", "enable_expert_parallel"))
+    if fixed:
+        layout = vp.check_layout_input(vp.Layout(given["tensor_parallel_size"], given["pipeline_parallel_size"],
+                                                 given["data_parallel_size"], given["enable_expert_parallel"]))
+        result = vp.check_layout(summary, shape, hw, layout, opts)
+        errors, _idle = _verdict(result)
+        if errors:
+            raise AutoError("vLLM cannot run %s as set: %s" % (layout.label(), " ".join(errors)))
+        return {"layout": layout, "result": result, "rejected": [], "alternatives": [],
+                "reason": "%s as set (vllm_server_*_parallel_size, vllm_server_enable_expert_parallel)" % layout.label()}
+    candidates = [c for c in vp.candidate_layouts(shape, hw) if _given_matches(c, given)]
+    accepted, rejected = [], []
+    for layout in candidates:
+        result = vp.check_layout(summary, shape, hw, layout, opts)
+        errors, idle = _verdict(result)
+        if errors or idle:
+            rejected.append({"label": result["label"], "layout": result["layout"], "findings": errors + idle,
+                             "rules": [f["rule"] for f in result["findings"] if f["level"] == "error"]
+                             + (["gpus"] if idle else []),
+                             "estimate": result["estimate"]})
+        else:
+            accepted.append((layout, result))
+    rejected.sort(key=_closeness)
+    if not accepted:
+        first = "; ".join("%s: %s" % (r["label"], " ".join(r["findings"])) for r in rejected[:3])
+        raise AutoError("no layout of %s runs the model on every GPU (%s). The closest: %s. %s"
+                        % (hw["label"], _given_text(given), first, smallest_vllm_hint(summary, shape, hw, opts)))
+    accepted.sort(key=lambda pair: vp.rank_key(pair[1]))
+    layout, result = accepted[0]
+    est = result["estimate"]
+    reason = ("auto: %s uses all %d GPUs and passes vLLM's rules; %.1f GiB of weights and %.1f GiB of KV cache "
+              "per GPU, %d tokens, %d requests at %d tokens"
+              % (layout.label(), hw["gpus_total"], est["weights_gib"], est["kv_cache_gib"], est["kv_tokens_total"],
+                 est["concurrency_at_max_model_len"], opts["max_model_len"]))
+    alternatives = [{"label": r["label"], "layout": r["layout"], "estimate": r["estimate"],
+                     "findings": ["valid, ranked lower: %d requests at max_model_len, %d KV tokens, PP %d, DP %d"
+                                  % (r["estimate"]["concurrency_at_max_model_len"], r["estimate"]["kv_tokens_total"],
+                                     r["layout"]["pipeline_parallel_size"], r["layout"]["data_parallel_size"])]}
+                    for _l, r in accepted[1:]]
+    cut = (lambda items: items[:limit]) if limit is not None else (lambda items: items)
+    return {"layout": layout, "result": result, "reason": reason, "rejected": cut(rejected),
+            "alternatives": cut(alternatives)}
+
+
+def _given_text(given):
+    set_values = ["%s=%s" % (k, v) for k, v in sorted(given.items()) if not is_auto(v)]
+    return "with " + ", ".join(set_values) if set_values else "every value auto"
+
+
+def smallest_vllm_hint(summary, shape, hw, opts, max_gpus=64):
+    """'it would fit on N x <memory> GPUs (TP=...)': the fewest GPUs of this size, one node of
+    gpus_per_node or more nodes of the same, on which some layout is valid."""
+    per_node = hw["gpus_per_node"]
+    for nodes in range(1, max(1, max_gpus // max(per_node, 1)) + 1):
+        trial = dict(hw, nodes=nodes, gpus_total=nodes * per_node,
+                     label="%d node(s) x %d GPUs of %d MiB" % (nodes, per_node, hw["gpu_memory_mib"]))
+        valid = [r for r in (vp.check_layout(summary, shape, trial, layout, opts)
+                             for layout in vp.candidate_layouts(shape, trial) if layout.world == trial["gpus_total"])
+                 if r["valid"]]
+        if valid:
+            return "It would run on %s as %s." % (trial["label"], min(valid, key=vp.rank_key)["label"])
+    return "No layout of up to %d GPUs of %d MiB runs it." % (max_gpus, hw["gpu_memory_mib"])

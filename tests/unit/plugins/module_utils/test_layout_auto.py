@@ -1,0 +1,317 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The layout autopilot on the two seed deployments (MiniMax-M2.7 Q8_0 over three 96 GB GPUs on
+two nodes; MiniMax-M2.5 FP8 over eight), on shapes of its own, and the engine choice."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+from pathlib import Path
+
+import pytest
+from test_gguf_plan import MINIMAX_M2, ShapedModel
+
+from ansible_collections.gpulab.inference.plugins.module_utils import gguf_plan as gp
+from ansible_collections.gpulab.inference.plugins.module_utils import layout_auto as la
+from ansible_collections.gpulab.inference.plugins.module_utils import vllm_plan as vp
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "vllm"
+# an idle RTX PRO 6000 (nvidia-smi capture), the seed's ~96 GB GPUs
+IDLE_MIB = 97248
+OPTIONS = dict(parallel=1, margin_mib=1024, cuda_context_mib=720)
+
+
+@pytest.fixture(scope="module")
+def minimax():
+    return ShapedModel(MINIMAX_M2, 200064)
+
+
+def seed_devices(worker_kept_mib=10240, head_kept_mib=(5120, 0)):
+    """RPC0 (node-b's GPU) first, then node-a's two GPUs, as llama.cpp orders them; each GPU's
+    free memory is what the kept services leave."""
+    return [{"name": "RPC0", "host": "node-b", "free_mib": IDLE_MIB - worker_kept_mib},
+            {"name": "CUDA0", "host": "node-a", "free_mib": IDLE_MIB - head_kept_mib[0]},
+            {"name": "CUDA1", "host": "node-a", "free_mib": IDLE_MIB - head_kept_mib[1]}]
+
+
+# ---------------------------------------------------------------- llama.cpp: the split
+
+def test_seed_llama_cpp_auto_split_is_whole_layers_with_the_most_headroom(minimax):
+    devs = seed_devices()
+    choice = la.choose_tensor_split(minimax, devs, ctx_size=32768, **OPTIONS)
+    counts = choice["tensor_split"]
+    assert all(c == int(c) for c in counts) and sum(counts) == 63  # 62 layers and the output layer
+    plan = choice["plan"]
+    assert plan["fits"] is True
+    # the worker keeps 10 GiB for its live service: it gets fewer layers than the head's GPUs
+    assert counts[0] < counts[1] and counts[0] < counts[2]
+    # the seed's resident figures (80.0 / 75.7 / 80.0 GiB) are in this range per GPU
+    assert all(70 * 1024 < r["total_mib"] < 86 * 1024 for r in plan["devices"]), plan["devices"]
+    smallest = min(r["headroom_mib"] for r in plan["devices"])
+    assert choice["smallest_headroom_mib"] == pytest.approx(smallest, abs=0.01)
+    assert "whole-layer split %s" % ",".join("%d" % c for c in counts) in choice["reason"]
+    # the 1:1:1 split the seed ran keeps less on its tightest device, and says so
+    equal = [r for r in choice["rejected"] if r["label"] == "equal"][0]
+    assert equal["layer_ranges"] == ["0-20", "21-41", "42-61+out"]
+    assert equal["smallest_headroom_mib"] < smallest
+    assert "MiB less on its tightest device than auto" in equal["findings"][-1]
+
+
+def test_the_search_beats_every_other_whole_layer_split(minimax):
+    """Exhaustive over every split of 63 slots on three devices: none keeps more on its tightest device."""
+    devs = seed_devices(worker_kept_mib=24576, head_kept_mib=(0, 3072))
+    options = dict(OPTIONS, ctx_size=16384)
+    choice = la.choose_tensor_split(minimax, devs, **options)
+    costs = la._Costs(minimax, gp.model_facts(minimax), gp.normalise_devices(devs), options)
+    best = max(min(costs.headroom(0, 0, a), costs.headroom(1, a, b), costs.headroom(2, b, 63))
+               for a in range(64) for b in range(a, 64))
+    assert choice["smallest_headroom_mib"] == pytest.approx(best, abs=0.01)
+
+
+def test_search_costs_match_the_planner(minimax):
+    """The dynamic programme's headroom per device is plan_layout's for the same split."""
+    devs = seed_devices()
+    options = dict(OPTIONS, ctx_size=8192)
+    costs = la._Costs(minimax, gp.model_facts(minimax), gp.normalise_devices(devs), options)
+    plan = gp.plan_layout(minimax, devs, split=[18, 22, 23], **options)
+    assert [r["layer_range"] for r in plan["devices"]] == ["0-17", "18-39", "40-61"]
+    assert [r["headroom_mib"] for r in plan["devices"]] == pytest.approx(
+        [costs.headroom(0, 0, 18), costs.headroom(1, 18, 40), costs.headroom(2, 40, 63)], abs=0.01)
+
+
+def test_a_worker_keeping_24_gib_fits_only_with_a_weighted_split(minimax):
+    devs = seed_devices(worker_kept_mib=24576, head_kept_mib=(0, 0))
+    equal = gp.plan_layout(minimax, devs, split="equal", ctx_size=32768, **OPTIONS)
+    assert equal["fits"] is False and equal["overflowing"] == ["RPC0"]
+    choice = la.choose_tensor_split(minimax, devs, ctx_size=32768, **OPTIONS)
+    assert choice["plan"]["fits"] is True
+    assert choice["tensor_split"][0] < 21
+    rejected = dict((r["label"], r) for r in choice["rejected"])
+    assert rejected["equal"]["fits"] is False
+    assert rejected["equal"]["findings"][0].startswith("RPC0 would overflow by ")
+
+
+def test_a_model_that_fits_no_split_says_so(minimax):
+    devs = seed_devices(worker_kept_mib=60000, head_kept_mib=(60000, 60000))
+    choice = la.choose_tensor_split(minimax, devs, ctx_size=4096, **OPTIONS)
+    assert choice["plan"]["fits"] is False
+    assert choice["reason"].startswith("auto: no whole-layer split fits")
+
+
+def test_unknown_memory_falls_back_to_the_equal_split(minimax):
+    devs = [{"name": "RPC0", "free_mib": None, "cuda": False}, {"name": "RPC1", "free_mib": None, "cuda": False}]
+    choice = la.choose_tensor_split(minimax, devs, ctx_size=4096, **OPTIONS)
+    assert choice["tensor_split"] == [1.0, 1.0]
+    assert "memory of RPC0, RPC1 is unknown" in choice["reason"]
+
+
+def test_cpu_servers_given_memory_are_split_by_it(minimax):
+    devs = [{"name": "RPC0", "free_mib": None, "total_mib": 50000, "cuda": False},
+            {"name": "RPC1", "free_mib": None, "total_mib": 200000, "cuda": False}]
+    choice = la.choose_tensor_split(minimax, devs, ctx_size=4096, **OPTIONS)
+    assert choice["tensor_split"][0] < choice["tensor_split"][1]
+
+
+def test_partial_offload_splits_only_the_offloaded_layers(minimax):
+    devs = seed_devices()
+    choice = la.choose_tensor_split(minimax, devs, ctx_size=4096, n_gpu_layers=40, **OPTIONS)
+    assert sum(choice["tensor_split"]) == 40
+    assert choice["plan"]["cpu"]["layer_range"] == "0-22"
+
+
+# ---------------------------------------------------------------- llama.cpp: the context
+
+def test_seed_auto_context_is_the_largest_that_fits(minimax):
+    devs = seed_devices()
+    result = la.choose_ctx_and_split(minimax, devs, ctx_size="auto", split="auto", **OPTIONS)
+    ctx = result["ctx_size"]
+    assert result["fits"] is True and ctx % 256 == 0
+    assert 32768 < ctx < 196608
+    # one block more does not fit under any whole-layer split
+    bigger = la.choose_tensor_split(minimax, devs, ctx_size=ctx + 256, **OPTIONS)
+    assert bigger["plan"]["fits"] is False
+    assert "the largest context that fits with the margin (trained 196608)" in result["ctx_reason"]
+
+
+def test_auto_context_is_capped_by_the_trained_context(minimax):
+    devs = [{"name": "CUDA%d" % i, "free_mib": 143771} for i in range(4)]  # four idle H200
+    result = la.choose_ctx_and_split(minimax, devs, **dict(OPTIONS, parallel=4))
+    assert result["ctx_size"] == 196608
+    assert result["plan"]["kv_streams"] == 4 and result["plan"]["kv_cells"] == 49152
+    assert "trained context" in result["ctx_reason"]
+
+
+def test_auto_context_with_a_set_split(minimax):
+    devs = seed_devices(worker_kept_mib=0, head_kept_mib=(0, 0))
+    result = la.choose_ctx_and_split(minimax, devs, ctx_size="auto", split=[1, 1, 1], **OPTIONS)
+    assert result["tensor_split"] == [1.0, 1.0, 1.0]
+    assert result["split_reason"] == "llama_server_tensor_split [1, 1, 1] as set"
+    assert result["fits"] is True
+
+
+def test_a_set_context_is_kept_and_checked(minimax):
+    devs = seed_devices()
+    result = la.choose_ctx_and_split(minimax, devs, ctx_size=262144, split="auto", **OPTIONS)
+    assert result["ctx_size"] == 262144
+    assert result["fits"] is False
+    assert "beyond the model's trained context 196608" in result["ctx_reason"]
+
+
+def test_no_context_fits_names_the_overflow(minimax):
+    devs = seed_devices(worker_kept_mib=60000, head_kept_mib=(60000, 60000))
+    result = la.choose_ctx_and_split(minimax, devs, **OPTIONS)
+    assert result["fits"] is False
+    assert result["ctx_reason"].startswith("auto: not even 256 tokens")
+
+
+def test_auto_context_without_a_trained_context_is_refused(minimax):
+    class NoContext(ShapedModel):
+        pass
+    model = NoContext(MINIMAX_M2, 200064)
+    model.metadata.pop("minimax-m2.context_length")
+    with pytest.raises(la.AutoError, match="set llama_server_ctx_size"):
+        la.choose_ctx_and_split(model, seed_devices(), **OPTIONS)
+
+
+def test_unknown_memory_takes_the_trained_context_capped(minimax):
+    devs = [{"name": "RPC0", "free_mib": None, "cuda": False}]
+    result = la.choose_ctx_and_split(minimax, devs, **dict(OPTIONS, parallel=4))
+    assert result["ctx_size"] == 8192
+    assert "capped at 8192" in result["ctx_reason"]
+
+
+# ---------------------------------------------------------------- vLLM
+
+def seed_vllm(nodes=None, opts=None):
+    config = json.loads((FIXTURES / "minimax-m2.5-config.json").read_text())
+    shape = vp.model_shape(config)
+    tensors = dict((n, (dt, dims, vp.tensor_nbytes(dt, dims))) for n, dt, dims in vp.checkpoint_tensors(shape))
+    hw = vp.hardware(nodes or [{"name": "seed", "gpus": [{"index": i, "memory_total_mib": 97887} for i in range(8)]}])
+    options = opts or {"gpu_memory_utilization": 0.9, "max_model_len": 196608, "kv_cache_dtype": "auto",
+                       "reserve_mib": 4096}
+    return vp.summarize(tensors, shape), shape, hw, options
+
+
+def test_seed_vllm_auto_takes_tp8_with_expert_parallel():
+    summary, shape, hw, opts = seed_vllm()
+    choice = la.choose_vllm_layout(summary, shape, hw, opts, limit=None)
+    assert choice["layout"].as_dict() == {"tensor_parallel_size": 8, "pipeline_parallel_size": 1,
+                                          "data_parallel_size": 1, "enable_expert_parallel": True}
+    assert choice["reason"].startswith("auto: TP=8+EP uses all 8 GPUs")
+    rejected = dict((r["label"], r) for r in choice["rejected"])
+    # the seed's three failures, each with its reason
+    assert rejected["TP=4"]["rules"] == ["gpus"] and "4 GPUs stay idle" in rejected["TP=4"]["findings"][0]
+    assert "memory" in rejected["TP=2+EP"]["rules"]
+    assert "(115.1 GB) of weights" in rejected["TP=2+EP"]["findings"][0]
+    assert rejected["TP=8"]["rules"] == ["expert_shard_vs_block"]
+    assert "1536 / 8 = 192 is not a multiple of the FP8 block size 128" in rejected["TP=8"]["findings"][0]
+    # closest first: layouts over all eight GPUs before those that leave some idle
+    assert choice["rejected"][0]["label"] == "TP=8"
+    labels = [r["label"] for r in choice["alternatives"]]
+    assert "TP=4+DP=2+EP" in labels and "TP=8+EP" not in labels
+
+
+def test_rejected_are_cut_to_the_first_few():
+    summary, shape, hw, opts = seed_vllm()
+    choice = la.choose_vllm_layout(summary, shape, hw, opts)
+    assert len(choice["rejected"]) == la.REJECTED_LIMIT
+    assert [r["label"] for r in choice["rejected"][:2]] == ["TP=8", "TP=4+DP=2"]
+
+
+def test_operator_values_are_kept_and_the_rest_chosen():
+    summary, shape, hw, opts = seed_vllm()
+    choice = la.choose_vllm_layout(summary, shape, hw, opts, given={"tensor_parallel_size": 4,
+                                                                    "enable_expert_parallel": "auto"})
+    assert choice["layout"].tp == 4 and choice["layout"].world == 8
+    assert choice["layout"].ep is True
+
+
+def test_an_operator_layout_that_vllm_refuses_is_an_error():
+    summary, shape, hw, opts = seed_vllm()
+    given = {"tensor_parallel_size": 8, "pipeline_parallel_size": 1, "data_parallel_size": 1,
+             "enable_expert_parallel": False}
+    with pytest.raises(la.AutoError, match="vLLM cannot run TP=8 as set: expert FFN 1536 / 8 = 192"):
+        la.choose_vllm_layout(summary, shape, hw, opts, given=given)
+
+
+def test_an_operator_layout_with_idle_gpus_is_kept():
+    summary, shape, hw, opts = seed_vllm()
+    given = {"tensor_parallel_size": 4, "pipeline_parallel_size": 1, "data_parallel_size": 1,
+             "enable_expert_parallel": True}
+    choice = la.choose_vllm_layout(summary, shape, hw, opts, given=given)
+    assert choice["layout"].label() == "TP=4+EP" and "as set" in choice["reason"]
+
+
+def test_kept_services_shrink_the_budget_and_the_pinned_kv_cache():
+    free = seed_vllm()
+    kept = seed_vllm(nodes=[{"name": "seed", "gpus": [{"index": i, "memory_total_mib": 97887, "kept_mib": 20480}
+                                                       for i in range(8)]}])
+    a = la.choose_vllm_layout(*free)
+    b = la.choose_vllm_layout(*kept)
+    assert a["layout"].label() == b["layout"].label() == "TP=8+EP"
+    pinned_free = a["result"]["estimate"]["kv_cache_memory_bytes"]
+    pinned_kept = b["result"]["estimate"]["kv_cache_memory_bytes"]
+    assert pinned_free % (1 << 20) == 0
+    # 0.9 x 97887 MiB = 88098 MiB without kept services; 97887 - 20480 = 77407 MiB with them
+    assert (pinned_free - pinned_kept) // (1 << 20) == 88098 - 77407
+    assert vp.startup_utilization(97887, 0.9, 20480) == 0.79
+    assert vp.startup_utilization(97887, 0.9, 0) == 0.9
+
+
+def test_a_model_too_large_for_the_gpus_names_the_smallest_that_would_run_it():
+    summary, shape, hw, opts = seed_vllm(nodes=[{"name": "small", "gpus": [{"index": i, "memory_total_mib": 97887}
+                                                                            for i in range(2)]}])
+    with pytest.raises(la.AutoError) as error:
+        la.choose_vllm_layout(summary, shape, hw, opts)
+    message = str(error.value)
+    assert "no layout of 1 node(s) x 2 GPUs of 97887 MiB runs the model on every GPU (every value auto)" in message
+    assert "It would run on 2 node(s) x 2 GPUs of 97887 MiB as TP=4." in message
+
+
+def test_bad_kept_memory_is_named():
+    with pytest.raises(vp.VllmPlanError, match="kept_mib 'lots'"):
+        vp.hardware([{"name": "n", "gpus": [{"index": 0, "memory_total_mib": 1000, "kept_mib": "lots"}]}])
+
+
+def test_serve_arguments_pin_the_kv_cache():
+    layout = vp.Layout(8, ep=True)
+    opts = {"gpu_memory_utilization": 0.9, "max_model_len": 4096, "kv_cache_dtype": "auto",
+            "kv_cache_memory_bytes": 59242446848}
+    hw = {"nodes": 1, "gpus_per_node": 8}
+    first = vp.serve_arguments("/m", layout, opts, hw, {})["args"]
+    assert first[first.index("--kv-cache-memory-bytes") + 1] == "59242446848"
+    assert vp.serve_arguments("/m", layout, opts, hw, {})["args"] == first
+    unpinned = vp.serve_arguments("/m", layout, dict(opts, kv_cache_memory_bytes=None), hw, {})["args"]
+    assert "--kv-cache-memory-bytes" not in unpinned
+
+
+# ---------------------------------------------------------------- the engine
+
+@pytest.mark.parametrize("kwargs, expected", [
+    ({"path": "/models/m-00001-of-00002.gguf"}, "gguf"),
+    ({"manifest": {"format": "hf"}, "path": "/models/x.gguf"}, "hf"),
+    ({"synthetic": {"shards": 2}}, "gguf"),
+    ({"path": "/models/m2", "names": ["config.json", "model-00001-of-00002.safetensors"]}, "hf"),
+    ({"path": "/models/m2", "names": ["README.md"]}, None),
+])
+def test_model_format(kwargs, expected):
+    assert la.model_format(**kwargs) == expected
+
+
+def test_engine_auto_follows_the_model_format():
+    assert la.choose_engine("auto", "gguf", "/m.gguf") == {
+        "engine": "llama_cpp", "reason": "auto: /m.gguf is a GGUF model, which llama.cpp serves"}
+    assert la.choose_engine("auto", "hf", "/m")["engine"] == "vllm"
+    assert la.choose_engine("vllm", "gguf")["reason"] == "gpulab_engine is set to vllm"
+    with pytest.raises(la.AutoError, match="neither a GGUF file nor a Hugging Face checkpoint"):
+        la.choose_engine("auto", None, "/m")
+    with pytest.raises(la.AutoError, match="gpulab_engine is 'sglang'; set llama_cpp, vllm or auto"):
+        la.choose_engine("sglang", "hf")
+
+
+def test_engine_of_a_path_on_disk(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    assert la.engine_of_path("auto", str(tmp_path))["engine"] == "vllm"
+    assert la.engine_of_path("auto", str(tmp_path / "m.gguf"))["engine"] == "llama_cpp"
