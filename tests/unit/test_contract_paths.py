@@ -16,6 +16,7 @@ CONTRACTS = {
     'gpulab_memory_plan_file': 'memory-plan.json',
     'gpulab_drain_state_file': 'drain-state.json',
     'gpulab_rpc_manifest': 'servers.json',
+    'gpulab_rpc_cache_file': 'rpc-cache.json',
     'gpulab_fabric_file': 'fabric.json',
     'gpulab_rdma_env_file': 'rdma.env',
     'gpulab_vllm_plan_file': 'plan.json',
