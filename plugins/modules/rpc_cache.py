@@ -257,6 +257,7 @@ class RpcCache:
                 except FileNotFoundError:
                     continue
             if rewrite:
+                os.makedirs(os.path.dirname(params['record']), 0o755, exist_ok=True)
                 atomic_write(params['record'], rc.record_text(new), 0o644)
         if plan['model_exceeds_bound']:
             self.module.warn('the model\'s tensors for this node (%s) exceed the cache\'s bound (%s): the cache will '
