@@ -35,19 +35,11 @@ read -r -a ctx_sizes <<<"${GPULAB_E2E_CTX_SIZES:-8192 65536}"
 idempotence_layouts=${GPULAB_E2E_IDEMPOTENCE:-split}
 bench_playbook_layouts=${GPULAB_E2E_BENCH_PLAYBOOK:-split rpc}
 model_dir=/var/lib/gpulab/models
-# Named models (GPULAB_E2E_MODEL_NAME), MiniMax-M2-shaped, Q8_0, 2 shards:
-#   m2-16  16 layers, hidden 3072, 48 heads / 8 KV heads, 64 experts / 8 used, expert FFN 1536: 15.98 GiB
-#   m2-62  the real model's depth: 62 layers, hidden 3072, 48 / 8 heads, 16 experts / 8 used, expert FFN
-#          1536: about 19 GB; a token reads the same 8 experts per layer as the real model's 256 / 8.
+# Named models (GPULAB_E2E_MODEL_NAME, default m2-16): scripts/gpu-e2e-models.sh.
 # GPULAB_E2E_MODEL (JSON options of synthetic_gguf) and GPULAB_E2E_MODEL_STEM override them.
 model_name=${GPULAB_E2E_MODEL_NAME:-m2-16}
-case $model_name in
-  m2-16) named_options='{"layers": 16, "hidden_size": 3072, "attention_heads": 48, "kv_heads": 8, "experts": 64, "experts_used": 8, "expert_ffn_size": 1536, "shards": 2}'
-    named_stem=e2e-minimax-m2 ;;
-  m2-62) named_options='{"layers": 62, "hidden_size": 3072, "attention_heads": 48, "kv_heads": 8, "experts": 16, "experts_used": 8, "expert_ffn_size": 1536, "shards": 2}'
-    named_stem=e2e-minimax-m2-62 ;;
-  *) echo "GPULAB_E2E_MODEL_NAME is $model_name; use m2-16 or m2-62" >&2; exit 2 ;;
-esac
+# shellcheck source=scripts/gpu-e2e-models.sh
+. "$repo/scripts/gpu-e2e-models.sh"
 model_stem=${GPULAB_E2E_MODEL_STEM:-$named_stem}
 model_options=${GPULAB_E2E_MODEL:-$named_options}
 model_path=$model_dir/$model_stem-00001-of-00002.gguf
