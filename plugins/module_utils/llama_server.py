@@ -1116,6 +1116,9 @@ def server_argv(binary, model, options, rpc, split_arg, backend_sampling):
              "--flash-attn", str(opts["flash_attn"]),
              "--cache-type-k", str(opts["cache_type_k"]), "--cache-type-v", str(opts["cache_type_v"]),
              "--batch-size", str(opts["batch_size"]), "--ubatch-size", str(opts["ubatch_size"])]
+    # The memory plan chose the layers, the split and the context: llama.cpp's own fitting
+    # (common/arg.cpp --fit, on by default since 0c1e570's era) must not move anything behind it.
+    argv += ["--fit", "off"]
     if opts["jinja"]:
         argv.append("--jinja")
     if opts["reasoning_format"] is not None:

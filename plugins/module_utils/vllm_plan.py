@@ -845,23 +845,29 @@ def rank_layouts(summary, shape, hardware, opts, limit=10):
              "warnings": [f["message"] for f in r["findings"] if f["level"] == "warning"]} for r in ranked[:limit]]
 
 
-def plan(config, tensors, tensor_source, nodes, layout, opts, reasoning_parser=None, tool_call_parser=None, where="the model"):
-    """The whole plan: the verdict on `layout`, the findings, the estimate and the ranking.
-
-    config: parsed config.json; tensors: {name: (dtype, dims, nbytes)} or None (estimated from
-    the config); tensor_source: where the sizes come from (safetensors, config, ...)."""
+def plan_inputs(config, tensors, nodes, opts, where="the model"):
+    """What every layout is judged on: (shape, summary, hardware, opts, tensors), each checked;
+    opts' max_model_len defaults to the model's context, tensors to config.json's estimate."""
     shape = model_shape(config, where)
     opts = dict(opts)
     if opts.get("max_model_len") is None:
         # vLLM's default: the model's own context (vllm/config/model.py get_and_verify_max_len)
         opts["max_model_len"] = shape.get("max_position_embeddings")
     opts = check_opts(opts)
-    check_layout_input(layout)
     hw = hardware(nodes)
-    reasoning, tool = parsers(shape, reasoning_parser, tool_call_parser)
     if tensors is None:
         tensors = dict((name, (dt, dims, tensor_nbytes(dt, dims))) for name, dt, dims in checkpoint_tensors(shape))
-    summary = summarize(tensors, shape)
+    return shape, summarize(tensors, shape), hw, opts, tensors
+
+
+def plan(config, tensors, tensor_source, nodes, layout, opts, reasoning_parser=None, tool_call_parser=None, where="the model"):
+    """The whole plan: the verdict on `layout`, the findings, the estimate and the ranking.
+
+    config: parsed config.json; tensors: {name: (dtype, dims, nbytes)} or None (estimated from
+    the config); tensor_source: where the sizes come from (safetensors, config, ...)."""
+    shape, summary, hw, opts, tensors = plan_inputs(config, tensors, nodes, opts, where)
+    check_layout_input(layout)
+    reasoning, tool = parsers(shape, reasoning_parser, tool_call_parser)
     verdict = check_layout(summary, shape, hw, layout, opts)
     params = sum(int(math.ceil(float(nb) / DTYPE_BYTES.get(dt, 1))) for dt, _dims, nb in tensors.values())
     return {

@@ -44,8 +44,8 @@ options:
   nodes:
     description:
       - The nodes the layout spans, each with C(name) and C(gpus) (the C(gpulab_gpus) facts of
-        C(gpulab.inference.gpu_facts); only C(memory_total_mib) is used). Every node must have the
-        same number of GPUs.
+        C(gpulab.inference.gpu_facts); only C(memory_total_mib) is used, and C(kept_mib), the MiB
+        services kept beside vLLM hold there). Every node must have the same number of GPUs.
       - Give either O(nodes) or O(gpus).
     type: list
     elements: dict
@@ -54,21 +54,33 @@ options:
     type: list
     elements: dict
   tensor_parallel_size:
-    description: C(--tensor-parallel-size).
-    type: int
+    description:
+      - C(--tensor-parallel-size), or V(auto).
+      - Where any of the four layout options is V(auto), the layout is chosen over every GPU
+        (vLLM's rules, memory, then KV capacity) keeping the values given; see RV(choice).
+    type: raw
     default: 1
   pipeline_parallel_size:
-    description: C(--pipeline-parallel-size).
-    type: int
+    description: C(--pipeline-parallel-size), or V(auto).
+    type: raw
     default: 1
   data_parallel_size:
-    description: C(--data-parallel-size).
-    type: int
+    description: C(--data-parallel-size), or V(auto).
+    type: raw
     default: 1
   enable_expert_parallel:
-    description: C(--enable-expert-parallel); experts are placed whole over TP x DP GPUs instead of tensor-sharded.
-    type: bool
+    description:
+      - C(--enable-expert-parallel), or V(auto); experts are placed whole over TP x DP GPUs instead
+        of tensor-sharded.
+    type: raw
     default: false
+  pin_kv_cache:
+    description:
+      - Pass the planned KV cache per GPU as C(--kv-cache-memory-bytes), so vLLM skips its memory
+        profiling and a restart holds what was planned; C(--gpu-memory-utilization) is lowered
+        where kept services (a GPU's C(kept_mib)) leave less than it asks for at start-up.
+    type: bool
+    default: true
   gpu_memory_utilization:
     description: C(--gpu-memory-utilization), the fraction of each GPU's memory vLLM may use.
     type: float
@@ -299,6 +311,17 @@ estimate:
       C(concurrency_at_max_model_len), C(gpu_memory_gib).
   returned: success
   type: dict
+choice:
+  description:
+    - How the layout was chosen, C(reason) (one sentence), C(rejected) (the first layouts turned
+      down, each with C(label), C(layout), C(rules) and C(findings)) and C(alternatives) (valid
+      layouts ranked lower); a layout set completely is kept and only checked.
+  returned: success
+  type: dict
+kv_cache_memory_bytes:
+  description: The KV cache pinned per GPU (C(--kv-cache-memory-bytes)); null when not pinned or invalid.
+  returned: success
+  type: int
 ranked:
   description: Valid layouts for the same hardware, best first, each with C(label), C(layout), C(estimate), C(warnings).
   returned: success
@@ -369,6 +392,8 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.parsing.convert_bool import boolean
+from ansible_collections.gpulab.inference.plugins.module_utils import layout_auto as la
 from ansible_collections.gpulab.inference.plugins.module_utils import vllm_plan as vp
 
 INDEX_NAME = "model.safetensors.index.json"
@@ -435,10 +460,11 @@ def build_module():
             model_path=dict(type="path", required=True),
             nodes=dict(type="list", elements="dict"),
             gpus=dict(type="list", elements="dict"),
-            tensor_parallel_size=dict(type="int", default=1),
-            pipeline_parallel_size=dict(type="int", default=1),
-            data_parallel_size=dict(type="int", default=1),
-            enable_expert_parallel=dict(type="bool", default=False),
+            tensor_parallel_size=dict(type="raw", default=1),
+            pipeline_parallel_size=dict(type="raw", default=1),
+            data_parallel_size=dict(type="raw", default=1),
+            enable_expert_parallel=dict(type="raw", default=False),
+            pin_kv_cache=dict(type="bool", default=True),
             gpu_memory_utilization=dict(type="float", default=0.9),
             max_model_len=dict(type="int"),
             kv_cache_dtype=dict(type="str", default="auto", choices=sorted(vp.KV_CACHE_DTYPE_BYTES)),
@@ -494,12 +520,22 @@ def run(module):
         module.warn("the index names shard(s) missing from %s (%s): sizes are estimated from config.json"
                     % (p["model_path"], ", ".join(missing[:3]) + (" ..." if len(missing) > 3 else "")))
     nodes = p["nodes"] if p["nodes"] is not None else [{"name": "this node", "gpus": p["gpus"]}]
-    layout = vp.Layout(p["tensor_parallel_size"], p["pipeline_parallel_size"], p["data_parallel_size"],
-                       p["enable_expert_parallel"])
+    given = layout_values(p)
     opts = {"gpu_memory_utilization": p["gpu_memory_utilization"], "max_model_len": p["max_model_len"],
             "kv_cache_dtype": p["kv_cache_dtype"], "reserve_mib": p["reserve_mib"]}
+    if any(la.is_auto(v) for v in given.values()):
+        shape, summary, hw, checked, _tensors = vp.plan_inputs(config, tensors, nodes, opts, p["model_path"])
+        choice = la.choose_vllm_layout(summary, shape, hw, checked, given)
+        layout = choice["layout"]
+        choice = {"reason": choice["reason"], "rejected": choice["rejected"], "alternatives": choice["alternatives"]}
+    else:
+        layout = vp.Layout(given["tensor_parallel_size"], given["pipeline_parallel_size"], given["data_parallel_size"],
+                           given["enable_expert_parallel"])
+        choice = {"reason": "%s as set" % layout.label(), "rejected": [], "alternatives": []}
     result = vp.plan(config, tensors, source, nodes, layout, opts, p["reasoning_parser"], p["tool_call_parser"],
                      where=p["model_path"])
+    result["choice"] = choice
+    result["kv_cache_memory_bytes"] = None
     if index_total:
         result["model"]["index_total_size"] = index_total
     result["ranked"] = result["ranked"][:max(0, p["ranked_limit"])]
@@ -511,6 +547,11 @@ def run(module):
         launch.update(backend=p["distributed_backend"], reasoning_parser=result["reasoning_parser"],
                       tool_call_parser=result["tool_call_parser"])
         opts["max_model_len"] = result["max_model_len"]
+        if p["pin_kv_cache"]:
+            hw = result["hardware"]
+            opts["gpu_memory_utilization"] = vp.startup_utilization(hw["gpu_memory_mib"], opts["gpu_memory_utilization"],
+                                                                    hw["kept_mib"])
+            opts["kv_cache_memory_bytes"] = result["kv_cache_memory_bytes"] = result["estimate"]["kv_cache_memory_bytes"]
         command = vp.serve_arguments(p["model_path"], layout, opts, result["hardware"], launch)
         result["serve_args"], result["node_role"] = command["args"], command["role"]
         if p["service"] is not None:
@@ -521,11 +562,32 @@ def run(module):
     return result
 
 
+def layout_values(params):
+    """The four layout options, each a whole number >= 1 (a bool for expert parallel) or auto."""
+    values = {}
+    for key in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "enable_expert_parallel"):
+        value = params[key]
+        if la.is_auto(value):
+            values[key] = la.AUTO
+            continue
+        try:
+            if key == "enable_expert_parallel":
+                values[key] = boolean(value, strict=True)
+            else:
+                if isinstance(value, bool) or int(str(value).strip()) < 1:
+                    raise ValueError(value)
+                values[key] = int(str(value).strip())
+        except (TypeError, ValueError):
+            raise vp.VllmPlanError("%s is %r; give %s or auto" % (
+                key, value, "true or false" if key == "enable_expert_parallel" else "a whole number of 1 or more"))
+    return values
+
+
 def main():
     module = build_module()
     try:
         result = run(module)
-    except vp.VllmPlanError as exc:
+    except (vp.VllmPlanError, la.AutoError) as exc:
         module.fail_json(msg=str(exc))
     for warning in result["warnings"]:
         module.warn(warning)

@@ -130,6 +130,7 @@ def test_every_option_a_deployment_passes_is_a_real_vllm_option():
                    '--reasoning-parser', '--tool-call-parser', '--enable-auto-tool-choice', '--served-model-name',
                    '--nnodes', '--node-rank', '--master-addr', '--master-port', '--headless',
                    '--distributed-executor-backend', '--data-parallel-size-local', '--data-parallel-address',
-                   '--data-parallel-rpc-port', '--data-parallel-start-rank', '--enforce-eager', '--api-key'):
+                   '--data-parallel-rpc-port', '--data-parallel-start-rank', '--enforce-eager', '--api-key',
+                   '--kv-cache-memory-bytes'):
         assert option in known, option
     assert '--expert-parallel' not in known

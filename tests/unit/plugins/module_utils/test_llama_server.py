@@ -721,7 +721,7 @@ def test_server_argv_is_the_whole_command_line():
         "/opt/b/bin/llama-server", "--model", "/m/x-00001-of-00002.gguf", "--host", "127.0.0.1", "--port", "8081",
         "--rpc", "10.0.0.2:50052", "--n-gpu-layers", "all", "--tensor-split", "1,1", "--ctx-size", "8192",
         "--parallel", "4", "--flash-attn", "auto", "--cache-type-k", "f16", "--cache-type-v", "f16",
-        "--batch-size", "2048", "--ubatch-size", "512", "--jinja", "--reasoning-budget", "0", "--metrics",
+        "--batch-size", "2048", "--ubatch-size", "512", "--fit", "off", "--jinja", "--reasoning-budget", "0", "--metrics",
         "--threads", "8", "--verbosity", "4", "--api-key-file", "/etc/gpulab/llama-server/api-keys",
         "--backend-sampling", "--no-warmup"]
 

@@ -18,6 +18,7 @@ from ansible_collections.gpulab.inference.plugins.modules import vllm_plan
 
 from module_harness import ExitJson, FailJson, run_module
 
+MIB = 1 << 20
 H200 = [{"index": 0, "memory_total_mib": 143771}]
 H200_X2 = [{"index": 0, "memory_total_mib": 143771}, {"index": 1, "memory_total_mib": 143771}]
 
@@ -49,11 +50,14 @@ def test_exact_sizes_from_safetensors(tmp_path):
     assert (result["reasoning_parser"], result["tool_call_parser"]) == ("minimax_m2_append_think", "minimax_m2")
     assert result["ranked"][0]["label"] == "TP=1"
     assert result["node_role"] == "head"
+    # the KV cache pinned: 0.9 of the GPU less the weights and the 4096 MiB reserve, whole MiB
+    pinned = (int(143771 * 0.9 * MIB) - written.weights_bytes - 4096 * MIB) // MIB * MIB
+    assert result["kv_cache_memory_bytes"] == pinned
     assert result["serve_args"] == [
         "serve", model, "--host", "127.0.0.1", "--port", "8000", "--tensor-parallel-size", "1",
         "--pipeline-parallel-size", "1", "--data-parallel-size", "1", "--gpu-memory-utilization", "0.9",
-        "--max-model-len", "4096", "--kv-cache-dtype", "auto", "--reasoning-parser", "minimax_m2_append_think",
-        "--tool-call-parser", "minimax_m2", "--enable-auto-tool-choice"]
+        "--max-model-len", "4096", "--kv-cache-dtype", "auto", "--kv-cache-memory-bytes", str(pinned),
+        "--reasoning-parser", "minimax_m2_append_think", "--tool-call-parser", "minimax_m2", "--enable-auto-tool-choice"]
 
 
 SERVICE = {"install": "pip", "service_manager": "systemd", "vllm_command": ["/opt/v/bin/vllm"], "ray_command": ["/opt/v/bin/ray"],
@@ -270,3 +274,55 @@ def test_safetensors_header_that_is_a_json_array_is_named(tmp_path):
     run = plan_module({"model_path": model, "gpus": H200})
     assert run.kind is FailJson, run.result
     assert "model.safetensors: safetensors header is a JSON list, not an object of tensors" in run.result["msg"]
+
+
+def test_auto_layout_is_chosen_and_explained(tmp_path):
+    model = str(tmp_path / "mm2")
+    write_model(model)
+    args = {"model_path": model, "gpus": H200_X2, "tensor_parallel_size": "auto", "pipeline_parallel_size": "auto",
+            "data_parallel_size": "auto", "enable_expert_parallel": "auto"}
+    run = plan_module(args)
+    assert run.kind is ExitJson, run.result
+    result = run.result
+    assert result["valid"] is True and result["label"] == "TP=2+EP"
+    assert result["choice"]["reason"].startswith("auto: TP=2+EP uses all 2 GPUs")
+    assert result["choice"]["rejected"][0]["label"] == "TP=2"
+    assert "expert FFN 384 / 2 = 192" in result["choice"]["rejected"][0]["findings"][0]
+    # the same inputs give the same command line
+    assert plan_module(args).result["serve_args"] == result["serve_args"]
+
+
+def test_kept_memory_lowers_the_start_up_utilization_and_the_pinned_cache(tmp_path):
+    model = str(tmp_path / "mm2")
+    written = write_model(model)
+    kept = [dict(gpu, kept_mib=40960) for gpu in H200]
+    result = plan_module({"model_path": model, "gpus": kept}).result
+    args = result["serve_args"]
+    # vLLM refuses to start when free memory is below memory x utilization: 102811 / 143771 MiB
+    assert args[args.index("--gpu-memory-utilization") + 1] == "0.715"
+    # the budget is what the kept service leaves, below 0.9 of the GPU
+    assert result["kv_cache_memory_bytes"] == ((143771 - 40960) * MIB - written.weights_bytes - 4096 * MIB) // MIB * MIB
+    unpinned = plan_module({"model_path": model, "gpus": H200, "pin_kv_cache": False}).result
+    assert "--kv-cache-memory-bytes" not in unpinned["serve_args"] and unpinned["kv_cache_memory_bytes"] is None
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"tensor_parallel_size": 0}, "tensor_parallel_size is 0; give a whole number of 1 or more or auto"),
+    ({"data_parallel_size": "two"}, "data_parallel_size is 'two'; give a whole number of 1 or more or auto"),
+    ({"enable_expert_parallel": "maybe"}, "enable_expert_parallel is 'maybe'; give true or false or auto"),
+])
+def test_bad_layout_values_are_named(tmp_path, args, message):
+    model = str(tmp_path / "mm2")
+    write_model(model)
+    run = plan_module(dict({"model_path": model, "gpus": H200_X2}, **args))
+    assert run.kind is FailJson and run.result["msg"] == message
+
+
+def test_auto_with_nothing_that_fits_names_the_smallest_layout(tmp_path):
+    model = str(tmp_path / "mm2")
+    write_model(model)
+    tiny = [{"index": 0, "memory_total_mib": 64}]
+    run = plan_module({"model_path": model, "gpus": tiny, "tensor_parallel_size": "auto"})
+    assert run.kind is FailJson
+    assert run.result["msg"].startswith("no layout of 1 node(s) x 1 GPUs of 64 MiB runs the model on every GPU "
+                                        "(with data_parallel_size=1, enable_expert_parallel=False, pipeline_parallel_size=1)")
