@@ -15,7 +15,12 @@ be checked against known values:
   cut them anywhere, chunked transfer encoding as llama-server uses;
 - modes: `stream` (default), `nonstream` (answers JSON even when asked to stream),
   `error` (an error event in the middle of the stream), `no_usage` (never sends usage);
-- 401 for a wrong key, /v1/models, llama-server's /props and /tokenize (one token per word).
+- 401 for a wrong key, /v1/models, llama-server's /props and /tokenize: a word of up to six
+  letters is one token, a longer one two (so that sizing a prompt has to count, not assume),
+  and the chat template adds TEMPLATE_TOKENS around the user's message in usage.prompt_tokens;
+- a prompt cache as llama-server's: the longest common prefix of a prompt's tokens with any
+  earlier prompt (at most all but one token) is reported as `timings.cache_n` and
+  `usage.prompt_tokens_details.cached_tokens`.
 
 Listens on 127.0.0.1 only. Use it in-process:
 
@@ -26,9 +31,32 @@ Listens on 127.0.0.1 only. Use it in-process:
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+TEMPLATE_HEAD = ['<|im_start|>', 'user', '\n']
+TEMPLATE_TAIL = ['<|im_end|>', '\n']
+TEMPLATE_TOKENS = len(TEMPLATE_HEAD) + len(TEMPLATE_TAIL)
+
+
+def tokenize(text):
+    """The double's tokenizer: words of up to six letters are one token, longer ones two."""
+    tokens = []
+    for piece in re.findall(r'\w+|[^\w\s]', text):
+        tokens.extend([piece[:6], piece[6:]] if len(piece) > 6 else [piece])
+    return tokens
+
+
+def common_prefix(first, second):
+    count = 0
+    for a, b in zip(first, second):
+        if a != b:
+            break
+        count += 1
+    return count
 
 
 class OpenAIDouble:
@@ -47,6 +75,7 @@ class OpenAIDouble:
         self.tokenizer = tokenizer
         self.props = props
         self.requests = []
+        self.cache = []
         self.active = 0
         self.max_active = 0
         self.lock = threading.Lock()
@@ -117,7 +146,7 @@ def _handler(double):
                 return
             body = self._body()
             if self.path == '/tokenize' and double.tokenizer:
-                self._json(200, {'tokens': list(range(len(body.get('content', '').split())))})
+                self._json(200, {'tokens': list(range(len(tokenize(body.get('content', '')))))})
                 return
             if self.path != '/v1/chat/completions':
                 self._json(404, {'error': {'code': 404, 'message': 'File Not Found'}})
@@ -134,7 +163,11 @@ def _handler(double):
 
         def _complete(self, body):
             n_out = int(body.get('max_tokens') or 16)
-            n_prompt = len(body['messages'][-1]['content'].split()) + 5
+            prompt = TEMPLATE_HEAD + tokenize(body['messages'][-1]['content']) + TEMPLATE_TAIL
+            n_prompt = len(prompt)
+            with double.lock:
+                cached = min(max([common_prefix(prompt, seen) for seen in double.cache] or [0]), n_prompt - 1)
+                double.cache.append(prompt)
             if not body.get('stream') or double.mode == 'nonstream':
                 time.sleep(double.ttft_s + double.itl_s * (n_out - 1))
                 self._json(200, {'choices': [{'finish_reason': 'length', 'index': 0,
@@ -166,12 +199,13 @@ def _handler(double):
             end = time.monotonic()
             extra = {}
             if double.mode != 'no_usage':
-                extra['usage'] = {'completion_tokens': n_out, 'prompt_tokens': n_prompt, 'total_tokens': n_out + n_prompt}
+                extra['usage'] = {'completion_tokens': n_out, 'prompt_tokens': n_prompt, 'total_tokens': n_out + n_prompt,
+                                  'prompt_tokens_details': {'cached_tokens': cached}}
             if double.timings:
                 predicted_ms = (end - first) * 1000.0
                 prompt_ms = (first - start) * 1000.0
-                extra['timings'] = {'cache_n': 0, 'prompt_n': n_prompt, 'prompt_ms': prompt_ms,
-                                    'prompt_per_second': n_prompt / (prompt_ms / 1000.0),
+                extra['timings'] = {'cache_n': cached, 'prompt_n': n_prompt - cached, 'prompt_ms': prompt_ms,
+                                    'prompt_per_second': (n_prompt - cached) / (prompt_ms / 1000.0),
                                     'predicted_n': n_out, 'predicted_ms': predicted_ms,
                                     'predicted_per_second': n_out / (predicted_ms / 1000.0)}
             self._event(_chunk([], **extra))

@@ -43,12 +43,53 @@ def test_levels_are_sorted_and_unique_and_every_stream_gets_work():
     assert bs.requests_at_level(1, 4) == 4
 
 
-def test_prompts_differ_from_the_first_word_and_fit_the_tokenizer():
-    first, second = bs.synthetic_prompt(10, 1), bs.synthetic_prompt(10, 2)
-    assert len(first.split()) == 11 and first.split()[1] != second.split()[1]
-    # a tokenizer that makes 1.5 tokens of every word plus 3
-    assert bs.fit_prompt_words(120, lambda n: int(n * 1.5) + 3) == (78, 120)
-    assert bs.fit_prompt_words(5, lambda n: n) == (5, 5)
+def test_prompts_are_fresh_per_request_and_per_seed_and_reproducible_with_one():
+    first, second = bs.synthetic_prompt(10, 1, 'c1-0'), bs.synthetic_prompt(10, 1, 'c1-1')
+    assert len(first.split()) == 10 and first.split()[:3] != second.split()[:3]
+    assert bs.synthetic_prompt(10, 2, 'c1-0') != first
+    assert bs.synthetic_prompt(10, 1, 'c1-0') == first
+    # a longer prompt of the same request starts with the shorter one: sizing counts one text
+    assert bs.synthetic_prompt(14, 1, 'c1-0').startswith(first + ' ')
+    assert bs.new_seed(b'\x00' * 7 + b'\x05') == 5 and 0 <= bs.new_seed(b'\xff' * 8) < 2 ** 31
+
+
+def long_words_count_twice(text):
+    return sum(2 if len(word) > 6 else 1 for word in text.split())
+
+
+@pytest.mark.parametrize('target', [1, 2, 17, 128, 512, 2000])
+def test_prompt_sizing_counts_the_text_that_is_sent(target):
+    for label in ('warmup-0', 'c4-3', 'r2.0-1'):
+        text, words, tokens = bs.size_prompt(target, long_words_count_twice, 99, label)
+        assert text == bs.synthetic_prompt(words, 99, label)
+        assert tokens == long_words_count_twice(text)
+        assert abs(tokens - target) <= 1, (label, words, tokens)
+
+
+def test_prompt_sizing_is_within_one_token_where_no_word_count_hits_the_target():
+    # every word three tokens: 128 cannot be reached, 127 or 129 is the nearest
+    text, words, tokens = bs.size_prompt(128, lambda t: 3 * len(t.split()), 5, 'c1-0')
+    assert (words, tokens, len(text.split())) == (43, 129, 43)
+    calls = []
+    bs.size_prompt(128, lambda t: calls.append(t) or len(t.split()) + 5, 5, 'c1-0', words_guess=123)
+    assert len(calls) == 1  # the previous request's word count hits at once
+
+
+def test_estimated_prompts_count_one_token_a_word():
+    assert bs.estimated_prompt(12, 3, 'c1-0') == (bs.synthetic_prompt(12, 3, 'c1-0'), 12, None)
+
+
+def test_poisson_arrivals_keep_the_rate_and_differ_by_seed():
+    times = bs.poisson_arrivals(50, 4.0, 7)
+    assert len(times) == 50 and times == sorted(times)
+    assert times[-1] == pytest.approx(50 / 4.0)
+    assert bs.poisson_arrivals(50, 4.0, 7) == times and bs.poisson_arrivals(50, 4.0, 8) != times
+    gaps = [b - a for a, b in zip([0.0] + times, times)]
+    # exponential gaps: their spread is about their mean (a fixed interval would have none)
+    assert bs.stdev(gaps) / bs.mean(gaps) > 0.5
+    assert bs.poisson_arrivals(0, 4.0, 7) == []
+    with pytest.raises(bs.BenchInputError, match='above 0 requests per second'):
+        bs.poisson_arrivals(3, 0, 7)
 
 
 def record(times, usage, start=0.0, reasoning=0, finish_reason='length', timings=None):
@@ -124,7 +165,8 @@ def test_level_summary():
     assert bs.level_line(summary) == ('concurrency 2: 2/3 ok, TTFT p50 1.000 s, decode 7.5 tok/s per stream (spread 47.14 %), '
                                       'aggregate 5.5 tok/s, llama-server decode 8.25 tok/s (ratio 1.0)')
     warnings = bs.sweep_warnings([summary])
-    assert warnings == ['concurrency 2: 1 of 3 requests failed: boom']
+    assert warnings[0] == 'concurrency 2: 1 of 3 requests failed: boom'
+    assert warnings[1].startswith('concurrency 2: per-stream decode spreads 47.1 % over its requests (above 10 %)')
 
 
 def test_weights_per_token_count_the_used_experts_only():
@@ -185,3 +227,91 @@ def test_gguf_metadata_of_the_wrong_type_is_named(metadata, message):
 def test_split_gguf_paths_needs_the_whole_name():
     assert bs.split_gguf_paths('/m/x-00001-of-00002.gguf') == ['/m/x-00001-of-00002.gguf', '/m/x-00002-of-00002.gguf']
     assert bs.split_gguf_paths('/m/x-00001-of-00002.gguf\n') == ['/m/x-00001-of-00002.gguf\n']
+
+
+def chunked_stream(start=0.0):
+    """7 output tokens streamed as vLLM does with 2 tokens a chunk: 1 token at 0.2 s, then
+    2 tokens at 0.3, 0.4 and 0.5 s; [DONE] at 0.52 s."""
+    rec = record([start + t for t in (0.2, 0.3, 0.4, 0.5)], {'completion_tokens': 7, 'prompt_tokens': 20,
+                                                               'prompt_tokens_details': {'cached_tokens': 3}},
+                 start=start)
+    rec.end = start + 0.52
+    return rec
+
+
+def test_definitions_against_a_hand_computed_stream():
+    m = bs.request_metrics(chunked_stream())
+    assert m['ttft_s'] == pytest.approx(0.2)
+    assert m['tpot_s'] == pytest.approx(0.3 / 6)  # first token excluded: 6 tokens over 0.3 s
+    assert m['decode_tok_s'] == pytest.approx(20.0)
+    assert m['itl_s'] == pytest.approx([0.1, 0.1, 0.1])  # per chunk, as vllm bench serve's itl
+    assert m['itl_token_s'] == pytest.approx([0.05, 0.05, 0.05])  # per token: its mean is TPOT
+    assert m['e2e_s'] == pytest.approx(0.52)
+    assert m['prefill_tok_s'] == pytest.approx(100.0)
+    assert (m['cached_tokens'], m['chunks']) == (3, 4)
+
+
+def test_cached_tokens_from_usage_or_llama_server_timings():
+    assert bs.cached_prompt_tokens({'prompt_tokens_details': {'cached_tokens': 149}}, {'cache_n': 1}) == 149
+    assert bs.cached_prompt_tokens({'prompt_tokens': 150}, {'cache_n': 149}) == 149
+    assert bs.cached_prompt_tokens({'prompt_tokens': 150}, None) is None
+    assert bs.cached_prompt_tokens({'prompt_tokens_details': None}, {}) is None
+
+
+def test_a_level_under_vllm_bench_serve_keys():
+    ok = [bs.request_metrics(chunked_stream(0.0)), bs.request_metrics(chunked_stream(0.1))]
+    level = bs.level_summary(2, ok, wall_s=1.0, slo_ttft_s=0.25, slo_tpot_ms=60.0)
+    vllm = level['vllm']
+    assert (vllm['completed'], vllm['failed'], vllm['total_input_tokens'], vllm['total_output_tokens']) == (2, 0, 40, 14)
+    assert (vllm['request_throughput'], vllm['output_throughput'], vllm['total_token_throughput']) == (2.0, 14.0, 54.0)
+    assert vllm['mean_ttft_ms'] == pytest.approx(200.0) and vllm['std_ttft_ms'] == pytest.approx(0.0)
+    assert vllm['median_itl_ms'] == pytest.approx(100.0) and vllm['p99_itl_ms'] == pytest.approx(100.0)
+    # vLLM's TPOT runs to the end of the stream: (0.52 - 0.2) / 6
+    assert vllm['mean_tpot_ms'] == pytest.approx(320.0 / 6, abs=1e-3)
+    assert vllm['mean_e2el_ms'] == pytest.approx(520.0)
+    assert vllm['max_concurrent_requests'] == 2  # [0, 0.52) and [0.1, 0.62) overlap
+    assert vllm['request_goodput'] == 2.0
+    assert level['itl_token_s']['mean'] == pytest.approx(0.05) and level['tpot_s']['mean'] == pytest.approx(0.05)
+    assert level['e2e_s']['p50'] == pytest.approx(0.52)
+    assert (level['cached_prompt_tokens'], level['cached_prompt_fraction']) == (6, 0.15)
+    assert any('took 15 % of the prompt tokens from its prompt cache' in w for w in bs.sweep_warnings([level]))
+
+
+def test_goodput_counts_requests_that_meet_every_objective():
+    ok = [{'ttft_s': 0.1, 'tpot_s': 0.01}, {'ttft_s': 0.5, 'tpot_s': 0.02}, {'ttft_s': 1.0, 'tpot_s': 0.05},
+          {'ttft_s': 0.1, 'tpot_s': None}]
+    both = bs.goodput(ok, sent=5, wall_s=2.0, slo_ttft_s=0.6, slo_tpot_ms=30)
+    assert both == {'slo_ttft_s': 0.6, 'slo_tpot_ms': 30, 'requests_good': 3, 'fraction': 0.6, 'request_goodput': 1.5}
+    assert bs.goodput(ok, 5, 2.0, slo_tpot_ms=15)['requests_good'] == 2
+    assert bs.goodput(ok, 5, 2.0, slo_ttft_s=0.1)['requests_good'] == 2
+    assert bs.goodput(ok, 5, 2.0) is None
+
+
+def test_bootstrap_interval_is_seeded_and_about_as_wide_as_the_normal_one():
+    values = [float(v) for v in range(1, 101)]
+    low, high = bs.bootstrap_ci(values, bs.mean, seed=1)
+    assert low < 50.5 < high
+    # normal approximation: 2 x 1.96 x 29.0 / 10 = 11.4
+    assert 8.0 < high - low < 15.0
+    assert bs.bootstrap_ci(values, bs.mean, seed=1) == [low, high]
+    assert bs.bootstrap_ci(values, bs.mean, seed=2) != [low, high]
+    assert bs.bootstrap_ci([3.0, 3.0, 3.0], bs.median, seed=1) == [3.0, 3.0]
+    assert bs.bootstrap_ci([3.0, None], bs.mean, seed=1) is None
+
+
+def test_definitions_name_each_figure_once_with_both_tools():
+    keys = [entry[1] for entry in bs.DEFINITIONS]
+    assert len(keys) == len(set(keys))
+    assert {'ttft_s', 'tpot_s', 'itl_s', 'itl_token_s', 'e2e_s', 'decode_tok_s', 'aggregate_output_tok_s'} <= set(keys)
+    assert all(len(entry) == 5 and all(entry) for entry in bs.DEFINITIONS)
+
+
+def test_request_records_for_json_lines():
+    metrics = bs.request_metrics(chunked_stream())
+    line = bs.request_record('concurrency 1', 0, 'c1-0', metrics, 17)
+    assert (line['level'], line['label'], line['prompt_tokens_sized'], line['completion_tokens']) == ('concurrency 1', 'c1-0', 17, 7)
+    assert line['itl_s'] == [0.1, 0.1, 0.1] and line['ttft_s'] == 0.2
+    failed = StreamRecord(0.0)
+    failed.error = 'boom'
+    assert bs.request_record('rate 2.0 req/s', 3, 'r2.0-3', bs.request_metrics(failed), 17) == {
+        'level': 'rate 2.0 req/s', 'number': 3, 'label': 'r2.0-3', 'ok': False, 'error': 'boom', 'prompt_tokens_sized': 17}

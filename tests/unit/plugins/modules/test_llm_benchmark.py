@@ -4,10 +4,11 @@ import socket
 
 import pytest
 
+from ansible_collections.gpulab.inference.plugins.module_utils import bench_client
 from ansible_collections.gpulab.inference.plugins.modules import llm_benchmark
 
 from module_harness import ExitJson, FailJson, run_module
-from doubles.openai_stream_server import OpenAIDouble
+from doubles.openai_stream_server import TEMPLATE_TOKENS, OpenAIDouble, tokenize
 
 
 def bench(args):
@@ -31,7 +32,10 @@ def test_ttft_and_inter_token_arithmetic_within_tolerance(tmp_path):
     assert run.kind is ExitJson, run.result
     result = run.result['benchmark']
     assert result['engine'] == 'llama.cpp' and result['model'] == 'double-model'
-    assert result['prompt'] == {'target_tokens': 40, 'tokens': 40, 'words': 39, 'sizing': 'tokenizer'}
+    prompt = result['prompt']
+    assert (prompt['target_tokens'], prompt['tokens'], prompt['sizing'], prompt['seed_source']) == (40, 40, 'tokenizer', 'fresh')
+    # the double counts words over six letters as two tokens: fewer words than tokens
+    assert prompt['words'] < 40 and prompt['max_error_tokens'] == 0
     level = result['levels'][0]
     assert (level['requests'], level['requests_ok'], level['output_tokens']) == (2, 2, 42)
     assert level['ttft_s']['mean'] == pytest.approx(0.15, abs=0.04)
@@ -39,13 +43,13 @@ def test_ttft_and_inter_token_arithmetic_within_tolerance(tmp_path):
     assert level['itl_s']['p50'] == pytest.approx(0.02, rel=0.2)
     assert level['decode_tok_s'] == pytest.approx(50.0, rel=0.2)
     assert level['server']['decode_ratio'] == pytest.approx(1.0, abs=0.05)
-    assert level['prompt_tokens_mean'] == 40 + 5  # the sized prompt + the double's chat template
+    assert level['prompt_tokens_mean'] == 40 + TEMPLATE_TOKENS  # the sized prompt + the double's chat template
     # one warm-up request is always sent: it checks the real path before the sweep
     assert len(sent) == 3
     body = sent[-1]
     assert body['stream'] is True and body['stream_options'] == {'include_usage': True}
     assert body['ignore_eos'] is True and 'temperature' not in body
-    assert sent[1]['messages'][0]['content'].split()[1] != sent[2]['messages'][0]['content'].split()[1]
+    assert sent[1]['messages'][0]['content'] != sent[2]['messages'][0]['content']
     assert progress.read_text().startswith('done: 1 levels')
     assert result['summary'][0].startswith('concurrency 1: 2/2 ok, TTFT p50 0.1')
 
@@ -201,9 +205,95 @@ def test_progress_file_that_becomes_a_directory_fails_cleanly_and_leaves_no_temp
     progress.mkdir()
     with OpenAIDouble(ttft_s=0.0, itl_s=0.0) as server:
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(llm_benchmark.bench_stats, 'output_path_problem', lambda *a: None)
+            patch.setattr(bench_client.bench_stats, 'output_path_problem', lambda *a: None)
             run = bench({'base_url': server.base_url, 'progress_path': str(progress), 'max_tokens': 4,
                          'concurrency': [1], 'requests_per_level': 1})
     assert run.kind is FailJson, run.result
     assert run.result['msg'].startswith('progress_path %s cannot be written' % progress)
     assert [p.name for p in tmp_path.iterdir()] == ['progress']
+
+
+def contents(server):
+    return [body['messages'][0]['content'] for body in server.requests]
+
+
+@pytest.mark.parametrize('target', [7, 40, 128, 300])
+def test_every_prompt_sent_is_sized_to_the_target_on_its_own_text(target):
+    with OpenAIDouble(ttft_s=0.0, itl_s=0.0) as server:
+        run = bench({'base_url': server.base_url, 'concurrency': [1, 2], 'requests_per_level': 3,
+                     'warmup_requests': 1, 'max_tokens': 2, 'prompt_tokens': target})
+        sent = contents(server)
+    assert run.kind is ExitJson, run.result
+    assert len(sent) == 1 + 3 + 3
+    # counted by the server's tokenizer on what was sent, not on a stand-in text
+    assert all(abs(len(tokenize(text)) - target) <= 1 for text in sent), [len(tokenize(t)) for t in sent]
+    records = run.result['benchmark']['requests']
+    assert len(records) == 6 and all(abs(r['prompt_tokens'] - TEMPLATE_TOKENS - target) <= 1 for r in records)
+    assert all(r['prompt_tokens_sized'] == r['prompt_tokens'] - TEMPLATE_TOKENS for r in records)
+
+
+def test_prompts_are_fresh_per_request_and_per_run_and_the_cache_finds_only_the_template():
+    with OpenAIDouble(ttft_s=0.0, itl_s=0.0) as server:
+        first = bench({'base_url': server.base_url, 'concurrency': [2], 'requests_per_level': 4, 'max_tokens': 2,
+                       'prompt_tokens': 64})
+        second = bench({'base_url': server.base_url, 'concurrency': [2], 'requests_per_level': 4, 'max_tokens': 2,
+                        'prompt_tokens': 64})
+        sent = contents(server)
+    assert first.kind is ExitJson and second.kind is ExitJson
+    assert len(set(sent)) == len(sent) == 10
+    assert len(set(text.split()[0] + text.split()[1] for text in sent)) == 10
+    seeds = (first.result['benchmark']['prompt']['seed'], second.result['benchmark']['prompt']['seed'])
+    assert seeds[0] != seeds[1]
+    level = second.result['benchmark']['levels'][0]
+    # the double's cache holds every earlier prompt: only the template's three leading tokens
+    # (and now and then one word) are found
+    assert level['cached_prompt_tokens'] <= 4 * 4
+    assert level['cached_prompt_fraction'] < 0.1
+    assert not any('prompt cache' in w for w in second.result['benchmark']['warnings'])
+
+
+def test_a_seed_given_on_purpose_sends_the_same_prompts_and_the_cache_is_counted_and_warned_about():
+    options = {'concurrency': [1], 'requests_per_level': 3, 'max_tokens': 2, 'prompt_tokens': 50, 'prompt_seed': 1234}
+    with OpenAIDouble(ttft_s=0.0, itl_s=0.0) as server:
+        first = bench(dict(options, base_url=server.base_url))
+        second = bench(dict(options, base_url=server.base_url))
+        sent = contents(server)
+    assert sent[:4] == sent[4:]
+    prompt = second.result['benchmark']['prompt']
+    assert (prompt['seed'], prompt['seed_source']) == (1234, 'bench_prompt_seed')
+    assert first.result['benchmark']['levels'][0]['cached_prompt_tokens'] <= 3 * 4
+    level = second.result['benchmark']['levels'][0]
+    # all but the last token of each prompt came from the cache
+    assert level['cached_prompt_tokens'] == 3 * (50 + TEMPLATE_TOKENS - 1)
+    assert level['server']['cached_prompt_tokens'] == level['cached_prompt_tokens']
+    assert any('prompt cache' in w and 'bench_prompt_seed' in w for w in second.warnings), second.warnings
+    assert '%d prompt tokens cached' % level['cached_prompt_tokens'] in second.result['benchmark']['summary'][0]
+
+
+def test_request_rate_sweep_goodput_and_the_vllm_keys():
+    with OpenAIDouble(ttft_s=0.05, itl_s=0.01) as server:
+        run = bench({'base_url': server.base_url, 'concurrency': [1], 'requests_per_level': 6, 'max_tokens': 6,
+                     'request_rates': [50.0], 'slo_ttft_s': 0.5, 'slo_tpot_ms': 1.0})
+    assert run.kind is ExitJson, run.result
+    result = run.result['benchmark']
+    (rate,) = result['rates']
+    assert (rate['request_rate'], rate['requests'], rate['requests_ok']) == (50.0, 6, 6)
+    # 6 requests due within 0.12 s, each taking about 0.1 s: several were in flight at once
+    assert rate['peak_concurrency'] >= 2 and rate['concurrency'] == rate['peak_concurrency']
+    # TPOT is about 10 ms, above the 1 ms objective: no request is good
+    assert rate['goodput']['requests_good'] == 0 and rate['goodput']['slo_tpot_ms'] == 1.0
+    level = result['levels'][0]
+    assert level['vllm']['completed'] == 6 and level['vllm']['total_output_tokens'] == 36
+    assert level['vllm']['mean_tpot_ms'] == pytest.approx(10.0, rel=0.5)
+    assert level['ci95']['ttft_s_mean'][0] <= level['ttft_s']['mean'] <= level['ci95']['ttft_s_mean'][1]
+    assert len(result['requests']) == 12 and {r['level'] for r in result['requests']} == {'concurrency 1', 'rate 50.0 req/s'}
+    assert result['conditions']['window_end_epoch'] > result['conditions']['window_start_epoch']
+    assert result['summary'][1].startswith('rate 50.0 req/s: 6/6 ok')
+
+
+def test_a_rate_of_zero_is_refused_before_any_request():
+    with OpenAIDouble() as server:
+        run = bench({'base_url': server.base_url, 'request_rates': [1.0, 0.0]})
+        assert server.requests == []
+    assert run.kind is FailJson
+    assert run.result['msg'] == 'request_rates: every rate must be above 0 requests per second, got 0.0 in [1.0, 0.0]'
