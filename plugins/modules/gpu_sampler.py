@@ -11,7 +11,8 @@ module: gpu_sampler
 short_description: Sample the utilisation and memory of every NVIDIA GPU at a fixed interval
 version_added: 0.1.0
 description:
-  - Samples utilisation and memory used of each GPU every O(interval_ms) until O(stop_file)
+  - Samples utilisation, memory used and power draw (through NVML and C(nvidia-smi -lms);
+    the one-shot query reads none) of each GPU every O(interval_ms) until O(stop_file)
     appears or O(duration_s) has passed, writes the raw trace to O(trace_path) (JSON) and
     returns each GPU's fingerprint - peak, median, p10 and mean utilisation and the fraction of
     samples at 0 %.
@@ -219,11 +220,19 @@ class Sampler:
                 for index, handle in handles:
                     util = pynvml.nvmlDeviceGetUtilizationRates(handle).gpu
                     mem = pynvml.nvmlDeviceGetMemoryInfo(handle).used // (1024 * 1024)
-                    samples.append((now, index, util, mem))
+                    samples.append((now, index, util, mem, self.nvml_power(pynvml, handle)))
                 time.sleep(self.interval_s)
             return samples
         finally:
             pynvml.nvmlShutdown()
+
+    @staticmethod
+    def nvml_power(pynvml, handle):
+        """The board's power draw in W (NVML gives mW), None where the GPU does not report it."""
+        try:
+            return pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0
+        except pynvml.NVMLError:
+            return None
 
     def sample_loop(self, smi):
         """nvidia-smi -lms in slices of LOOP_SLICE_S seconds (coreutils timeout ends each), so that
@@ -261,7 +270,8 @@ class Sampler:
             except NvidiaSmiParseError as exc:
                 self.module.fail_json(msg=str(exc))
             for gpu in gpus:
-                samples.append((now, gpu['index'], gpu['utilization_gpu_pct'], gpu['memory_used_mib']))
+                # the one-shot query reads no power draw: the report says energy was not measured
+                samples.append((now, gpu['index'], gpu['utilization_gpu_pct'], gpu['memory_used_mib'], None))
             time.sleep(max(0.0, self.interval_s - (time.monotonic() - start - now)))
         return samples
 
