@@ -18,7 +18,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.llama_server impo
 
 # What `systemctl show` is asked for, per unit.
 SHOW_PROPERTIES = ("Id", "ActiveState", "SubState", "Result", "NRestarts", "MainPID",
-                   "ActiveEnterTimestamp", "ExecMainStartTimestamp", "InvocationID")
+                   "ActiveEnterTimestamp", "ExecMainStartTimestamp", "InvocationID", "UnitFileState")
 
 # supervisorctl status: name, state, then a description ("pid 42, uptime 1 day, 2:03:04").
 _SUPERVISOR_LINE = re.compile(r"^(?P<name>\S+)\s+(?P<state>[A-Z]+)(?:\s+(?P<description>.*))?$")
@@ -88,6 +88,8 @@ def parse_systemctl_show(text):
             "main_pid": main_pid or None,
             "started": block.get("ActiveEnterTimestamp") or None,
             "invocation_id": block.get("InvocationID") or None,
+            # enabled, disabled, static (started by another unit), masked, ...; null when unknown
+            "enabled": block.get("UnitFileState") or None,
         }
     return status
 
@@ -129,6 +131,40 @@ def parse_supervisorctl_status(text, patterns=("*",)):
             "uptime_s": uptime_s(description) if match.group("state") == "RUNNING" else None,
         })
     return programs
+
+
+# supervisord's booleans (supervisor.datatypes.boolean), lower case.
+_SUPERVISOR_TRUE = ("true", "yes", "on", "1")
+_SUPERVISOR_FALSE = ("false", "no", "off", "0")
+
+
+def program_enablement(text, program):
+    """Whether supervisord starts a program when it starts (a reboot): "enabled" or "disabled"
+    from the autostart= line of its [program:<name>] section in the program file's text (absent:
+    supervisord's default, true), None without the file's text or that section."""
+    if text is None:
+        return None
+    section = None
+    found = False
+    autostart = "true"
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if not stripped or stripped[0] in ";#":
+            continue
+        if stripped.startswith("["):
+            section = stripped.strip("[]").strip()
+            found = found or section == "program:" + program
+            continue
+        if section == "program:" + program and "=" in stripped:
+            key, value = [part.strip() for part in stripped.split("=", 1)]
+            if key.lower() == "autostart":  # ConfigParser reads option names in lower case
+                autostart = value.split(";", 1)[0].strip().lower()
+                if autostart not in _SUPERVISOR_TRUE + _SUPERVISOR_FALSE:
+                    raise ServiceStatusError("program file of %s line %d: autostart=%s is not a boolean"
+                                             % (program, number, value))
+    if not found:
+        return None
+    return "enabled" if autostart in _SUPERVISOR_TRUE else "disabled"
 
 
 def since_last(lines, pattern):

@@ -67,6 +67,10 @@ options:
     description: Where the programs log, one C(<program>.log) each.
     type: path
     default: /var/log/gpulab
+  supervisor_programs_dir:
+    description: Where the program files are, one C(<program>.conf) each, for RV(services[].enabled).
+    type: path
+    default: /etc/gpulab/supervisor.d
   build_info:
     description: The deployed llama.cpp build's record.
     type: path
@@ -149,6 +153,12 @@ services:
     invocation_id:
       description: systemd's C(InvocationID) of the current run; not returned under supervisord.
       type: str
+    enabled:
+      description:
+        - Whether it starts at boot - systemd's C(UnitFileState) (enabled, disabled, static, masked, ...), or under
+          supervisord V(enabled) or V(disabled) from the C(autostart) of its program file; V(null) when unknown.
+      type: str
+      sample: enabled
     log:
       description: The last O(log_lines) lines of its log, or its log since its start with O(log_since_start).
       type: list
@@ -190,6 +200,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.service_status im
     parse_list_units,
     parse_supervisorctl_status,
     parse_systemctl_show,
+    program_enablement,
     since_last,
     tail,
 )
@@ -290,7 +301,18 @@ class ServiceStatus:
                 if self.params["log_since_start"]:
                     text = "\n".join(since_last(text.splitlines(), self.params["log_start_pattern"]))
                 program["log"] = tail(text, lines) if lines > 0 else text.splitlines()
+            program["enabled"] = program_enablement(
+                self.read_text(os.path.join(self.params["supervisor_programs_dir"], program["name"] + ".conf")),
+                program["name"])
             self.services.append(program)
+
+    @staticmethod
+    def read_text(path):
+        try:
+            with open(path, encoding="utf-8", errors="replace") as stream:
+                return stream.read()
+        except (IOError, OSError):
+            return None
 
     @staticmethod
     def read_tail(path):
@@ -314,6 +336,7 @@ def build_module():
             supervisor_config=dict(type="path", default="/etc/gpulab/supervisord.conf"),
             supervisorctl_path=dict(type="path", default="/opt/gpulab/supervisor/bin/supervisorctl"),
             supervisor_log_dir=dict(type="path", default="/var/log/gpulab"),
+            supervisor_programs_dir=dict(type="path", default="/etc/gpulab/supervisor.d"),
             build_info=dict(type="path", default="/opt/gpulab/llama.cpp/current/BUILD_INFO.json"),
             model_manifest=dict(type="path", default="/etc/gpulab/model.json"),
             rpc_manifest=dict(type="path", default="/etc/gpulab/rpc-server/servers.json"),

@@ -59,7 +59,7 @@ def test_show_reads_state_restarts_and_start_time():
     assert status["gpulab-llama-server.service"] == {
         "name": "gpulab-llama-server.service", "state": "active", "sub_state": "running", "result": "success",
         "restarts": 2, "main_pid": 4242, "started": "Tue 2026-12-01 08:00:00 UTC",
-        "invocation_id": "5f0e2c2d7a8b4c1e9d3f6a7b8c9d0e1f"}
+        "invocation_id": "5f0e2c2d7a8b4c1e9d3f6a7b8c9d0e1f", "enabled": None}
     failed = status["gpulab-rpc-server@1.service"]
     assert (failed["state"], failed["result"], failed["main_pid"], failed["started"]) == ("failed", "exit-code", None, None)
 
@@ -110,3 +110,22 @@ def test_node_summary_from_the_published_files():
                            {"url": "http://127.0.0.1:8000"}) == {
         "build_id": None, "model": "/m.gguf", "endpoints": ["[fd00::2]:1 (RPC, ?)", "http://127.0.0.1:8000 (vLLM)"]}
     assert ss.node_summary() == {"build_id": None, "model": None, "endpoints": []}
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("[program:gpulab-vllm]\ncommand=/opt/gpulab/bin/gpulab-vllm\nautostart=true\n", "enabled"),
+    ("[program:gpulab-vllm]\ncommand=/opt/gpulab/bin/gpulab-vllm\n", "enabled"),
+    ("; managed by gpulab.inference\n[program:gpulab-vllm]\nAutoStart = Off ; stop.yml\n", "disabled"),
+    ("[program:gpulab-vllm]\nautostart=no\n[program:other]\nautostart=true\n", "disabled"),
+    ("[program:other]\nautostart=false\n[program:gpulab-vllm]\n", "enabled"),
+    ("[program:other]\nautostart=false\n", None),
+    (None, None),
+])
+def test_program_enablement_from_autostart(text, expected):
+    assert ss.program_enablement(text, "gpulab-vllm") == expected
+
+
+def test_program_enablement_refuses_what_supervisord_would():
+    with pytest.raises(ss.ServiceStatusError) as raised:
+        ss.program_enablement("[program:gpulab-vllm]\nautostart=maybe\n", "gpulab-vllm")
+    assert str(raised.value) == "program file of gpulab-vllm line 2: autostart=maybe is not a boolean"

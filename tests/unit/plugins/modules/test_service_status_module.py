@@ -11,10 +11,10 @@ JOURNALCTL = "/usr/bin/journalctl"
 BINS = {"systemctl": SYSTEMCTL, "journalctl": JOURNALCTL}
 LIST = (SYSTEMCTL, "list-units", "--all", "--plain", "--no-legend", "--type=service", "--", "gpulab-*")
 SHOW = (SYSTEMCTL, "show", "--property=Id,ActiveState,SubState,Result,NRestarts,MainPID,ActiveEnterTimestamp,"
-        "ExecMainStartTimestamp,InvocationID", "--", "gpulab-llama-server.service")
+        "ExecMainStartTimestamp,InvocationID,UnitFileState", "--", "gpulab-llama-server.service")
 LISTED = "gpulab-llama-server.service loaded active running llama-server inference head (gpulab.inference)\n"
 SHOWN = ("Id=gpulab-llama-server.service\nActiveState=active\nSubState=running\nResult=success\nNRestarts=1\n"
-         "MainPID=42\nActiveEnterTimestamp=Tue 2026-12-01 08:00:00 UTC\nInvocationID=abc123\n")
+         "MainPID=42\nActiveEnterTimestamp=Tue 2026-12-01 08:00:00 UTC\nInvocationID=abc123\nUnitFileState=disabled\n")
 
 
 def run(args, answers):
@@ -27,7 +27,8 @@ def test_systemd_units_with_their_state():
     assert result.result["manager"] == "systemd"
     assert result.result["services"] == [{
         "name": "gpulab-llama-server.service", "state": "active", "sub_state": "running", "result": "success",
-        "restarts": 1, "main_pid": 42, "started": "Tue 2026-12-01 08:00:00 UTC", "invocation_id": "abc123"}]
+        "restarts": 1, "main_pid": 42, "started": "Tue 2026-12-01 08:00:00 UTC", "invocation_id": "abc123",
+        "enabled": "disabled"}]
     assert result.result["changed"] is False
 
 
@@ -73,8 +74,10 @@ def test_supervisor_programs_with_start_time_and_log(tmp_path):
     (tmp_path / "gpulab-llama-server.log").write_text("a\nb\nc\n")
     ctl = str(tmp_path / "supervisorctl")
     status = (ctl, "-c", str(config), "status")
+    (tmp_path / "gpulab-llama-server.conf").write_text("[program:gpulab-llama-server]\ncommand=x\nautostart=true\n")
+    (tmp_path / "gpulab-rpc-server-0.conf").write_text("[program:gpulab-rpc-server-0]\nautostart = false ; by stop.yml\n")
     result = run({"manager": "supervisor", "supervisor_config": str(config), "supervisorctl_path": ctl,
-                  "supervisor_log_dir": str(tmp_path), "log_lines": 2},
+                  "supervisor_log_dir": str(tmp_path), "supervisor_programs_dir": str(tmp_path), "log_lines": 2},
                  {status: (3, "gpulab-llama-server   RUNNING   pid 9, uptime 0:00:10\n"
                               "gpulab-rpc-server-0   STOPPED   Not started\n", "")})
     assert result.kind is ExitJson
@@ -82,6 +85,7 @@ def test_supervisor_programs_with_start_time_and_log(tmp_path):
     assert (head["state"], head["main_pid"], head["restarts"], head["log"]) == ("running", 9, None, ["b", "c"])
     assert head["started"].endswith("Z")
     assert (worker["state"], worker["started"], worker["log"]) == ("stopped", None, [])
+    assert (head["enabled"], worker["enabled"]) == ("enabled", "disabled")
 
 
 def test_supervisor_without_its_configuration_reports_nothing(tmp_path):
