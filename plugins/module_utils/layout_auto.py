@@ -354,6 +354,15 @@ def choose_ctx_and_split(model, devices, ctx_size=AUTO, split=AUTO, facts=None, 
 
 # ---------------------------------------------------------------- vLLM
 
+LAYOUT_DEFAULTS = (("tensor_parallel_size", 1), ("pipeline_parallel_size", 1), ("data_parallel_size", 1),
+                   ("enable_expert_parallel", False))
+
+
+def _given_or(given, key, default):
+    value = given.get(key)
+    return default if is_auto(value) else value
+
+
 def _given_matches(layout, given):
     for key, value in (("tensor_parallel_size", layout.tp), ("pipeline_parallel_size", layout.pp),
                        ("data_parallel_size", layout.dp), ("enable_expert_parallel", layout.ep)):
@@ -399,6 +408,11 @@ def choose_vllm_layout(summary, shape, hw, opts, given=None, limit=REJECTED_LIMI
         return {"layout": layout, "result": result, "rejected": [], "alternatives": [],
                 "reason": "%s as set (vllm_server_*_parallel_size, vllm_server_enable_expert_parallel)" % layout.label()}
     candidates = [c for c in vp.candidate_layouts(shape, hw) if _given_matches(c, given)]
+    if not candidates:
+        # the values set rule out every layout of these GPUs: judge them with the rest at vLLM's defaults
+        filled = vp.check_layout_input(vp.Layout(*[_given_or(given, key, default) for key, default in LAYOUT_DEFAULTS]))
+        errors, idle = _verdict(vp.check_layout(summary, shape, hw, filled, opts))
+        raise AutoError("vLLM cannot run %s on %s: %s" % (filled.label(), hw["label"], " ".join(errors + idle)))
     accepted, rejected = [], []
     for layout in candidates:
         result = vp.check_layout(summary, shape, hw, layout, opts)
@@ -430,6 +444,14 @@ def choose_vllm_layout(summary, shape, hw, opts, given=None, limit=REJECTED_LIMI
     cut = (lambda items: items[:limit]) if limit is not None else (lambda items: items)
     return {"layout": layout, "result": result, "reason": reason, "rejected": cut(rejected),
             "alternatives": cut(alternatives)}
+
+
+def summary_line(reason, rejected):
+    """The reason and the alternatives turned down, each with its first finding, in one line."""
+    if not rejected:
+        return reason + "."
+    return "%s. Turned down: %s." % (reason, "; ".join("%s (%s)" % (r["label"], r["findings"][0] if r["findings"] else "")
+                                                    for r in rejected))
 
 
 def _given_text(given):

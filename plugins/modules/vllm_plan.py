@@ -314,8 +314,9 @@ estimate:
 choice:
   description:
     - How the layout was chosen, C(reason) (one sentence), C(rejected) (the first layouts turned
-      down, each with C(label), C(layout), C(rules) and C(findings)) and C(alternatives) (valid
-      layouts ranked lower); a layout set completely is kept and only checked.
+      down, each with C(label), C(layout), C(rules) and C(findings)), C(alternatives) (valid
+      layouts ranked lower) and C(summary) (the reason and the turned-down layouts in one line); a
+      layout set completely is kept and only checked.
   returned: success
   type: dict
 kv_cache_memory_bytes:
@@ -527,11 +528,13 @@ def run(module):
         shape, summary, hw, checked, _tensors = vp.plan_inputs(config, tensors, nodes, opts, p["model_path"])
         choice = la.choose_vllm_layout(summary, shape, hw, checked, given)
         layout = choice["layout"]
-        choice = {"reason": choice["reason"], "rejected": choice["rejected"], "alternatives": choice["alternatives"]}
+        choice = {"reason": choice["reason"], "rejected": choice["rejected"], "alternatives": choice["alternatives"],
+                  "summary": la.summary_line(choice["reason"], choice["rejected"])}
     else:
         layout = vp.Layout(given["tensor_parallel_size"], given["pipeline_parallel_size"], given["data_parallel_size"],
                            given["enable_expert_parallel"])
-        choice = {"reason": "%s as set" % layout.label(), "rejected": [], "alternatives": []}
+        reason = "%s as set" % layout.label()
+        choice = {"reason": reason, "rejected": [], "alternatives": [], "summary": la.summary_line(reason, [])}
     result = vp.plan(config, tensors, source, nodes, layout, opts, p["reasoning_parser"], p["tool_call_parser"],
                      where=p["model_path"])
     result["choice"] = choice

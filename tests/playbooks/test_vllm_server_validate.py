@@ -44,7 +44,12 @@ def node(tmp_path, host, profile, **hostvars):
 CASES = {
     # group: (hosts -> profile, role vars)
     "good": ({"good-a": "rtx-pro-6000-x2"}, {"vllm_server_tensor_parallel_size": 2, "vllm_server_enable_expert_parallel": True}),
-    "fp8block": ({"fp8block-a": "rtx-pro-6000-x2"}, {"vllm_server_tensor_parallel_size": 2}),
+    "fp8block": ({"fp8block-a": "rtx-pro-6000-x2"}, {"vllm_server_tensor_parallel_size": 2,
+                                                     "vllm_server_enable_expert_parallel": False,
+                                                     "vllm_server_pipeline_parallel_size": 1,
+                                                     "vllm_server_data_parallel_size": 1}),
+    # every layout value at its default, auto
+    "auto": ({"auto-a": "rtx-pro-6000-x2"}, {}),
     "noconfig": ({"noconfig-a": "rtx-pro-6000-x2"}, {"vllm_server_model_path": "EMPTY"}),
     "toobig": ({"toobig-a": "rtx-pro-6000-x2"}, {"vllm_server_tensor_parallel_size": 4, "vllm_server_enable_expert_parallel": True}),
     "parser": ({"parser-a": "rtx-pro-6000-x2"}, {"vllm_server_reasoning_parser": "minimax_m2_think"}),
@@ -76,6 +81,7 @@ def test_validation_cases(tmp_path):
     assert "expert FFN 384 / 2 = 192 is not a multiple of the FP8 block size 128" in failures["fp8block-a"]
     assert "Layouts that fit, best first: TP=2+EP" in failures["fp8block-a"]
     assert "has no config.json" in failures["noconfig-a"]
+    assert "vLLM cannot run TP=4+EP on 1 node(s) x 2 GPUs" in failures["toobig-a"]
     assert "TP 4 x PP 1 x DP 1 = 4 GPUs, but 1 node(s) x 2 GPUs" in failures["toobig-a"]
     assert "reasoning parser 'minimax_m2_think' is not one vLLM 0.24 registers" in failures["parser-a"]
     assert "different GPU counts (mixed-a 2, mixed-b 1)" in failures["mixed-a"]
@@ -84,3 +90,10 @@ def test_validation_cases(tmp_path):
              and e["event_data"].get("host") == "good-a" and e["event_data"].get("task", "").startswith("Plan the layout")]
     assert len(plans) == 1 and plans[0]["valid"] is True and plans[0]["label"] == "TP=2+EP"
     assert plans[0]["serve_args"][:2] == ["serve", str(model)]
+    auto = [e["event_data"]["res"] for e in run.events if e.get("event") == "runner_on_ok"
+            and e["event_data"].get("host") == "auto-a" and e["event_data"].get("task", "").startswith("Plan the layout")]
+    assert len(auto) == 1 and auto[0]["label"] == "TP=2+EP"
+    assert auto[0]["choice"]["summary"].startswith("auto: TP=2+EP uses all 2 GPUs and passes vLLM's rules")
+    assert "Turned down: TP=2 (expert FFN 384 / 2 = 192" in auto[0]["choice"]["summary"]
+    args = auto[0]["serve_args"]
+    assert int(args[args.index("--kv-cache-memory-bytes") + 1]) == auto[0]["kv_cache_memory_bytes"] > 0

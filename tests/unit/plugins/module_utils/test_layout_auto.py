@@ -315,3 +315,10 @@ def test_engine_of_a_path_on_disk(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     assert la.engine_of_path("auto", str(tmp_path))["engine"] == "vllm"
     assert la.engine_of_path("auto", str(tmp_path / "m.gguf"))["engine"] == "llama_cpp"
+
+
+def test_values_set_that_rule_out_every_layout_are_judged_as_vllm_would():
+    summary, shape, hw, opts = seed_vllm()
+    with pytest.raises(la.AutoError, match=r"vLLM cannot run TP=16\+EP on 1 node\(s\) x 8 GPUs of 97887 MiB: "
+                                           r"TP 16 x PP 1 x DP 1 = 16 GPUs, but"):
+        la.choose_vllm_layout(summary, shape, hw, opts, given={"tensor_parallel_size": 16, "enable_expert_parallel": True})
