@@ -38,6 +38,14 @@ options:
     description: Whether the restore ran (C(gpu_drain_restore_on_failure)).
     type: bool
     default: true
+  state_file:
+    description: The drain's state file, named in the console steps of a node that cannot be reached.
+    type: str
+    default: /var/lib/gpulab/drain-state.json
+  rpc_table:
+    description: The RPC firewall's nftables table, named in those steps; empty where there is none.
+    type: str
+    default: gpulab_rpc
 """
 
 EXAMPLES = r"""
@@ -52,8 +60,10 @@ _value:
   type: str
   sample: >-
     The deployment stopped: node-c stopped answering. node-c could not be reached (SSH): its drained services stay
-    stopped until it answers; then run deploy.yml again, or playbooks/restore.yml to end the deployment.
-    The drained services were restored on node-a, node-b.
+    stopped until it answers. From node-c's console, as root: check that sshd runs; `nft delete table inet
+    gpulab_rpc` removes the RPC firewall (deploy.yml loads it again); the services the drain stopped are listed in
+    /var/lib/gpulab/drain-state.json. Once node-c answers, run deploy.yml again, or `ansible-playbook
+    playbooks/restore.yml -l node-c` to end the deployment. The drained services were restored on node-a, node-b.
 """
 
 from ansible.errors import AnsibleFilterError
@@ -65,10 +75,11 @@ from ansible_collections.gpulab.inference.plugins.module_utils.drain_rescue impo
 )
 
 
-def drain_rescue_message(register, loop_var, failed_task=None, failed_message=None, restore_on_failure=True):
+def drain_rescue_message(register, loop_var, failed_task=None, failed_message=None, restore_on_failure=True,
+                         state_file="/var/lib/gpulab/drain-state.json", rpc_table="gpulab_rpc"):
     try:
         return rescue_message(register, loop_var, failed_task or None, failed_message,
-                              boolean(restore_on_failure, strict=False))
+                              boolean(restore_on_failure, strict=False), state_file, rpc_table)
     except RescueError as exc:
         raise AnsibleFilterError("gpulab.inference.drain_rescue_message: %s" % exc)
 

@@ -59,17 +59,30 @@ def _cause(failed_task, failed_message, unreachable):
     return "A deploy step failed on another node."
 
 
-def rescue_message(register, loop_var, failed_task=None, failed_message=None, restore_on_failure=True):
-    """The message every node of a failed deployment fails with."""
+def console_steps(node, state_file, rpc_table):
+    """What the operator can do at a node's console when SSH cannot reach it: the collection's own
+    RPC firewall is the one thing of ours that can drop SSH, and the drain's state file lists what
+    to start again by hand."""
+    steps = ["check that sshd runs"]
+    if rpc_table:
+        steps.append("`nft delete table inet %s` removes the RPC firewall (deploy.yml loads it again)" % rpc_table)
+    steps.append("the services the drain stopped are listed in %s" % state_file)
+    return ("From %s's console, as root: %s. Once %s answers, run deploy.yml again, or "
+            "`ansible-playbook playbooks/restore.yml -l %s` to end the deployment." % (node, "; ".join(steps), node, node))
+
+
+def rescue_message(register, loop_var, failed_task=None, failed_message=None, restore_on_failure=True,
+                   state_file="/var/lib/gpulab/drain-state.json", rpc_table="gpulab_rpc"):
+    """The message every node of a failed deployment fails with. state_file and rpc_table name, for a
+    node that cannot be reached, the drain's state file and the RPC firewall's table (empty: none)."""
     outcome = restore_outcome(register, loop_var)
     sentences = [_cause(failed_task, failed_message, outcome["unreachable"])]
     if not restore_on_failure:
         sentences.append("The drain is kept (gpu_drain_restore_on_failure is false); restore with playbooks/restore.yml.")
         return " ".join(sentences)
     for node in outcome["unreachable"]:
-        sentences.append(
-            "%s could not be reached (SSH): its drained services stay stopped until it answers;"
-            " then run deploy.yml again, or playbooks/restore.yml to end the deployment." % node)
+        sentences.append("%s could not be reached (SSH): its drained services stay stopped until it answers. %s"
+                         % (node, console_steps(node, state_file, rpc_table)))
     for node in sorted(outcome["failed"]):
         sentences.append("Restoring %s failed: %s; restore it with playbooks/restore.yml." % (node, outcome["failed"][node]))
     if outcome["restored"] and not outcome["unreachable"] and not outcome["failed"]:

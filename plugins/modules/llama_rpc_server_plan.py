@@ -73,6 +73,13 @@ options:
       - Required while O(firewall_enabled) is true.
     type: list
     elements: str
+  ssh_ports:
+    description:
+      - The ports SSH uses on this node (C(ansible_port) and C(sshd)'s listeners, from M(gpulab.inference.node_exposure)).
+        The table accepts them before its drop rule, and a server planned on one of them is refused.
+    type: list
+    elements: int
+    default: [22]
   head_is_local:
     description: Whether the head runs on this node; only then is loopback admitted.
     type: bool
@@ -229,7 +236,8 @@ build:
   type: dict
 firewall:
   description:
-    - C(ipv4) and C(ipv6) (checked prefixes for the nftables table), C(admit_loopback) (the head runs here) and
+    - C(ipv4) and C(ipv6) (checked prefixes for the nftables table), C(admit_loopback) (the head runs here),
+      C(ssh_ports) (accepted before the drop rule, so the table never matches the controller's SSH) and
       C(ip_address_allow) (systemd C(IPAddressAllow=) entries).
   returned: success
   type: dict
@@ -290,6 +298,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpulab.inference.plugins.module_utils.bounded_command import BoundedRunner
+from ansible_collections.gpulab.inference.plugins.module_utils.exposure import ExposureError, clear_of_ssh
 from ansible_collections.gpulab.inference.plugins.module_utils.roce import RoceError, rpc_rdma_settings
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import (
     LlamaServerError,
@@ -343,7 +352,8 @@ class RpcServerPlan:
             if server["device"] == "CPU":
                 server["memory_mib"] = memory_mib(params["memory_mib"], "memory_mib")
         ports = [server["port"] for server in servers]
-        firewall = {"ipv4": [], "ipv6": [], "admit_loopback": False, "ip_address_allow": []}
+        firewall = {"ipv4": [], "ipv6": [], "admit_loopback": False, "ip_address_allow": [],
+                    "ssh_ports": clear_of_ssh(ports, params["ssh_ports"], "llama_rpc_server_port_base")}
         if params["firewall_enabled"]:
             sources = firewall_sources(params["allowed_sources"])
             firewall.update(ipv4=sources["ipv4"], ipv6=sources["ipv6"], admit_loopback=params["head_is_local"],
@@ -429,6 +439,7 @@ def build_module():
             firewall_enabled=dict(type="bool", default=True),
             allowed_sources=dict(type="list", elements="str"),
             head_is_local=dict(type="bool", default=False),
+            ssh_ports=dict(type="list", elements="int", default=[22]),
             other_firewall_services=dict(type="list", elements="str", default=["firewalld.service", "ufw.service"]),
             other_firewall=dict(type="str", choices=["fail", "opened"], default="fail"),
             unit=dict(type="str", default="gpulab-rpc-server"),
@@ -465,7 +476,7 @@ def main():
     plan = RpcServerPlan(module)
     try:
         plan.run()
-    except (LlamaServerError, RoceError) as exc:
+    except (LlamaServerError, RoceError, ExposureError) as exc:
         module.fail_json(msg=str(exc))
     for warning in plan.warnings:
         module.warn(warning)

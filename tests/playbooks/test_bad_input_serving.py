@@ -154,6 +154,8 @@ def module_cases(models, builds, shared):
         "rpc cuda without gpus": rpc(cuda=True) + (["no GPU was found on this node"],),
         "rpc ports beyond 65535": rpc(cuda=True, gpus=LOCAL_GPUS, port_base=65535) + (["ports 65535..65536 are out of range", "llama_rpc_server_port_base"],),
         "rpc port base zero": rpc(port_base=0) + (["ports 0..0 are out of range"],),
+        "rpc port on the ssh port": rpc(port_base=2222, ssh_ports=[22, 2222])
+        + (["llama_rpc_server_port_base puts the RPC servers on 2222, which SSH uses", "away from 22, 2222"],),
         "rpc allowed source not an address": rpc(allowed_sources=["head.lab"])
         + (["llama_rpc_server_allowed_sources entry 'head.lab' is not an IP address or prefix"],),
         "rpc allowed sources empty": rpc(allowed_sources=[]) + (["llama_rpc_server_allowed_sources is empty"],),

@@ -48,9 +48,19 @@ def test_a_lost_node_is_named_and_the_others_restored():
     message = rescue_message({"results": [ok("node-a"), ok("node-b"), lost("node-c")]}, VAR)
     assert message == (
         "The deployment stopped: node-c stopped answering."
-        " node-c could not be reached (SSH): its drained services stay stopped until it answers;"
-        " then run deploy.yml again, or playbooks/restore.yml to end the deployment."
+        " node-c could not be reached (SSH): its drained services stay stopped until it answers."
+        " From node-c's console, as root: check that sshd runs; `nft delete table inet gpulab_rpc` removes the RPC"
+        " firewall (deploy.yml loads it again); the services the drain stopped are listed in"
+        " /var/lib/gpulab/drain-state.json. Once node-c answers, run deploy.yml again, or"
+        " `ansible-playbook playbooks/restore.yml -l node-c` to end the deployment."
         " The drained services were restored on node-a, node-b.")
+
+
+def test_the_console_steps_follow_the_state_file_and_a_node_without_rpc_firewall():
+    message = rescue_message({"results": [lost("node-c")]}, VAR, state_file="/srv/drain.json", rpc_table="")
+    assert "From node-c's console, as root: check that sshd runs; the services the drain stopped are listed in " \
+           "/srv/drain.json." in message
+    assert "nft" not in message
 
 
 def test_the_failed_step_comes_first_and_the_lost_node_after():

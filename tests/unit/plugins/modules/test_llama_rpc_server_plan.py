@@ -49,7 +49,7 @@ def test_cpu_worker_plan(build):
                                           "glibc_version": None, "cuda": False, "nvcc_version": None}}
     assert plan["servers"] == [{"instance": 0, "device": "CPU", "gpu_index": None, "memory_mib": 16000, "port": 50052}]
     assert plan["firewall"] == {"ipv4": ["10.231.77.10"], "ipv6": [], "admit_loopback": False,
-                                "ip_address_allow": ["10.231.77.10"]}
+                                "ip_address_allow": ["10.231.77.10"], "ssh_ports": [22]}
     assert plan["stale_units"] == ["gpulab-rpc-server@1.service"]
     assert plan["unit_directives"] == [["StartLimitIntervalSec", "0"]]
     assert plan["service_directives"] == [["Restart", "always"], ["RestartSec", "5"]]

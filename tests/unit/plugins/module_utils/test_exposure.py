@@ -1,0 +1,172 @@
+"""The ports and the API a deployment would expose, on captured /proc/net/tcp{,6} tables: who
+listens where, what the collection would take, and each collision named by its variable."""
+
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.gpulab.inference.plugins.module_utils.exposure import (
+    ExposureError,
+    api_exposure,
+    clear_of_ssh,
+    engine_apis,
+    is_loopback,
+    listeners,
+    listening_sockets,
+    planned_ports,
+    port_problems,
+    socket_inode,
+    ssh_ports,
+)
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "proc"
+TCP = (FIXTURES / "net-tcp.txt").read_text()
+TCP6 = (FIXTURES / "net-tcp6.txt").read_text()
+PROCESSES = {1001: (41, "sshd"), 1002: (77, "nginx"), 1003: (90, "rpc-server"), 1005: (41, "sshd"), 1006: (120, "mysqld")}
+USERS = {0: "root", 999: "www-data", 33: "gpulab-rpc", 105: "mysql"}
+OWN = ["gpulab-rpc", "gpulab-llama", "gpulab-vllm"]
+SETTINGS = {"llama_rpc_server_port_base": 50052, "llama_server_port": 8080, "vllm_server_port": 8000,
+            "vllm_server_master_port": 29501, "vllm_server_dp_rpc_port": 13345, "vllm_server_ray_port": 6379,
+            "model_serve_port": 18090, "vllm_server_distributed_backend": "mp"}
+
+
+def node_listeners():
+    return listeners(listening_sockets(TCP) + listening_sockets(TCP6, "/proc/net/tcp6"), PROCESSES, USERS)
+
+
+def test_listening_sockets_of_both_families_and_only_listeners():
+    assert listening_sockets(TCP) == [
+        {"address": "0.0.0.0", "port": 22, "uid": 0, "inode": 1001},
+        {"address": "127.0.0.1", "port": 8080, "uid": 999, "inode": 1002},
+        {"address": "10.231.77.10", "port": 50052, "uid": 33, "inode": 1003},
+    ]
+    assert listening_sockets(TCP6) == [
+        {"address": "::", "port": 22, "uid": 0, "inode": 1005},
+        {"address": "::1", "port": 3306, "uid": 105, "inode": 1006},
+    ]
+
+
+def test_a_line_that_is_not_a_socket_table_line_is_named():
+    with pytest.raises(ExposureError, match="line 2 is not a socket table line"):
+        listening_sockets("header\n   0: nonsense\n", "/proc/net/tcp")
+
+
+def test_socket_inode_only_for_sockets():
+    assert socket_inode("socket:[1234]") == 1234
+    assert socket_inode("pipe:[1234]") is None
+    assert socket_inode("/dev/null") is None
+
+
+def test_listeners_once_per_port_with_their_holder():
+    found = node_listeners()
+    assert [entry["port"] for entry in found] == [22, 3306, 8080, 50052]
+    assert found[0] == {"port": 22, "addresses": ["0.0.0.0", "::"], "process": "sshd", "pid": 41, "user": "root"}
+    assert found[2]["process"] == "nginx" and found[2]["user"] == "www-data"
+
+
+def test_a_socket_whose_process_is_unknown_still_names_its_user():
+    found = listeners([{"address": "0.0.0.0", "port": 9, "uid": 7, "inode": 5}], {}, {})
+    assert found == [{"port": 9, "addresses": ["0.0.0.0"], "process": None, "pid": None, "user": "7"}]
+
+
+def test_ssh_ports_from_ansible_port_and_sshd():
+    assert ssh_ports(node_listeners()) == [22]
+    assert ssh_ports(node_listeners(), "2222") == [22, 2222]
+    assert ssh_ports([], None) == [22]
+    with pytest.raises(ExposureError, match="ansible_port='ssh' is not a port"):
+        ssh_ports([], "ssh")
+
+
+def test_planned_ports_of_a_worker_with_three_gpus_and_of_a_head():
+    worker = planned_ports({"engine": "llama_cpp", "worker": True, "rpc_servers": 3}, SETTINGS)
+    assert worker == [{"variable": "llama_rpc_server_port_base", "ports": [50052, 50053, 50054], "what": "the RPC servers"}]
+    head = planned_ports({"engine": "llama_cpp", "head": True}, SETTINGS)
+    assert [item["variable"] for item in head] == ["llama_server_port", "model_serve_port"]
+
+
+def test_planned_ports_of_multi_node_vllm_by_backend_and_of_auto():
+    mp = planned_ports({"engine": "vllm", "vllm_node": True, "vllm_multi_node": True}, SETTINGS)
+    assert [item["variable"] for item in mp] == ["vllm_server_master_port", "vllm_server_dp_rpc_port"]
+    ray = planned_ports({"engine": "vllm", "vllm_node": True, "vllm_multi_node": True},
+                        dict(SETTINGS, vllm_server_distributed_backend="ray"))
+    assert [item["ports"] for item in ray] == [[6379]]
+    auto = planned_ports({"engine": "auto", "head": True, "worker": True}, SETTINGS)
+    assert [item["variable"] for item in auto] == [
+        "llama_rpc_server_port_base", "llama_server_port", "vllm_server_port", "model_serve_port"]
+
+
+@pytest.mark.parametrize("value", ["http", 0, 65536, True, None])
+def test_a_value_that_is_not_a_port_is_named(value):
+    with pytest.raises(ExposureError, match="llama_server_port=.* is not a port"):
+        planned_ports({"engine": "llama_cpp", "head": True}, dict(SETTINGS, llama_server_port=value))
+
+
+def test_a_range_past_the_last_port_is_refused_with_the_highest_base():
+    with pytest.raises(ExposureError, match="leaves no room for 4 ports .* set it to 65532 or below"):
+        planned_ports({"engine": "llama_cpp", "worker": True, "rpc_servers": 4},
+                      dict(SETTINGS, llama_rpc_server_port_base=65535))
+
+
+def problems_of(node, **settings):
+    return port_problems("node-b", planned_ports(node, dict(SETTINGS, **settings)), node_listeners(),
+                         ssh_ports(node_listeners(), settings.pop("ansible_port", None)), OWN)
+
+
+def test_the_rpc_range_on_the_ssh_port_is_refused_naming_the_variable_and_ssh():
+    problems = problems_of({"engine": "llama_cpp", "worker": True, "rpc_servers": 2}, llama_rpc_server_port_base=21)
+    assert len(problems) == 1
+    assert problems[0].startswith("llama_rpc_server_port_base=21 on node-b: the RPC servers would listen on 21-22")
+    assert "SSH, the controller's way into the node, uses 22" in problems[0]
+    assert "cut SSH" in problems[0]
+
+
+def test_a_port_another_service_holds_is_refused_naming_it():
+    problems = problems_of({"engine": "llama_cpp", "head": True}, llama_server_port=3306)
+    assert problems == [
+        "llama_server_port=3306 on node-b: llama-server's API would listen on 3306, but port 3306 is taken by "
+        "mysqld (pid 120, user mysql) on ::1. Set llama_server_port to a free port, or stop that service."]
+
+
+def test_the_collections_own_listener_is_not_a_conflict():
+    assert problems_of({"engine": "llama_cpp", "worker": True, "rpc_servers": 1}) == []
+
+
+def test_the_collections_ports_may_not_overlap_on_one_node():
+    problems = problems_of({"engine": "llama_cpp", "head": True, "worker": True, "rpc_servers": 4},
+                           llama_server_port=50054)
+    assert problems == [
+        "llama_rpc_server_port_base=50052 and llama_server_port=50054 on node-b overlap at 50054 "
+        "(the RPC servers and llama-server's API): give each its own port."]
+
+
+@pytest.mark.parametrize("bind,loopback", [("127.0.0.1", True), ("127.0.1.1", True), ("::1", True), ("[::1]", True),
+                                           ("localhost", True), ("0.0.0.0", False), ("10.231.77.10", False),
+                                           ("::", False), ("", False)])
+def test_loopback(bind, loopback):
+    assert is_loopback(bind) is loopback
+
+
+def test_an_api_off_loopback_without_a_key_is_refused_unless_allowed():
+    problem, warning = api_exposure("node-a", "llama_server", "0.0.0.0", False, False)
+    assert warning is None
+    assert problem.startswith("llama_server_host=0.0.0.0 on node-a serves the API to every host")
+    assert "llama_server_api_key" in problem and "llama_server_allow_unauthenticated: true" in problem
+    problem, warning = api_exposure("node-a", "vllm_server", "10.0.0.1", False, True)
+    assert problem is None
+    assert warning == ("node-a serves its API without a key on 10.0.0.1 (vllm_server_allow_unauthenticated is true): "
+                       "every host that reaches that address can use it.")
+    assert api_exposure("node-a", "llama_server", "0.0.0.0", True, False) == (None, None)
+    assert api_exposure("node-a", "llama_server", "127.0.0.1", False, False) == (None, None)
+
+
+def test_the_firewall_never_drops_an_ssh_port():
+    assert clear_of_ssh([50052, 50053], [22, 2222], "llama_rpc_server_port_base") == [22, 2222]
+    with pytest.raises(ExposureError, match="llama_rpc_server_port_base puts the RPC servers on 22, which SSH uses"):
+        clear_of_ssh([22], [22], "llama_rpc_server_port_base")
+
+
+def test_only_the_engines_apis_are_checked():
+    apis = [{"prefix": "llama_server"}, {"prefix": "vllm_server"}]
+    assert engine_apis("llama_cpp", apis) == [{"prefix": "llama_server"}]
+    assert engine_apis("vllm", apis) == [{"prefix": "vllm_server"}]
+    assert engine_apis("auto", apis) == apis
