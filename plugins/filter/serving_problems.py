@@ -9,17 +9,19 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 name: serving_problems
-short_description: What is wrong with the serving variables an operator set, as sentences
+short_description: What is wrong with the role variables an operator set, as sentences
 version_added: 0.1.0
 description:
-  - Reads, for every given host, the variables of roles C(llama_cpp_build), C(llama_server),
-    C(llama_rpc_server), C(memory_plan) and C(bench) that the inventory or C(-e) set (role defaults are
-    not visible here, so only what the user set is checked) and returns one sentence per
-    problem, naming the variable, its value, the hosts and what to set instead.
-  - Types and ranges (a whole number, a port, a boolean, a choice) and the combinations that
-    cannot work (a context below one token per slot, a longest restart delay below the first).
+  - Reads, for every given host, the variables of every role's argument spec that the inventory or C(-e) set
+    (role defaults are not visible in C(hostvars), so only what the user set is checked) and the errors
+    M(ansible.builtin.validate_argument_spec) found in them, and returns one sentence per problem,
+    naming the variable, its value, the hosts and what to set instead.
+  - Besides Ansible's errors, what an argument spec cannot say - values it accepts by converting them while the
+    role uses them as given (text for a list, a boolean for a string, null in place of a default), ranges (a port
+    from 1 to 65535) and combinations that cannot work (a context below one token per slot, a longest restart
+    delay below the first).
   - The rules live in C(plugins/module_utils/serving_checks.py); this filter only reads the
-    variables and hands them over.
+    variables and hands them over. Filters C(role_options) and C(options_set) give the validation its spec.
 author:
   - gpulab.inference contributors (@gpulab)
 options:
@@ -32,15 +34,31 @@ options:
     description: Ansible's C(hostvars).
     type: dict
     required: true
+  options:
+    description: Every role's options, as filter C(gpulab.inference.role_options) returns them.
+    type: dict
+    required: true
+  result:
+    description: The name of the variable each host registered the result of M(ansible.builtin.validate_argument_spec) in.
+    type: str
+    required: true
 """
 
 EXAMPLES = r"""
-- name: The serving variables are usable
+- name: Validate every role variable this host set against the roles' argument specs
+  ansible.builtin.validate_argument_spec:
+    argument_spec: "{{ __options | gpulab.inference.options_set(hostvars[inventory_hostname]) }}"
+  register: __spec_result
+  failed_when: false
+  vars:
+    __options: "{{ (role_path ~ '/..') | gpulab.inference.role_options }}"
+
+- name: The variables are usable
   ansible.builtin.assert:
     that: __problems | length == 0
-    fail_msg: "{{ __problems | join(' ') }}"
+    fail_msg: "{{ __problems | join('\\n') }}"
   vars:
-    __problems: "{{ groups['gpu_nodes'] | gpulab.inference.serving_problems(hostvars) }}"
+    __problems: "{{ groups['gpu_nodes'] | gpulab.inference.serving_problems(hostvars, __options, '__spec_result') }}"
 """
 
 RETURN = r"""
@@ -49,13 +67,12 @@ _value:
   type: list
   elements: str
   sample:
-    - "llama_server_ctx_size='abc' on every node is not a whole number: set the context in tokens
-      shared by all slots, e.g. 8192 (0: the model's training context)."
+    - "llama_server_parallel='0' on every node is below 1: set the number of requests served at once, 1 or more, e.g. 4."
 """
 
-from ansible.errors import AnsibleFilterError
+from ansible.errors import AnsibleError, AnsibleFilterError
 
-from ansible_collections.gpulab.inference.plugins.module_utils.serving_checks import RULES, serving_problems as check
+from ansible_collections.gpulab.inference.plugins.module_utils import serving_checks
 
 
 def _plain(value):
@@ -75,23 +92,39 @@ def _plain(value):
     return value
 
 
-def serving_problems(hosts, hostvars):
-    """Read the RULES variables each host has set and return serving_checks' sentences."""
+def _values(options, host_vars):
+    values = {}
+    for name in options:
+        if name not in host_vars:
+            continue
+        try:
+            values[name] = _plain(host_vars[name])
+        except AnsibleError:
+            # A value built from a role default cannot be read outside the role's play; the
+            # validation, which runs in the play, has checked its type.
+            continue
+    return values
+
+
+def serving_problems(hosts, hostvars, options, result):
+    """Read the options each host set and its validation errors; return serving_checks' sentences."""
     if isinstance(hosts, str) or not isinstance(hosts, (list, tuple)):
         raise AnsibleFilterError("gpulab.inference.serving_problems: expects a list of hosts, got %s"
                                  % type(hosts).__name__)
     try:
-        values_by_host = {}
+        checked = {}
         for host in hosts:
-            variables = hostvars[host] if host in hostvars else {}
-            values_by_host[host] = dict((name, _plain(variables[name])) for name in RULES if name in variables)
-        return check(values_by_host, list(hosts))
+            host_vars = hostvars[host] if host in hostvars else {}
+            registered = host_vars[result] if result in host_vars else {}
+            checked[host] = {"values": _values(options, host_vars),
+                             "errors": [str(error) for error in (registered or {}).get("argument_errors") or []]}
+        return serving_checks.serving_problems(checked, options, list(hosts))
     except (KeyError, TypeError, AttributeError) as exc:
         raise AnsibleFilterError("gpulab.inference.serving_problems: %s" % exc)
 
 
 class FilterModule:
-    """Serving variable checks of gpulab.inference."""
+    """Role variable checks of gpulab.inference."""
 
     def filters(self):
         return {"serving_problems": serving_problems}

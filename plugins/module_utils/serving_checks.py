@@ -1,17 +1,22 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to gpulab.inference
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Pure checks of the build, serving and benchmark variables an operator sets, before any node is touched.
+"""Pure checks of the role variables an operator sets, before any node is touched.
 
-The serving roles check their arguments when they run, minutes into a deployment and under
-from role common's dicts (llama_server_ctx_size reaches the memory plan inside
-gpulab_llama_server_memory_options). These
-checks run in the first play on the values the inventory and `-e` give, so a wrong value stops
-the run in seconds with one sentence per problem that names the variable as the user set it,
-the hosts it was set on, and what to set instead.
+One layer: each role's meta/argument_specs.yml holds the types, choices and defaults of its
+variables. The preflight validates every variable the inventory or `-e` set against the specs of
+all roles at once (`ansible.builtin.validate_argument_spec`, with the spec `options_set` picks
+from `role_options`), so a wrong value stops the run in seconds instead of in its role, minutes
+into a deployment and after the drain. This module keeps only what a spec cannot say:
+- values Ansible's validation accepts by converting them while the role goes on using them as
+  given (text for a list, a boolean for a string or a number, null in place of a default);
+- ranges and forms (a port from 1 to 65535, a context of 0 or more, `all` or a number of layers);
+- combinations (a context below one token per slot, a longest restart delay below the first).
+It turns Ansible's errors and its own findings into one sentence per problem that names the
+variable as the user set it, the hosts it was set on, and what to set instead.
 
 Values come as Ansible hands them over: `-e name=value` gives strings, so a whole number may be
-a string of digits, and a boolean one of Ansible's boolean words.
+a string of digits, as the argument specs accept it.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -20,12 +25,10 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.gpulab.inference.plugins.module_utils.gguf_plan import CACHE_TYPES
-
 _WHOLE = re.compile(r"\A[+-]?[0-9]+\Z")
-# What Ansible's `type: bool` accepts (ansible.module_utils.parsing.convert_bool).
-_TRUE = frozenset(("y", "yes", "on", "1", "true", "t"))
-_FALSE = frozenset(("n", "no", "off", "0", "false", "f"))
+# Keys validation does not need: the registered result of the validation stays small. `required`
+# only means "the role cannot run without it", and only set variables are validated here.
+_NOT_VALIDATED = ("description", "version_added", "required")
 
 
 def as_whole(value):
@@ -41,27 +44,104 @@ def as_whole(value):
     return None
 
 
-def as_bool(value):
-    """True or False for a boolean setting, or None when the value is not one."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str):
-        word = value.strip().lower()
-        if word in _TRUE:
-            return True
-        if word in _FALSE:
-            return False
+def _for_validation(spec, top=True):
+    kept = {}
+    for key, value in spec.items():
+        if key in ("description", "version_added") or (top and key == "required"):
+            continue
+        if key == "options" and isinstance(value, dict):
+            value = dict((name, _for_validation(sub, top=False)) for name, sub in value.items())
+        kept[key] = value
+    return kept
+
+
+def role_options(spec_files):
+    """Every option of every role's main entry point, as {option: {"role": role, "spec": spec}}.
+
+    spec_files: {role: the content of roles/<role>/meta/argument_specs.yml}. Only `main`: it is what
+    a role validates when a play runs it, with the inventory's and -e's values; other entry points
+    take parameters from the role that includes them (role service's `stop`, gpu_drain's `restore`).
+    An option two roles describe differently raises ValueError: one of them would refuse what the
+    other accepts.
+    """
+    options = {}
+    for role in sorted(spec_files):
+        main = ((spec_files[role] or {}).get("argument_specs") or {}).get("main") or {}
+        for name, spec in (main.get("options") or {}).items():
+            spec = _for_validation(spec or {})
+            known = options.get(name)
+            if known is None:
+                options[name] = {"role": role, "spec": spec}
+            elif known["spec"] != spec:
+                raise ValueError("%s is %r in role %s but %r in role %s: give both argument specs the same type, "
+                                 "choices and default" % (name, known["spec"], known["role"], spec, role))
+    return options
+
+
+def options_set(options, names):
+    """The argument spec of the options among names (the variables a host has set).
+
+    Role defaults are right by construction (the unit tests pass them through these checks), and
+    a variable nobody set has nothing to check; hostvars hold only what the inventory, -e and
+    earlier tasks set, never role defaults, so its names are exactly the ones to check.
+    """
+    return dict((name, entry["spec"]) for name, entry in options.items() if name in names)
+
+
+def _shown(value):
+    return "null" if value is None else repr(value)
+
+
+def _default(spec):
+    default = spec.get("default")
+    if default is None:
+        return None
+    if isinstance(default, str) and "{{" in default:
+        return "the role's default"
+    return "the default %s" % (_shown(default) if isinstance(default, str) else default,)
+
+
+def wanted(spec):
+    """What an option takes, in words, from its spec."""
+    kind = spec.get("type", "str")
+    if spec.get("choices"):
+        words = "one of %s" % ", ".join(str(choice) for choice in spec["choices"])
+        return ("a list of " + words) if kind == "list" else words
+    if kind == "list":
+        return "a list of %s values" % spec["elements"] if spec.get("elements") else "a list"
+    return {"int": "a whole number", "float": "a number", "bool": "true or false", "dict": "a mapping",
+            "path": "a path", "raw": "a value"}.get(kind, "a string")
+
+
+def _as_given_problem(name, spec, value):
+    """Why a value the spec accepts by converting it cannot work as the role uses it (the role
+    reads the variable as set, not as the validation converted it), or None."""
+    kind = spec.get("type", "str")
+    if value is None:
+        default = _default(spec)
+        # The spec refuses null itself where its type cannot hold it (int, bool, list, dict).
+        if default is not None:
+            return "replaces %s with null: remove the setting for the default, or set %s" % (default, wanted(spec))
+        return None
+    if isinstance(value, bool) and kind in ("str", "path", "int", "float"):
+        return ("is a boolean (YAML reads an unquoted yes, no, on, off, true or false as one): set %s, quoted "
+                "where it is one of those words" % wanted(spec))
+    if isinstance(value, (list, dict)) and kind in ("str", "path", "int", "float"):
+        return "is a %s: set %s" % ("list" if isinstance(value, list) else "mapping", wanted(spec))
+    if isinstance(value, str) and kind in ("list", "dict"):
+        example = "[...]" if kind == "list" else "{...}"
+        return ("is text, which Ansible would take as a %s of its comma-separated parts: set %s, in YAML in the "
+                "inventory or as JSON on the command line (-e '{\"%s\": %s}')" % (kind, wanted(spec), name, example))
     return None
 
 
-def _whole(minimum=None, maximum=None):
+def _at_least(minimum, maximum=None):
     def check(value):
         number = as_whole(value)
+        # Not a whole number: the argument spec says so in its own words.
         if number is None:
-            return "is not a whole number"
-        if minimum is not None and number < minimum:
+            return None
+        if number < minimum:
             return "is below %d" % minimum
         if maximum is not None and number > maximum:
             return "is above %d" % maximum
@@ -69,31 +149,10 @@ def _whole(minimum=None, maximum=None):
     return check
 
 
-def _optional(check):
-    def optional(value):
-        return None if value is None else check(value)
-    return optional
-
-
-def _boolean(value):
-    return None if as_bool(value) is not None else "is not true or false"
-
-
-def _choice(*choices):
-    def check(value):
-        if isinstance(value, bool):
-            # YAML 1.1 reads an unquoted on/off/yes/no as a boolean
-            return "is a boolean (YAML reads an unquoted on or off as true or false)"
-        if not isinstance(value, str) or value not in choices:
-            return "is not one of %s" % ", ".join(choices)
-        return None
-    return check
-
-
 def _gpu_layers(value):
-    if isinstance(value, str) and value in ("all", "auto"):
+    if value in ("all", "auto") or as_whole(value) is not None:
         return None
-    return None if as_whole(value) is not None else "is not a number of layers, all or auto"
+    return "is not a number of layers, all or auto"
 
 
 def _tensor_split(value):
@@ -114,109 +173,88 @@ def _tensor_split(value):
     return None
 
 
+# What Ansible's `type: bool` accepts (ansible.module_utils.parsing.convert_bool).
+_BOOLEAN_WORDS = frozenset(("y", "yes", "on", "1", "true", "t", "n", "no", "off", "0", "false", "f"))
+
+
 def _backend_sampling(value):
-    if isinstance(value, str) and value == "auto":
+    if isinstance(value, bool) or value in (0, 1):
         return None
-    return None if as_bool(value) is not None else "is not auto, true or false"
+    if isinstance(value, str) and (value == "auto" or value.strip().lower() in _BOOLEAN_WORDS):
+        return None
+    return "is not auto, true or false"
 
 
-def _text(value):
-    if not isinstance(value, str) or not value.strip():
-        return "is not a non-empty string"
-    return None
+def _not_empty(value):
+    return "is empty" if isinstance(value, str) and not value.strip() else None
 
 
-def _whole_list(value):
-    if not isinstance(value, (list, tuple)):
-        return "is not a list"
-    for entry in value:
-        number = as_whole(entry)
-        if number is None or number < 0:
-            return "has an entry %r that is not a GPU index (0, 1, ...)" % (entry,)
-    return None
+def _entries_at_least(minimum, what):
+    def check(value):
+        if not isinstance(value, (list, tuple)):
+            return None
+        for entry in value:
+            number = as_whole(entry)
+            if number is not None and number < minimum:
+                return "has an entry %r that is not %s" % (entry, what)
+        return None
+    return check
 
 
 def _levels(value):
-    if isinstance(value, str):
-        # -e name=1,2,4 gives a string; a list needs JSON: -e '{"name": [1, 2, 4]}'
-        return "is a string, not a list (on the command line give JSON, -e '{\"bench_concurrency\": [1, 2, 4]}')"
-    if not isinstance(value, (list, tuple)) or not value:
-        return "is not a non-empty list"
-    for entry in value:
-        number = as_whole(entry)
-        if number is None or number < 1:
-            return "has an entry %r that is not a concurrency of 1 or more" % (entry,)
-    return None
+    if isinstance(value, (list, tuple)) and not value:
+        return "is an empty list"
+    return _entries_at_least(1, "a concurrency of 1 or more")(value)
 
 
-_PORT = _whole(1, 65535)
+_PORT = _at_least(1, 65535)
 
-# name -> (check, what to set). Every name is an option of its role's meta/argument_specs.yml
+# name -> (check, what to set): what each option's argument spec cannot say (its type, choices and
+# null are the spec's). Every name is an option of its role's meta/argument_specs.yml
 # (tests/unit/plugins/module_utils/test_serving_checks.py checks it, and that defaults pass).
 RULES = {
-    "llama_server_host": (_text, "the address llama-server binds to, e.g. 127.0.0.1"),
+    "llama_server_host": (_not_empty, "the address llama-server binds to, e.g. 127.0.0.1"),
     "llama_server_port": (_PORT, "a TCP port from 1 to 65535, e.g. 8080"),
-    "llama_server_ctx_size": (_whole(0), "the context in tokens shared by all slots, e.g. 8192 (0: the model's training context)"),
-    "llama_server_parallel": (_whole(1), "the number of requests served at once, 1 or more, e.g. 4"),
+    "llama_server_ctx_size": (_at_least(0), "the context in tokens shared by all slots, e.g. 8192 (0: the model's training context)"),
+    "llama_server_parallel": (_at_least(1), "the number of requests served at once, 1 or more, e.g. 4"),
     "llama_server_gpu_layers": (_gpu_layers, "a number of layers, or all"),
     "llama_server_tensor_split": (_tensor_split, "equal, proportional, or one share per device, e.g. [1, 1, 2]"),
-    "llama_server_flash_attn": (_choice("on", "off", "auto"), "on, off or auto (quoted in YAML)"),
-    "llama_server_cache_type_k": (_choice(*sorted(CACHE_TYPES)), "a KV cache type, e.g. f16 or q8_0"),
-    "llama_server_cache_type_v": (_choice(*sorted(CACHE_TYPES)), "a KV cache type, e.g. f16 or q8_0"),
-    "llama_server_batch_size": (_whole(1), "the logical batch in tokens, e.g. 2048"),
-    "llama_server_ubatch_size": (_whole(1), "the physical batch in tokens, e.g. 512"),
-    "llama_server_jinja": (_boolean, "true or false"),
-    "llama_server_metrics": (_boolean, "true or false"),
-    "llama_server_reasoning_budget": (_optional(_whole(-1)), "-1 (unlimited), 0 (none), a number of tokens, or null"),
-    "llama_server_threads": (_whole(0), "a number of CPU threads, or 0 for llama.cpp's default"),
-    "llama_server_log_verbosity": (_optional(_whole(0)), "a verbosity level from 0, e.g. 4, or null"),
+    "llama_server_batch_size": (_at_least(1), "the logical batch in tokens, e.g. 2048"),
+    "llama_server_ubatch_size": (_at_least(1), "the physical batch in tokens, e.g. 512"),
+    "llama_server_reasoning_budget": (_at_least(-1), "-1 (unlimited), 0 (none), a number of tokens, or null"),
+    "llama_server_threads": (_at_least(0), "a number of CPU threads, or 0 for llama.cpp's default"),
+    "llama_server_log_verbosity": (_at_least(0), "a verbosity level from 0, e.g. 4"),
     "llama_server_backend_sampling": (_backend_sampling, "auto, true or false"),
-    "llama_server_extra_args": (lambda v: None if isinstance(v, (list, tuple)) else "is not a list",
-                                "a list of strings, e.g. ['--no-mmap']"),
-    "llama_server_worker_wait_s": (_whole(0), "seconds to wait for the workers, e.g. 300"),
-    "llama_server_worker_watch_s": (_whole(0), "seconds between connection checks, e.g. 5 (0: no watch)"),
-    "llama_server_restart_sec": (_whole(0), "seconds before a restart, e.g. 5"),
-    "llama_server_restart_max_delay_s": (_whole(0), "the longest restart delay in seconds, e.g. 30"),
-    "llama_server_health_timeout_s": (_whole(0), "seconds to wait for /health, or 0 to scale it to the model"),
-    "llama_server_health_timeout_floor_s": (_whole(0), "seconds, e.g. 120"),
-    "llama_server_health_load_rate_mib_s": (_whole(1), "MiB/s the model loads at, 1 or more, e.g. 100"),
-    "llama_server_health_poll_s": (_whole(1), "seconds between /health polls, e.g. 5"),
-    "llama_server_smoke_enabled": (_boolean, "true or false"),
-    "llama_server_smoke_max_tokens": (_whole(1), "tokens of the smoke answer, e.g. 8"),
-    "llama_server_smoke_timeout_s": (_whole(1), "seconds, e.g. 120"),
+    "llama_server_worker_wait_s": (_at_least(0), "seconds to wait for the workers, e.g. 300"),
+    "llama_server_worker_watch_s": (_at_least(0), "seconds between connection checks, e.g. 5 (0: no watch)"),
+    "llama_server_restart_sec": (_at_least(0), "seconds before a restart, e.g. 5"),
+    "llama_server_restart_max_delay_s": (_at_least(0), "the longest restart delay in seconds, e.g. 30"),
+    "llama_server_health_timeout_s": (_at_least(0), "seconds to wait for /health, or 0 to scale it to the model"),
+    "llama_server_health_timeout_floor_s": (_at_least(0), "seconds, e.g. 120"),
+    "llama_server_health_load_rate_mib_s": (_at_least(1), "MiB/s the model loads at, 1 or more, e.g. 100"),
+    "llama_server_health_poll_s": (_at_least(1), "seconds between /health polls, e.g. 5"),
+    "llama_server_smoke_max_tokens": (_at_least(1), "tokens of the smoke answer, e.g. 8"),
+    "llama_server_smoke_timeout_s": (_at_least(1), "seconds, e.g. 120"),
     "llama_rpc_server_port_base": (_PORT, "the first RPC port, from 1 to 65535, e.g. 50052"),
-    "llama_rpc_server_threads": (_whole(0), "a number of CPU threads, or 0 for llama.cpp's default"),
-    "llama_rpc_server_gpu_indices": (_whole_list, "a list of nvidia-smi GPU indices, e.g. [0, 1], or [] for all"),
-    "llama_rpc_server_cache_enabled": (_boolean, "true or false"),
-    "llama_rpc_server_allow_any_address": (_boolean, "true or false"),
-    "llama_rpc_server_firewall_enabled": (_boolean, "true or false"),
-    "llama_rpc_server_restart_sec": (_whole(0), "seconds before a restart, e.g. 5"),
-    "llama_rpc_server_restart_max_delay_s": (_whole(0), "the longest restart delay in seconds, e.g. 60"),
-    "llama_rpc_server_listen_timeout_s": (_whole(1), "seconds to wait for the servers to listen, e.g. 60"),
-    "llama_rpc_server_other_firewall": (_choice("fail", "opened"), "fail, or opened once the ports are open"),
-    "memory_plan_margin_mib": (_whole(0), "MiB every device keeps free, e.g. 1024"),
-    "memory_plan_cuda_context_mib": (_whole(0), "MiB per process and GPU for the CUDA context, e.g. 720"),
-    "memory_plan_enforce": (_boolean, "true or false"),
-    "memory_plan_count_drain": (_boolean, "true or false"),
-    "llama_cpp_source": (_choice("git", "archive"), "git or archive"),
-    "llama_cpp_cuda": (_choice("auto", "on", "off"), "auto, on or off (quoted in YAML)"),
-    "llama_cpp_rpc_rdma": (_choice("auto", "on", "off"), "auto, on or off (quoted in YAML)"),
-    "llama_cpp_native": (_boolean, "true or false"),
-    "llama_cpp_keep_builds": (_whole(2), "builds to keep, 2 or more (the current one and the previous for a rollback)"),
-    "llama_cpp_build_timeout_s": (_whole(1), "seconds the build may take, e.g. 7200"),
+    "llama_rpc_server_threads": (_at_least(0), "a number of CPU threads, or 0 for llama.cpp's default"),
+    "llama_rpc_server_gpu_indices": (_entries_at_least(0, "a GPU index (0, 1, ...)"),
+                                     "a list of nvidia-smi GPU indices, e.g. [0, 1], or [] for all"),
+    "llama_rpc_server_restart_sec": (_at_least(0), "seconds before a restart, e.g. 5"),
+    "llama_rpc_server_restart_max_delay_s": (_at_least(0), "the longest restart delay in seconds, e.g. 60"),
+    "llama_rpc_server_listen_timeout_s": (_at_least(1), "seconds to wait for the servers to listen, e.g. 60"),
+    "memory_plan_margin_mib": (_at_least(0), "MiB every device keeps free, e.g. 1024"),
+    "memory_plan_cuda_context_mib": (_at_least(0), "MiB per process and GPU for the CUDA context, e.g. 720"),
+    "llama_cpp_keep_builds": (_at_least(2), "builds to keep, 2 or more (the current one and the previous for a rollback)"),
+    "llama_cpp_build_timeout_s": (_at_least(1), "seconds the build may take, e.g. 7200"),
     "bench_concurrency": (_levels, "the concurrency levels, e.g. [1, 2, 4]"),
-    "bench_requests_per_level": (_whole(1), "requests per level, 1 or more, e.g. 8"),
-    "bench_warmup_requests": (_whole(0), "warm-up requests, e.g. 2"),
-    "bench_prompt_tokens": (_whole(1), "prompt tokens per request, e.g. 512"),
-    "bench_max_tokens": (_whole(2), "output tokens per request, 2 or more, e.g. 256"),
-    "bench_ignore_eos": (_boolean, "true or false"),
-    "bench_greedy": (_boolean, "true or false"),
-    "bench_request_timeout_s": (_whole(1), "seconds per request, e.g. 300"),
-    "bench_timeout_s": (_whole(1), "seconds for the whole benchmark, e.g. 1800"),
-    "bench_progress_interval_s": (_whole(1), "seconds between progress lines, e.g. 10"),
-    "bench_sampler_interval_ms": (_whole(1), "milliseconds between GPU samples, e.g. 200"),
-    "bench_sampler_method": (_choice("auto", "nvml", "nvidia-smi-loop", "nvidia-smi-poll"),
-                             "auto, nvml, nvidia-smi-loop or nvidia-smi-poll"),
+    "bench_requests_per_level": (_at_least(1), "requests per level, 1 or more, e.g. 8"),
+    "bench_warmup_requests": (_at_least(0), "warm-up requests, e.g. 2"),
+    "bench_prompt_tokens": (_at_least(1), "prompt tokens per request, e.g. 512"),
+    "bench_max_tokens": (_at_least(2), "output tokens per request, 2 or more, e.g. 256"),
+    "bench_request_timeout_s": (_at_least(1), "seconds per request, e.g. 300"),
+    "bench_timeout_s": (_at_least(1), "seconds for the whole benchmark, e.g. 1800"),
+    "bench_progress_interval_s": (_at_least(1), "seconds between progress lines, e.g. 10"),
+    "bench_sampler_interval_ms": (_at_least(1), "milliseconds between GPU samples, e.g. 200"),
 }
 
 # Defaults of the roles (defaults/main.yml, checked by the unit test) for the combinations below,
@@ -231,10 +269,17 @@ DEFAULTS = {
 }
 
 
-def value_problem(name, value):
-    """Why the value of a known variable cannot work (a phrase), or None."""
-    check = RULES[name][0]
-    return check(value)
+def value_problem(name, value, spec=None):
+    """Why a value the argument spec accepts cannot work (a phrase ending in what to set), or None."""
+    if spec is not None:
+        reason = _as_given_problem(name, spec, value)
+        if reason is not None:
+            return reason
+    if name in RULES and value is not None:
+        reason = RULES[name][0](value)
+        if reason is not None:
+            return "%s: set %s" % (reason, RULES[name][1])
+    return None
 
 
 def _combination_problems(values):
@@ -259,44 +304,75 @@ def _combination_problems(values):
     return problems
 
 
+def _named(error, options):
+    """The option an error of Ansible's validation is about: the longest option name it contains
+    as a word (Ansible quotes some, not all: "argument 'x' is of type", "value of x must be")."""
+    found = [name for name in options if re.search(r"(?<![\w])%s(?![\w])" % re.escape(name), error)]
+    return max(found, key=len) if found else None
+
+
+def _subject(name, values, options):
+    if name not in values:
+        return name
+    if options[name]["spec"].get("no_log"):
+        return "%s (its value hidden)" % name
+    return "%s=%s" % (name, _shown(values[name]))
+
+
+def _spec_sentence(error, name, options):
+    if name is None:
+        return error.rstrip(".") + "."
+    spec = options[name]["spec"]
+    default = _default(spec)
+    hint = "role %s takes %s" % (options[name]["role"], wanted(spec))
+    if default is not None:
+        hint += "; remove the setting for %s" % default
+    return "%s; %s." % (error.rstrip("."), hint)
+
+
 def _where(hosts, all_hosts):
     if len(hosts) > 1 and set(hosts) >= set(all_hosts):
         return "on every node"
     return "on " + ", ".join(hosts)
 
 
-def serving_problems(values_by_host, all_hosts=None):
-    """Every problem of the serving variables, as sentences: [] when all is well.
+def serving_problems(checked, options, all_hosts=None):
+    """Every problem of the variables the hosts set, as sentences: [] when all is well.
 
-    values_by_host: host -> {variable: value} holding only the variables of RULES that are set
-    for that host (inventory or -e); all_hosts: the hosts checked, for "every node". Problems
-    that several hosts share are reported once, naming the hosts.
+    checked: host -> {"values": {option: value} (the options of role_options the host set whose
+    value could be read), "errors": [the errors of Ansible's argument spec validation of the
+    options it set]}; options: role_options' result; all_hosts: the hosts checked, for "every
+    node". An option Ansible refused is not checked again; a problem several hosts share is
+    reported once, naming the hosts.
     """
-    if not isinstance(values_by_host, dict):
-        raise TypeError("values_by_host must be a mapping of host to variables, got %s"
-                        % type(values_by_host).__name__)
-    all_hosts = list(all_hosts if all_hosts is not None else values_by_host)
+    if not isinstance(checked, dict):
+        raise TypeError("checked must be a mapping of host to values and errors, got %s" % type(checked).__name__)
+    all_hosts = list(all_hosts if all_hosts is not None else checked)
+    order = list(options)
     found = {}
-    order = []
-    for host in sorted(values_by_host):
-        values = values_by_host[host] or {}
-        unknown = sorted(set(values) - set(RULES))
+    for host in sorted(checked):
+        values = dict((checked[host] or {}).get("values") or {})
+        unknown = sorted(set(values) - set(options))
         if unknown:
-            raise KeyError("no rule for %s" % ", ".join(unknown))
+            raise KeyError("no argument spec has %s" % ", ".join(unknown))
+        problems = []
+        refused = set()
+        for error in (checked[host] or {}).get("errors") or []:
+            name = _named(error, options)
+            refused.add(name)
+            problems.append((_subject(name, values, options) if name else "", ": " + _spec_sentence(error, name, options)))
         valid = {}
-        for name in sorted(values, key=list(RULES).index):
-            reason = value_problem(name, values[name])
+        for name in sorted(set(values) - refused, key=order.index):
+            reason = value_problem(name, values[name], options[name]["spec"])
             if reason is None:
                 valid[name] = values[name]
-                continue
-            problem = ("%s=%r" % (name, values[name]), "%s: set %s." % (reason, RULES[name][1]))
-            found.setdefault(problem, [])
-            if problem not in order:
-                order.append(problem)
-            found[problem].append(host)
-        for problem in _combination_problems(valid):
-            found.setdefault(problem, [])
-            if problem not in order:
-                order.append(problem)
-            found[problem].append(host)
-    return ["%s %s %s" % (subject, _where(found[(subject, rest)], all_hosts), rest) for subject, rest in order]
+            else:
+                problems.append((_subject(name, values, options), " " + reason + "."))
+        problems.extend((subject, " " + rest) for subject, rest in _combination_problems(valid))
+        for problem in problems:
+            found.setdefault(problem, []).append(host)
+    sentences = []
+    for (subject, rest), hosts in found.items():
+        where = _where(hosts, all_hosts)
+        sentences.append("%s %s%s" % (subject, where, rest) if subject else where[0].upper() + where[1:] + rest)
+    return sentences

@@ -1,6 +1,7 @@
-"""serving_checks: each serving variable refused with a sentence that names it, its value, the hosts
-and what to set; the values -e gives (strings) accepted where Ansible's types accept them; the
-table agrees with the roles' argument specs and defaults."""
+"""serving_checks: the roles' argument specs read as one table; Ansible's validation errors and what a
+spec cannot say (values it converts but the role uses as given, ranges, combinations) each refused
+with a sentence that names the variable, its value, the hosts and what to set; the values -e gives
+(strings) accepted where the argument specs accept them; no rule restates a spec's type or choices."""
 
 import re
 from pathlib import Path
@@ -8,18 +9,15 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
 from ansible_collections.gpulab.inference.plugins.module_utils import serving_checks as sc
+from ansible_collections.gpulab.inference.plugins.module_utils.gguf_plan import CACHE_TYPES
 
 REPO = Path(__file__).resolve().parents[4]
-ROLES = ("llama_server", "llama_rpc_server", "memory_plan", "bench")
-
-
-def role_of(name):
-    # llama_cpp_* are llama_cpp_build's options (shared with llama_cpp_distribute)
-    if name.startswith("llama_cpp_"):
-        return "llama_cpp_build"
-    # the longest prefix first: llama_rpc_server_* is not llama_server's
-    return next(role for role in sorted(ROLES, key=len, reverse=True) if name.startswith(role + "_"))
+SPEC_FILES = dict((path.parent.parent.name, yaml.safe_load(path.read_text()))
+                  for path in sorted((REPO / "roles").glob("*/meta/argument_specs.yml")))
+OPTIONS = sc.role_options(SPEC_FILES)
 
 
 def role_file(role, *path):
@@ -27,36 +25,89 @@ def role_file(role, *path):
 
 
 def role_default(name):
-    """A variable's default: its role's, or role common's for the llama-server options the memory
-    plan shares (every role depends on common)."""
-    defaults = role_file(role_of(name), "defaults", "main.yml")
+    """A variable's default: its role's, or role common's (every role depends on common)."""
+    defaults = role_file(OPTIONS[name]["role"], "defaults", "main.yml") or {}
     return defaults if name in defaults else role_file("common", "defaults", "main.yml")
 
 
+def validate(values):
+    """Ansible's errors for values, as the preflight's validate_argument_spec finds them."""
+    return ArgumentSpecValidator(sc.options_set(OPTIONS, values)).validate(
+        values, validate_role_argument_spec=True).error_messages
+
+
 def one(values, host="node-a"):
-    return sc.serving_problems({host: values}, [host])
+    return sc.serving_problems({host: {"values": values, "errors": validate(values)}}, OPTIONS, [host])
+
+
+def test_every_role_is_read():
+    main_options = [(role, name) for role, doc in SPEC_FILES.items()
+                    for name in doc["argument_specs"].get("main", {}).get("options") or {}]
+    assert len(SPEC_FILES) >= 14 and len(main_options) > 300
+    assert all(name in OPTIONS for role, name in main_options)
+    assert OPTIONS["llama_server_port"] == {"role": "llama_server", "spec": {"type": "int", "default": 8080}}
+    assert OPTIONS["gpu_drain_keep"] == {"role": "gpu_drain", "spec": {"type": "list", "elements": "str", "default": []}}
+    assert all("description" not in entry["spec"] for entry in OPTIONS.values())
+
+
+def test_an_option_two_roles_describe_differently_is_refused():
+    files = {"one": {"argument_specs": {"main": {"options": {"x": {"type": "int", "description": "a"}}}}},
+             "two": {"argument_specs": {"main": {"options": {"x": {"type": "str", "description": "b"}}}}}}
+    with pytest.raises(ValueError) as raised:
+        sc.role_options(files)
+    assert "x is {'type': 'int'} in role one but {'type': 'str'} in role two" in str(raised.value)
+    # Descriptions and `required` may differ: validation does not use them.
+    files["two"]["argument_specs"]["main"]["options"]["x"] = {"type": "int", "required": True}
+    assert sc.role_options(files) == {"x": {"role": "one", "spec": {"type": "int"}}}
+
+
+def test_only_the_main_entry_points_are_read():
+    # Other entry points take parameters from the role that includes them, not from the inventory.
+    files = {"one": {"argument_specs": {"main": {"options": {"x": {"type": "int"}}},
+                                        "stop": {"options": {"x": {"type": "str"}, "y": {"type": "int"}}}}}}
+    assert sc.role_options(files) == {"x": {"role": "one", "spec": {"type": "int"}}}
+
+
+def test_options_set_keeps_only_what_the_host_set():
+    assert sc.options_set(OPTIONS, {"llama_server_port": "8081", "ansible_host": "x"}) == {
+        "llama_server_port": {"type": "int", "default": 8080}}
+    assert sc.options_set(OPTIONS, {}) == {}
 
 
 @pytest.mark.parametrize("name", sorted(sc.RULES))
-def test_every_rule_names_an_option_of_its_role(name):
-    role = role_of(name)
-    options = role_file(role, "meta", "argument_specs.yml")["argument_specs"]["main"]["options"]
-    assert name in options, "%s is not in roles/%s/meta/argument_specs.yml" % (name, role)
+def test_every_rule_names_an_option_the_spec_cannot_fully_describe(name):
+    assert name in OPTIONS, "%s is in no role's meta/argument_specs.yml" % name
+    spec = OPTIONS[name]["spec"]
+    # A bool or a choice is the spec's alone: a rule for it would restate the spec.
+    assert spec.get("type") != "bool" and "choices" not in spec, spec
 
 
-@pytest.mark.parametrize("name", sorted(sc.RULES))
-def test_role_defaults_pass(name):
+def test_the_cache_type_choices_are_the_memory_plans():
+    for name in ("llama_server_cache_type_k", "llama_server_cache_type_v"):
+        assert sorted(OPTIONS[name]["spec"]["choices"]) == sorted(CACHE_TYPES)
+
+
+def literal_default(name):
+    """The role's default of an option as the role sees it, or None when it is a template."""
+    if name not in role_default(name):
+        return None
     defaults = role_default(name)
     value = defaults[name]
     profile = re.match(r"^\{\{ bench_profiles\[bench_profile\]\.(\w+) \}\}$", str(value))
     if profile:
-        # the benchmark's sizes come from its profiles: every profile's value must pass
-        for entry in defaults["bench_profiles"].values():
-            assert sc.value_problem(name, entry[profile.group(1)]) is None
-        return
+        return [entry[profile.group(1)] for entry in defaults["bench_profiles"].values()]
     if isinstance(value, str) and "{{" in value:
-        pytest.fail("%s defaults to a template; give the rule's test a literal" % name)
-    assert sc.value_problem(name, value) is None
+        return None
+    return [value]
+
+
+@pytest.mark.parametrize("name", sorted(OPTIONS))
+def test_role_defaults_pass(name):
+    """Every literal default in a role's defaults passes the spec and the rules, so that only what
+    the operator sets needs checking."""
+    values = literal_default(name) if OPTIONS[name]["role"] != "service" else None
+    for value in values or []:
+        assert one({name: value}) == [], (name, value)
 
 
 @pytest.mark.parametrize("name", sorted(sc.DEFAULTS))
@@ -65,73 +116,124 @@ def test_combination_defaults_are_the_roles(name):
 
 
 def test_nothing_set_nothing_wrong():
-    assert sc.serving_problems({"node-a": {}, "node-b": {}}) == []
+    assert sc.serving_problems({"node-a": {"values": {}, "errors": []}, "node-b": {}}, OPTIONS) == []
 
 
 def test_values_as_extra_vars_give_them():
     assert one({"llama_server_ctx_size": "4096", "llama_server_parallel": "2", "llama_server_port": " 8081 ",
                 "llama_server_jinja": "no", "llama_server_metrics": "True", "llama_server_gpu_layers": "99",
                 "llama_server_reasoning_budget": "-1", "llama_server_backend_sampling": "false",
-                "llama_rpc_server_gpu_indices": ["0", 1], "llama_server_tensor_split": ["1", 2.5]}) == []
+                "llama_server_reasoning_format": None, "llama_rpc_server_gpu_indices": ["0", 1],
+                "llama_server_tensor_split": ["1", 2.5], "llama_server_flash_attn": "on",
+                "gpu_drain_keep": ["docker-*"], "gpulab_engine": "vllm"}) == []
 
 
-BAD = [
-    ("llama_server_ctx_size", "abc", "is not a whole number: set the context in tokens shared by all slots"),
-    ("llama_server_ctx_size", -1, "is below 0"),
-    ("llama_server_ctx_size", True, "is not a whole number"),
-    ("llama_server_ctx_size", "1.5", "is not a whole number"),
+SPEC_REFUSED = [
+    # Ansible's words, the spec's hint
+    ("llama_server_log_verbosity", None, "argument 'llama_server_log_verbosity' is of type NoneType and we were unable "
+     "to convert to int", "role llama_server takes a whole number; remove the setting for the default 4."),
+    ("llama_server_ctx_size", "abc", "argument 'llama_server_ctx_size' is of type str", "takes a whole number"),
+    ("llama_server_ctx_size", "1.5", "unable to convert to int", "the default 8192"),
+    ("llama_server_flash_attn", "yes", "value of llama_server_flash_attn must be one of: on, off, auto, got: yes",
+     "takes one of on, off, auto; remove the setting for the default 'auto'."),
+    ("llama_server_cache_type_k", "q3_k", "must be one of: f32, f16", "takes one of f32, f16, bf16"),
+    ("llama_server_jinja", "maybe", "argument 'llama_server_jinja' is of type str and we were unable to convert to bool",
+     "takes true or false; remove the setting for the default True."),
+    ("llama_rpc_server_gpu_indices", ["x"], "Elements value for option 'llama_rpc_server_gpu_indices'", "a list of int values"),
+    ("llama_rpc_server_other_firewall", "ignore", "must be one of: fail, opened", "the default 'fail'"),
+    ("gpu_drain_keep", {"a": 1}, "argument 'gpu_drain_keep' is of type dict", "takes a list of str values; remove the setting for the default []."),
+    ("gpulab_engine", "vlm", "value of gpulab_engine must be one of: llama_cpp, vllm, got: vlm", "role common takes one of llama_cpp, vllm"),
+    ("bench_sampler_method", "dcgm", "must be one of: auto, nvml", "role bench"),
+    ("llama_server_supervisor_environment", [1], "argument 'llama_server_supervisor_environment' is of type list", "a mapping"),
+]
+
+
+@pytest.mark.parametrize("name, value, error, hint", SPEC_REFUSED, ids=["%s=%r" % case[:2] for case in SPEC_REFUSED])
+def test_the_spec_refuses_under_the_name_with_a_hint(name, value, error, hint):
+    (problem,) = one({name: value})
+    assert problem.startswith("%s=%s on node-a: " % (name, "null" if value is None else repr(value))), problem
+    assert error in problem
+    assert problem.endswith(hint) or hint in problem, problem
+
+
+RULE_REFUSED = [
+    # what the spec accepts by converting it, while the role uses the value as given
+    ("gpu_drain_keep", "notalist", "is text, which Ansible would take as a list of its comma-separated parts: set a list "
+     "of str values, in YAML in the inventory or as JSON on the command line (-e '{\"gpu_drain_keep\": [...]}')"),
+    ("bench_concurrency", "1,2,4", "is text, which Ansible would take as a list"),
+    ("llama_server_supervisor_environment", "A=1", "is text, which Ansible would take as a dict"),
+    ("llama_server_flash_attn", True, "is a boolean (YAML reads an unquoted yes, no, on, off, true or false as one): "
+     "set one of on, off, auto"),
+    ("llama_cpp_cuda", False, "is a boolean"),
+    ("llama_server_port", True, "is a boolean"),
+    ("llama_server_host", ["127.0.0.1"], "is a list: set a string"),
+    ("llama_server_host", None, "replaces the default '127.0.0.1' with null: remove the setting for the default, or set a string"),
+    ("llama_server_tensor_split", None, "replaces the default 'equal' with null"),
+    # ranges and forms
+    ("llama_server_ctx_size", -1, "is below 0: set the context in tokens shared by all slots"),
     ("llama_server_parallel", "0", "is below 1: set the number of requests served at once"),
     ("llama_server_port", 0, "is below 1: set a TCP port from 1 to 65535"),
     ("llama_server_port", "70000", "is above 65535"),
-    ("llama_server_flash_attn", True, "is a boolean (YAML reads an unquoted on or off as true or false)"),
-    ("llama_server_flash_attn", "yes", "is not one of on, off, auto"),
     ("llama_server_gpu_layers", "most", "is not a number of layers, all or auto"),
     ("llama_server_tensor_split", "fastest", "is not equal, proportional or a list of numbers"),
     ("llama_server_tensor_split", [1, "x"], "has an entry 'x' that is not a number"),
     ("llama_server_tensor_split", [0, 0], "needs non-negative shares, one above 0"),
-    ("llama_server_jinja", "maybe", "is not true or false"),
     ("llama_server_backend_sampling", "sometimes", "is not auto, true or false"),
     ("llama_server_reasoning_budget", -2, "is below -1"),
-    ("llama_server_host", "", "is not a non-empty string"),
-    ("llama_server_extra_args", "--no-mmap", "is not a list"),
+    ("llama_server_log_verbosity", "-1", "is below 0: set a verbosity level from 0"),
+    ("llama_server_host", " ", "is empty"),
     ("llama_server_health_load_rate_mib_s", 0, "is below 1"),
-    ("llama_rpc_server_port_base", "rpc", "is not a whole number: set the first RPC port"),
+    ("llama_rpc_server_port_base", 65536, "is above 65535: set the first RPC port"),
     ("llama_rpc_server_gpu_indices", [0, -1], "has an entry -1 that is not a GPU index"),
-    ("llama_rpc_server_gpu_indices", "0,1", "is not a list"),
-    ("llama_rpc_server_other_firewall", "ignore", "is not one of fail, opened"),
-    ("memory_plan_margin_mib", "lots", "is not a whole number"),
-    ("llama_cpp_cuda", False, "is a boolean (YAML reads an unquoted on or off as true or false)"),
     ("llama_cpp_keep_builds", 1, "is below 2: set builds to keep, 2 or more"),
     ("bench_concurrency", [1, 0], "has an entry 0 that is not a concurrency of 1 or more"),
-    ("bench_concurrency", [], "is not a non-empty list"),
-    ("bench_concurrency", "1,2,4", "is a string, not a list (on the command line give JSON"),
+    ("bench_concurrency", [], "is an empty list"),
     ("bench_max_tokens", "1", "is below 2"),
-    ("bench_sampler_method", "dcgm", "is not one of auto, nvml, nvidia-smi-loop, nvidia-smi-poll"),
 ]
 
 
-@pytest.mark.parametrize("name, value, words", BAD, ids=["%s=%r" % case[:2] for case in BAD])
-def test_a_bad_value_is_named_with_what_to_set(name, value, words):
+@pytest.mark.parametrize("name, value, words", RULE_REFUSED, ids=["%s=%r" % case[:2] for case in RULE_REFUSED])
+def test_what_the_spec_cannot_say_is_named_with_what_to_set(name, value, words):
+    assert validate({name: value}) == []
     (problem,) = one({name: value})
-    assert problem.startswith("%s=%r on node-a " % (name, value))
+    assert problem.startswith("%s=%s on node-a " % (name, "null" if value is None else repr(value))), problem
     assert words in problem
-    assert ": set " in problem
+    assert ": set " in problem or ": remove " in problem
+
+
+def test_a_refused_value_is_not_checked_again():
+    # "-5" is no int for the spec; the range rule does not add "is below 0" to Ansible's error
+    (problem,) = one({"llama_server_ctx_size": "minus five"})
+    assert "is below" not in problem and "unable to convert to int" in problem
+    (problem,) = one({"llama_server_restart_sec": "soon"})
+    assert "restart delay" not in problem
+
+
+def test_a_hidden_value_is_not_shown():
+    (problem,) = one({"llama_server_api_key": ["sk-secret"]})
+    assert problem.startswith("llama_server_api_key (its value hidden) on node-a is a list")
+    assert "sk-secret" not in problem
+
+
+def test_an_error_that_names_no_option_is_kept_whole():
+    problems = sc.serving_problems({"node-a": {"values": {}, "errors": ["something else went wrong"]}}, OPTIONS)
+    assert problems == ["On node-a: something else went wrong."]
 
 
 def test_a_problem_several_hosts_share_is_one_sentence():
     values = {"llama_server_parallel": "0"}
-    problems = sc.serving_problems({"node-a": values, "node-b": values, "node-c": {"llama_server_parallel": 0}},
-                                   ["node-a", "node-b", "node-c"])
-    assert problems == [
+    checked = {"node-a": {"values": values}, "node-b": {"values": values}, "node-c": {"values": {"llama_server_parallel": 0}}}
+    assert sc.serving_problems(checked, OPTIONS, ["node-a", "node-b", "node-c"]) == [
         "llama_server_parallel='0' on node-a, node-b is below 1: set the number of requests served at once, 1 or more, e.g. 4.",
         "llama_server_parallel=0 on node-c is below 1: set the number of requests served at once, 1 or more, e.g. 4."]
-    (everywhere,) = sc.serving_problems({"node-a": values, "node-b": values}, ["node-a", "node-b"])
-    assert " on every node is below 1" in everywhere
+    null = {"values": {"llama_server_log_verbosity": None}, "errors": validate({"llama_server_log_verbosity": None})}
+    (everywhere,) = sc.serving_problems({"node-a": null, "node-b": null}, OPTIONS, ["node-a", "node-b"])
+    assert everywhere.startswith("llama_server_log_verbosity=null on every node: argument 'llama_server_log_verbosity'")
 
 
-def test_problems_keep_the_table_order():
-    problems = one({"llama_server_parallel": "0", "llama_server_ctx_size": "abc"})
-    assert [p.split("=")[0] for p in problems] == ["llama_server_ctx_size", "llama_server_parallel"]
+def test_spec_errors_come_first_then_the_table_order():
+    problems = one({"llama_server_parallel": "0", "llama_server_port": 0, "llama_server_ctx_size": "abc"})
+    assert [p.split("=")[0] for p in problems] == ["llama_server_ctx_size", "llama_server_port", "llama_server_parallel"]
 
 
 def test_restart_delays_against_the_default_of_the_other():
@@ -152,13 +254,14 @@ def test_context_below_one_token_per_slot():
     assert one({"llama_server_ctx_size": 64, "llama_server_parallel": 64}) == []
 
 
-def test_an_invalid_value_is_not_also_a_combination_problem():
-    (problem,) = one({"llama_server_restart_sec": "soon"})
-    assert "is not a whole number" in problem
+def test_wanted_reads_the_spec():
+    assert sc.wanted({"type": "list", "elements": "str", "choices": ["a", "b"]}) == "a list of one of a, b"
+    assert sc.wanted({"type": "float"}) == "a number"
+    assert sc.wanted({}) == "a string"
 
 
 def test_wrong_input():
     with pytest.raises(TypeError):
-        sc.serving_problems([("node-a", {})])
+        sc.serving_problems([("node-a", {})], OPTIONS)
     with pytest.raises(KeyError):
-        one({"llama_server_ctx": 1})
+        sc.serving_problems({"node-a": {"values": {"llama_server_ctx": 1}}}, OPTIONS)
