@@ -44,6 +44,11 @@ class PlaybookRun:
             if e.get("event") == "runner_on_ok" and e["event_data"].get("task") == task
         ]
 
+    def warnings(self):
+        """Every warning line Ansible printed ([WARNING], [DEPRECATION WARNING]), in order."""
+        return [line for event in self.events for line in event.get("stdout", "").splitlines()
+                if "WARNING]" in line]
+
     def changed_tasks(self):
         return [
             (e["event_data"]["host"], e["event_data"]["task"])

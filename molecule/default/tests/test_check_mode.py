@@ -11,6 +11,7 @@ def test_dry_run_of_the_converged_lab_changes_nothing(tmp_path):
     assert run.status == "successful", run.failures
     assert run.changed_tasks() == []
     assert run.ok_results("Say that a dry run does not benchmark")
+    assert run.warnings() == []
 
 
 def test_dry_run_fails_on_a_missing_model(tmp_path):

@@ -102,3 +102,4 @@ def test_a_node_whose_sshd_stops_after_the_drain(tmp_path, consumers):  # pylint
     again = deploy(tmp_path / "again")
     assert again.status == "successful", again.failures
     assert again.changed_tasks() == []
+    assert again.warnings() == []
