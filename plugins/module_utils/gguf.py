@@ -323,14 +323,20 @@ class GGUFFile:
         return default if gvalue is None else gvalue.value
 
 
-def read_gguf(path):
-    """Parse a GGUF file's header, metadata and tensor infos, and check its data is complete."""
+def _open_local(path):
     import os
+    return open(path, "rb"), os.path.getsize(path)
+
+
+def read_gguf(path, opener=None):
+    """Parse a GGUF file's header, metadata and tensor infos, and check its data is complete.
+
+    opener: path -> (binary stream, file size); a local file by default, or ranged reads of a
+    file on a mirror (module_utils/model_header.py), which never fetch the tensor data."""
     from collections import OrderedDict
 
     try:
-        file_size = os.path.getsize(path)
-        stream = open(path, "rb")
+        stream, file_size = (opener or _open_local)(path)
     except (IOError, OSError) as exc:
         raise GGUFError("%s: cannot open GGUF file: %s" % (path, exc))
     with stream:
@@ -478,17 +484,19 @@ def _check_tensor_data(parsed):
                             % (parsed.path, info.name, end, parsed.file_size))
 
 
-def read_gguf_model(path):
+def read_gguf_model(path, opener=None, exists=None):
     """Header, metadata and tensor infos of a model and of every shard of a split model.
 
     path: the model file, or the first shard of a gguf-split model (`*-00001-of-00006.gguf`).
     As llama.cpp's llama_model_loader: `split.count` in the first file says how many files there
     are; the others are found by name beside it and each must carry its own `split.no`. Reads no
-    tensor data, only checks that every tensor's data fits inside its file.
+    tensor data, only checks that every tensor's data fits inside its file. opener and exists
+    (path -> bool) read the files elsewhere than on this machine (read_gguf).
     """
     import os
 
-    first = read_gguf(path)
+    exists = exists or os.path.exists
+    first = read_gguf(path, opener)
     _check_tensor_data(first)
     count = first.get(KEY_SPLIT_COUNT, 0)
     if not isinstance(count, int) or isinstance(count, bool) or count < 0:
@@ -507,10 +515,10 @@ def read_gguf_model(path):
     shards = [first]
     for split_no in range(1, count):
         shard_path = split_path(prefix, split_no, count)
-        if not os.path.exists(shard_path):
+        if not exists(shard_path):
             raise GGUFError("missing shard %d of %d: %s does not exist; every shard of a split model must sit "
                             "beside the first" % (split_no + 1, count, shard_path))
-        shard = read_gguf(shard_path)
+        shard = read_gguf(shard_path, opener)
         _check_tensor_data(shard)
         if shard.get(KEY_SPLIT_NO) != split_no or shard.get(KEY_SPLIT_COUNT) != count:
             found_no = shard.get(KEY_SPLIT_NO)

@@ -1,0 +1,103 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The ranked tables of model_plan: the seed shapes on their hardware and on hardware they do not fit."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+from pathlib import Path
+
+import pytest
+from test_gguf_plan import MINIMAX_M2, ShapedModel
+
+from ansible_collections.gpulab.inference.plugins.module_utils import model_header as mh
+from ansible_collections.gpulab.inference.plugins.module_utils import model_plan as mp
+from ansible_collections.gpulab.inference.plugins.module_utils import vllm_plan as vp
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "vllm"
+OPTIONS = {"parallel": 1, "ctx_size": "auto", "margin_mib": 1024, "cuda_context_mib": 720}
+
+
+@pytest.fixture(scope="module")
+def minimax():
+    return ShapedModel(MINIMAX_M2, 200064)
+
+
+def seed_nodes():
+    return mh.parse_hardware([{"name": "node-a", "gpus": [{"memory_mib": 97248, "kept_gib": 5}, {"memory_mib": 97248}]},
+                              {"name": "node-b", "gpus": [{"memory_mib": 97248, "kept_gib": 10}]}])
+
+
+def test_devices_are_the_workers_gpus_then_the_heads():
+    devices = mp.llama_devices(seed_nodes())
+    assert [(d["name"], d["host"], d["free_mib"]) for d in devices] == [
+        ("RPC0", "node-b", 97248 - 10240), ("CUDA0", "node-a", 97248 - 5120), ("CUDA1", "node-a", 97248)]
+
+
+def test_seed_gguf_fits_only_over_both_nodes(minimax):
+    table = mp.llama_table(minimax, seed_nodes(), OPTIONS)
+    rows = table["rows"]
+    assert [r["layout"] for r in rows][0] == "all 2 nodes"
+    assert rows[0]["fits"] is True and rows[0]["hardware"] == "3 x 95 GiB over 2 nodes"
+    assert sum(rows[0]["tensor_split"]) == 63 and 32768 < rows[0]["ctx_size"] < 196608
+    assert [r["fits"] for r in rows[1:]] == [False, False]
+    assert table["smallest_fitting"] is None
+    lines = mp.table_lines(table)
+    assert lines[1].split()[:3] == ["all", "2", "nodes"] and "fits" in lines[1]
+    assert any(line.strip().startswith("RPC0") and "node-b" in line for line in lines)
+
+
+def test_a_model_that_fits_nowhere_names_the_smallest_hardware(minimax):
+    nodes = mh.parse_hardware([{"name": "box", "gpus": 2, "memory_gib": 80}])
+    table = mp.llama_table(minimax, nodes, OPTIONS)
+    assert not any(r["fits"] for r in table["rows"])
+    assert table["smallest_fitting"] == "3 x 80 GiB over 2 nodes (at 4096 tokens of context)"
+    assert mp.table_lines(table)[-1] == ("fits nowhere here; the smallest that would: "
+                                         "3 x 80 GiB over 2 nodes (at 4096 tokens of context)")
+
+
+def seed_checkpoint():
+    config = json.loads((FIXTURES / "minimax-m2.5-config.json").read_text())
+    shape = vp.model_shape(config)
+    tensors = dict((n, (dt, dims, vp.tensor_nbytes(dt, dims))) for n, dt, dims in vp.checkpoint_tensors(shape))
+    return config, tensors
+
+
+def test_seed_checkpoint_on_eight_gpus_ranks_tp8_ep_first():
+    config, tensors = seed_checkpoint()
+    nodes = mh.parse_hardware([{"name": "box", "gpus": 8, "memory_mib": 97887}])
+    table = mp.vllm_table(config, tensors, nodes, {"gpu_memory_utilization": 0.9, "max_model_len": 196608,
+                                                   "kv_cache_dtype": "auto", "reserve_mib": 4096})
+    assert table["error"] is None
+    assert (table["rows"][0]["layout"], table["rows"][0]["verdict"]) == ("TP=8+EP", "chosen")
+    verdicts = dict((r["layout"], r) for r in table["rows"])
+    assert verdicts["TP=8"]["verdict"] == "rejected" and "1536 / 8 = 192" in verdicts["TP=8"]["reason"]
+    assert verdicts["TP=4"]["verdict"] == "rejected" and "4 GPUs stay idle" in verdicts["TP=4"]["reason"]
+    assert verdicts["TP=4+DP=2+EP"]["verdict"] == "valid, ranked lower"
+    assert mp.table_lines(table)[0] == "vLLM on 1 node(s) x 8 GPUs of 97887 MiB at max_model_len 196608:"
+
+
+def test_a_checkpoint_too_large_names_the_smallest_hardware():
+    config, tensors = seed_checkpoint()
+    nodes = mh.parse_hardware([{"name": "box", "gpus": 2, "memory_mib": 97887}])
+    table = mp.vllm_table(config, tensors, nodes, {"gpu_memory_utilization": 0.9, "max_model_len": 8192,
+                                                   "kv_cache_dtype": "auto", "reserve_mib": 4096})
+    assert table["rows"] == [] and table["error"].startswith("no layout of 1 node(s) x 2 GPUs")
+    assert table["smallest_fitting"] == "It would run on 2 node(s) x 2 GPUs of 97887 MiB as TP=4."
+
+
+def test_nodes_vllm_cannot_span_are_named():
+    config, tensors = seed_checkpoint()
+    nodes = mh.parse_hardware([{"name": "a", "gpus": 2, "memory_gib": 96}, {"name": "b", "gpus": 1, "memory_gib": 96}])
+    table = mp.vllm_table(config, tensors, nodes, {"gpu_memory_utilization": 0.9, "max_model_len": 8192,
+                                                   "kv_cache_dtype": "auto", "reserve_mib": 4096})
+    assert "different GPU counts (a 2, b 1)" in table["error"]
+    assert mp.table_lines(table)[0].startswith("vLLM: the nodes have different GPU counts")
+
+
+def test_beyond_llama_cpps_devices_the_hint_says_none(minimax):
+    nodes = mh.parse_hardware([{"name": "box", "gpus": 1, "memory_gib": 8}])
+    table = mp.llama_table(minimax, nodes, OPTIONS)
+    assert table["smallest_fitting"] == "none: more than 16 GPUs of 8 GiB, the most llama.cpp splits over"

@@ -1,0 +1,77 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""gpulab.inference.model_plan on models in a directory: the engine by format, the table, bad input."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+
+import pytest
+
+from ansible_collections.gpulab.inference.plugins.module_utils import synthetic_hf as sh
+from ansible_collections.gpulab.inference.plugins.module_utils import synthetic_model as sm
+from ansible_collections.gpulab.inference.plugins.modules import model_plan
+
+from module_harness import ExitJson, FailJson, run_module
+
+LAB = [{"name": "node-a", "gpus": 2, "memory_gib": 4}, {"name": "node-b", "gpus": 1, "memory_gib": 4}]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    opts = sm.validate_options({"shards": 2})
+    plan = sm.ModelPlan(opts, str(root / "synthetic.gguf"), sm.builtin_vocab(), None)
+    sm.write_model(plan, opts["seed"])
+    hf = root / "hf"
+    hf.mkdir()
+    sh.write_model(str(hf), sh.ModelPlan(sh.validate_options({})))
+    return {"gguf": plan.paths[0], "hf": str(hf)}
+
+
+def plan(args):
+    return run_module(model_plan.main, args, {}, None)
+
+
+def test_a_gguf_is_planned_for_llama_cpp(models):
+    run = plan({"source": models["gguf"], "hardware": LAB, "llama": {"parallel": 2}})
+    assert run.kind is ExitJson, run.result
+    result = run.result
+    assert result["changed"] is False and result["format"] == "gguf"
+    assert result["engine"] == {"engine": "llama_cpp", "reason": "auto: %s is a GGUF model, which llama.cpp serves"
+                                                                 % models["gguf"]}
+    rows = result["table"]["rows"]
+    # the synthetic model's trained context fits on every layout here: the fewest devices first
+    assert [(r["layout"], r["fits"], r["ctx_size"]) for r in rows] == [
+        ("node-b alone", True, 4096), ("node-a alone", True, 4096), ("all 2 nodes", True, 4096)]
+    assert rows[0]["concurrency"] == 2 and [d["name"] for d in rows[2]["devices"]] == ["RPC0", "CUDA0", "CUDA1"]
+    assert result["lines"][0].startswith("llama.cpp: layout")
+    assert result["bytes_read"] < result["size_bytes"]
+
+
+def test_a_checkpoint_is_planned_for_vllm(models):
+    run = plan({"source": models["hf"], "hardware": [{"name": "a", "gpus": 2, "memory_gib": 80}]})
+    assert run.kind is ExitJson, run.result
+    assert run.result["engine"]["engine"] == "vllm"
+    assert run.result["table"]["rows"][0]["layout"] == "TP=2+EP"
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"hardware": "two GPUs"}, "plan_hardware is not JSON"),
+    ({"hardware": [{"gpus": 1}]}, r"plan_hardware[0].gpus[0] has no memory_gib"),
+    ({"engine": "vllm"}, "gpulab_engine is vllm but %s is a GGUF model"),
+    ({"source": "relative/model.gguf"}, "model_source 'relative/model.gguf': a path on the controller must be absolute"),
+])
+def test_bad_input_is_named(models, args, message):
+    run = plan(dict({"source": models["gguf"], "hardware": LAB}, **args))
+    assert run.kind is FailJson
+    expected = message % models["gguf"] if "%s" in message else message
+    assert expected in run.result["msg"]
+
+
+def test_a_directory_without_a_model_is_named(tmp_path):
+    run = plan({"source": str(tmp_path), "hardware": LAB})
+    assert run.kind is FailJson and "no config.json" in run.result["msg"]
+    assert os.listdir(str(tmp_path)) == []
