@@ -12,8 +12,12 @@ limit reached, and the exact server command lines and build id. Inputs a run doe
 
 from __future__ import annotations
 
+import json
 import os
 import re
+
+from ansible_collections.gpulab.inference.plugins.module_utils.bench_stats import DEFINITIONS
+from ansible_collections.gpulab.inference.plugins.module_utils.gpu_trace import run_energy
 
 MIB_PER_GIB = 1024.0
 
@@ -226,6 +230,9 @@ def headline(benchmark):
         'decode_tok_s': first.get('decode_tok_s'),
         'decode_tok_s_cv_percent': first.get('decode_tok_s_cv_percent'),
         'ttft_s': (first.get('ttft_s') or {}).get('p50'),
+        'ci95': first.get('ci95') or {},
+        'cached_prompt_tokens': first.get('cached_prompt_tokens'),
+        'goodput': first.get('goodput'),
         'server_prefill_tok_s': server.get('prefill_tok_s'),
         'server_decode_tok_s': server.get('decode_tok_s'),
         'decode_ratio': server.get('decode_ratio'),
@@ -266,12 +273,71 @@ def _ratio(numerator, denominator):
     return round(float(numerator) / denominator, 2)
 
 
+def serving_gpus(rows):
+    """GPUs on which a serving process (llama-server, rpc-server, vllm) holds memory."""
+    return [row for row in rows if any(row['by_process_mib'][kind] for kind in ('llama-server', 'rpc-server', 'vllm'))]
+
+
+def run_conditions(benchmark, rows):
+    """What a reader needs to judge the figures: requests, warm-up, profile, host load, the
+    prompts' seed and cached tokens, and the spread warnings."""
+    bench = benchmark or {}
+    conditions = dict(bench.get('conditions') or {})
+    prompt = bench.get('prompt') or {}
+    levels = (bench.get('levels') or []) + (bench.get('rates') or [])
+    conditions.update({
+        'prompt_seed': prompt.get('seed'),
+        'prompt_seed_source': prompt.get('seed_source'),
+        'requests': sum(level.get('requests') or 0 for level in levels),
+        'cached_prompt_tokens': sum(level.get('cached_prompt_tokens') or 0 for level in levels),
+        'prompt_tokens': sum((level.get('vllm') or {}).get('total_input_tokens') or 0 for level in levels),
+        'serving_gpus': len(serving_gpus(rows)),
+        'spread_warnings': [w for w in bench.get('warnings') or [] if 'spreads' in w],
+    })
+    return conditions
+
+
+def definitions():
+    """DEFINITIONS as records (report.json; report.md renders the same)."""
+    return [dict(zip(('figure', 'key', 'definition', 'vllm_bench_serve', 'guidellm'), entry)) for entry in DEFINITIONS]
+
+
+def vllm_summary(doc):
+    """bench-summary.json: each level of both sweeps under `vllm bench serve`'s result keys,
+    with the run's identity, so that a notebook reads it beside vLLM's own --save-result files."""
+    bench = doc.get('benchmark') or {}
+    out = {'inventory': doc['inventory'], 'created': doc['created'], 'backend': bench.get('engine'),
+           'model_id': bench.get('model'), 'base_url': bench.get('base_url'),
+           'prompt': bench.get('prompt'), 'request': bench.get('request'), 'objective': bench.get('objective'),
+           'energy': doc.get('energy'), 'levels': []}
+    for level in (bench.get('levels') or []) + (bench.get('rates') or []):
+        entry = {'max_concurrency': None if level.get('request_rate') is not None else level['concurrency'],
+                 'request_rate': level.get('request_rate') if level.get('request_rate') is not None else 'inf'}
+        entry.update(level.get('vllm') or {})
+        out['levels'].append(entry)
+    return out
+
+
+def request_lines(requests):
+    """requests.jsonl: one JSON object a line, as pandas.read_json(lines=True) reads it."""
+    return ''.join(json.dumps(record, sort_keys=True) + '\n' for record in requests or [])
+
+
 def build_document(inventory, created, benchmark=None, residency=None, sampler=None, build_info=None,
-                   commands=None, memory_plan=None, vllm=None, rpc_transport=None, llama_bench=None):
-    """Everything the report says, as one JSON-able dict (report.json)."""
+                   commands=None, memory_plan=None, vllm=None, rpc_transport=None, llama_bench=None, traces=None):
+    """Everything the report says, as one JSON-able dict (report.json). Each request's record is
+    left to requests.jsonl."""
     rows = residency_table(residency or {})
+    benchmark = dict(benchmark) if benchmark else None
+    if benchmark is not None:
+        benchmark.pop('requests', None)
     weights = (benchmark or {}).get('model_weights') or {}
     head = headline(benchmark)
+    conditions = run_conditions(benchmark, rows)
+    output_tokens = sum(level.get('output_tokens') or 0
+                        for level in ((benchmark or {}).get('levels') or []) + ((benchmark or {}).get('rates') or []))
+    energy, energy_omitted = run_energy(traces or {}, conditions.get('window_start_epoch'),
+                                        conditions.get('window_end_epoch'), output_tokens)
     return {
         'inventory': inventory,
         'created': created,
@@ -281,9 +347,13 @@ def build_document(inventory, created, benchmark=None, residency=None, sampler=N
         'build': build_info or None,
         'commands': commands or {},
         'residency': {'devices': rows, 'totals': residency_totals(rows)},
-        'benchmark': benchmark or None,
+        'benchmark': benchmark,
+        'conditions': conditions,
+        'definitions': definitions(),
         'headline': head,
         'utilisation': utilisation_table(sampler or {}),
+        'energy': energy,
+        'energy_omitted': energy_omitted,
         'bandwidth': bandwidth_limit((head or {}).get('decode_tok_s'), weights.get('bytes_read_per_token'), rows),
         'memory_plan': memory_plan or None,
         'plan_against_measured': plan_against_measured(memory_plan, rows),
@@ -327,6 +397,100 @@ def _bench_summary(bench):
                                        _fmt(bench['server_ms_per_token_over_bench'], 2))
 
 
+def _ci(pair, digits=1, scale=1.0):
+    if not pair:
+        return '(n/a)'
+    return '[%.*f, %.*f]' % (digits, scale * pair[0], digits, scale * pair[1])
+
+
+def _ms(value, digits=2):
+    return _fmt(None if value is None else 1000.0 * value, digits)
+
+
+def _energy_summary(doc):
+    energy = doc.get('energy')
+    if not energy:
+        return 'not measured: %s' % (doc.get('energy_omitted') or 'n/a')
+    return '%s, %s' % (_fmt(energy['joules_per_output_token'], 3), _fmt(energy['output_tokens_per_joule'], 3))
+
+
+def _goodput(level):
+    good = level.get('goodput')
+    if not good:
+        return 'n/a'
+    return '%s (%d of %d)' % (_fmt(good['request_goodput'], 2), good['requests_good'], level['requests'])
+
+
+def level_rows(levels):
+    return [(lv['concurrency'] if lv.get('request_rate') is None else '%s req/s (peak %s)' % (lv['request_rate'], lv['concurrency']),
+             '%d/%d' % (lv['requests_ok'], lv['requests_failed']),
+             _fmt(lv['ttft_s']['p50'], 3), _fmt(lv['ttft_s']['p99'], 3),
+             '%s %s' % (_fmt(lv['ttft_s']['mean'], 3), _ci((lv.get('ci95') or {}).get('ttft_s_mean'), 3)),
+             '%s %s' % (_ms(lv['tpot_s']['mean']), _ci((lv.get('ci95') or {}).get('tpot_s_mean'), 2, 1000.0)),
+             _ms(lv['itl_s']['p50']), _ms(lv['itl_s']['p99']), _ms((lv.get('itl_token_s') or {}).get('p50')),
+             _fmt((lv.get('e2e_s') or {}).get('p50'), 3), _fmt(lv.get('cached_prompt_tokens')),
+             _fmt(lv['prefill_tok_s']),
+             '%s %s' % (_fmt(lv['decode_tok_s']), _ci((lv.get('ci95') or {}).get('decode_tok_s'))),
+             _fmt(lv['decode_tok_s_cv_percent'], 2), _fmt(lv['aggregate_output_tok_s']), _goodput(lv),
+             _fmt((lv.get('server') or {}).get('decode_tok_s')))
+            for lv in levels]
+
+
+LEVEL_HEADER = ('concurrency', 'ok/failed', 'TTFT p50 s', 'TTFT p99 s', 'TTFT mean s [95 % CI]', 'TPOT mean ms [95 % CI]',
+                'ITL p50 ms (chunk)', 'ITL p99 ms (chunk)', 'ITL p50 ms (token)', 'E2E p50 s', 'prompt tokens cached',
+                'prefill tok/s', 'decode tok/s per stream [95 % CI]', 'spread %', 'aggregate tok/s', 'goodput req/s',
+                'llama-server decode tok/s')
+
+
+def conditions_lines(doc):
+    cond = doc.get('conditions') or {}
+    bench = doc.get('benchmark') or {}
+    prompt = bench.get('prompt') or {}
+    objective = bench.get('objective') or {}
+    rows = [
+        ('profile', cond.get('profile') or 'n/a'),
+        ('requests (sweeps), warm-up requests', '%s, %s' % (cond.get('requests'), cond.get('warmup_requests', 'n/a'))),
+        ('requests per level', cond.get('requests_per_level', 'n/a')),
+        ('prompts', '%s of %s tokens (%s, %s to %s, at most %s off), seed %s (%s)' % (
+            prompt.get('prompts', 'n/a'), prompt.get('target_tokens', 'n/a'), prompt.get('sizing', 'n/a'),
+            _fmt(prompt.get('tokens_min')), _fmt(prompt.get('tokens_max')), _fmt(prompt.get('max_error_tokens')),
+            prompt.get('seed', 'n/a'), prompt.get('seed_source', 'n/a'))),
+        ('prompt tokens the server took from its cache', '%s of %s' % (cond.get('cached_prompt_tokens'),
+                                                                       cond.get('prompt_tokens'))),
+        ('objective (goodput)', 'TTFT <= %s s, TPOT <= %s ms' % (_fmt(objective.get('slo_ttft_s')),
+                                                               _fmt(objective.get('slo_tpot_ms')))),
+        ('head load average before, after (1, 5, 15 min; %s CPUs)' % cond.get('cpu_count', 'n/a'),
+         '%s, %s' % (cond.get('load_average_before') or 'n/a', cond.get('load_average_after') or 'n/a')),
+        ('GPUs holding the served model', cond.get('serving_gpus', 'n/a')),
+    ]
+    out = _table(('condition', 'value'), rows)
+    for warning in cond.get('spread_warnings') or []:
+        out += ['', '**Spread warning:** %s' % warning]
+    return out
+
+
+def definitions_lines(doc):
+    return _table(('figure', 'key', 'definition', 'vllm bench serve', 'GuideLLM'),
+                  [(d['figure'], '`%s`' % d['key'], d['definition'], d['vllm_bench_serve'], d['guidellm'])
+                   for d in doc.get('definitions') or []])
+
+
+def energy_lines(doc):
+    energy = doc.get('energy')
+    if not energy:
+        return ['Not measured: %s.' % (doc.get('energy_omitted') or 'n/a')]
+    out = ['Board power draw sampled by the GPU sampler (nvidia-smi power.draw or NVML), integrated over the sweeps\' '
+           '%s s; idle draw included, so a GPU the model does not use still counts. %s J in all for %s output tokens: '
+           '%s J per output token, %s output tokens per J.' % (
+               _fmt(energy['window_s']), _fmt(energy['joules']), energy['output_tokens'],
+               _fmt(energy['joules_per_output_token'], 4), _fmt(energy['output_tokens_per_joule'], 4)), '']
+    out += _table(('host', 'GPU', 'name', 'J', 'mean W', 'J per output token', 'seconds covered', 'power samples'),
+                  [(g['host'], g['index'], g.get('name') or 'n/a', _fmt(g['joules']), _fmt(g['mean_power_w']),
+                    _fmt(g.get('joules_per_output_token'), 4), _fmt(g['covered_s']), g['power_samples'])
+                   for g in energy['gpus']])
+    return out
+
+
 def summary_lines(doc):
     """The short table `make demo` prints: what was served and how fast."""
     head = doc.get('headline') or {}
@@ -340,6 +504,11 @@ def summary_lines(doc):
         ('prefill tok/s (concurrency %s)' % head.get('concurrency', 1), _fmt(head.get('prefill_tok_s'))),
         ('decode tok/s (concurrency %s, spread)' % head.get('concurrency', 1),
          '%s (%s %%)' % (_fmt(head.get('decode_tok_s')), _fmt(head.get('decode_tok_s_cv_percent'), 2))),
+        ('TTFT p50 s (concurrency %s), mean and its 95 %% interval' % head.get('concurrency', 1),
+         '%s, %s %s' % (_fmt(head.get('ttft_s'), 3), _fmt(((doc.get('benchmark') or {}).get('levels') or [{}])[0]
+                                                          .get('ttft_s', {}).get('mean'), 3),
+                        _ci((head.get('ci95') or {}).get('ttft_s_mean'), 3))),
+        ('prompt tokens cached (concurrency %s)' % head.get('concurrency', 1), _fmt(head.get('cached_prompt_tokens'))),
         ('decode tok/s by llama-server, ratio', '%s, %s' % (_fmt(head.get('server_decode_tok_s')), _fmt(head.get('decode_ratio'), 3))),
         ('llama-bench decode, served / llama-bench, server ms per token over it', _bench_summary(doc.get('llama_bench'))),
         ('best aggregate tok/s', '%s at concurrency %s (%sx concurrency %s)' % (
@@ -347,13 +516,15 @@ def summary_lines(doc):
             _fmt(head.get('aggregate_gain'), 2), head.get('concurrency', 1))),
         ('memory-bandwidth limit reached', _fmt(100.0 * bandwidth['fraction'], 1, ' %') if 'fraction' in bandwidth
          else 'omitted: %s' % bandwidth.get('omitted', 'n/a')),
+        ('energy J per output token, output tokens per J', _energy_summary(doc)),
         ('RPC connections over RDMA / TCP', _transport_summary(doc.get('rpc_transport') or [])),
     ]
     return _table(('figure', 'value'), rows)
 
 
 def render_markdown(doc, images):
-    """report.md. images: kind (residency, utilisation, throughput) -> file name beside it."""
+    """report.md. images: kind (residency, utilisation, throughput, latency, pareto; requests for
+    the JSON lines) -> file name beside it."""
     out = ['# Inference report: %s' % doc['inventory'], '',
            'Created %s. Engine %s, model %s, build %s.' % (
                doc['created'], doc.get('engine') or 'n/a', doc.get('model') or 'n/a',
@@ -378,19 +549,16 @@ def render_markdown(doc, images):
     if bench and bench.get('levels'):
         prompt = bench.get('prompt') or {}
         request = bench.get('request') or {}
-        out += ['Endpoint %s, prompt about %s tokens (%s), %s output tokens per request, ignore_eos %s, sampling %s.' % (
-            bench.get('base_url'), prompt.get('tokens') or prompt.get('target_tokens'), prompt.get('sizing'),
-            request.get('max_tokens'), request.get('ignore_eos'), request.get('sampling') or 'server defaults'), '']
-        out += _table(('concurrency', 'ok/failed', 'TTFT p50 s', 'TTFT p99 s', 'TPOT mean ms', 'ITL p50 ms', 'ITL p99 ms',
-                       'prefill tok/s', 'decode tok/s per stream', 'spread %', 'aggregate tok/s', 'llama-server decode tok/s'),
-                      [(lv['concurrency'], '%d/%d' % (lv['requests_ok'], lv['requests_failed']),
-                        _fmt(lv['ttft_s']['p50'], 3), _fmt(lv['ttft_s']['p99'], 3),
-                        _fmt(None if lv['tpot_s']['mean'] is None else 1000 * lv['tpot_s']['mean'], 2),
-                        _fmt(None if lv['itl_s']['p50'] is None else 1000 * lv['itl_s']['p50'], 2),
-                        _fmt(None if lv['itl_s']['p99'] is None else 1000 * lv['itl_s']['p99'], 2),
-                        _fmt(lv['prefill_tok_s']), _fmt(lv['decode_tok_s']), _fmt(lv['decode_tok_s_cv_percent'], 2),
-                        _fmt(lv['aggregate_output_tok_s']), _fmt((lv.get('server') or {}).get('decode_tok_s')))
-                       for lv in bench['levels']])
+        out += ['Endpoint %s, prompts of %s tokens (%s), %s output tokens per request, ignore_eos %s, sampling %s. '
+                'Every figure is named in Definitions below; each request is a line of %s.' % (
+                    bench.get('base_url'), prompt.get('tokens') or prompt.get('target_tokens'), prompt.get('sizing'),
+                    request.get('max_tokens'), request.get('ignore_eos'), request.get('sampling') or 'server defaults',
+                    images.get('requests', 'requests.jsonl')), '']
+        out += _table(LEVEL_HEADER, level_rows(bench['levels']))
+        if bench.get('rates'):
+            out += ['', 'Request-rate sweep: Poisson arrivals at each rate, no limit on concurrency (the peak in '
+                    'flight in parentheses).', '']
+            out += _table(('request rate',) + LEVEL_HEADER[1:], level_rows(bench['rates']))
         reasoning = sum(lv['reasoning_tokens'] for lv in bench['levels'])
         if reasoning:
             out += ['', 'Reasoning tokens %d, answer tokens %d.' % (
@@ -399,6 +567,11 @@ def render_markdown(doc, images):
             out += ['', '**Warning:** %s' % warning]
     else:
         out.append('No benchmark was run.')
+    out += ['', '![throughput](%s)' % images['throughput'], '', '![latency](%s)' % images.get('latency', 'latency.png'), '',
+            '![pareto](%s)' % images.get('pareto', 'pareto.png'), '', '## Run conditions', '']
+    out += conditions_lines(doc)
+    out += ['', '## Definitions', '']
+    out += definitions_lines(doc)
     out += ['', '![throughput](%s)' % images['throughput'], '', '## Utilisation fingerprint', '']
     util = doc.get('utilisation') or []
     if util:
@@ -410,7 +583,9 @@ def render_markdown(doc, images):
         out += ['', 'Sampled with %s while the benchmark ran.' % ', '.join(methods)]
     else:
         out.append('No utilisation was sampled.')
-    out += ['', '![utilisation](%s)' % images['utilisation'], '', '## Memory-bandwidth limit', '']
+    out += ['', '![utilisation](%s)' % images['utilisation'], '', '## Energy', '']
+    out += energy_lines(doc)
+    out += ['', '## Memory-bandwidth limit', '']
     bandwidth = doc.get('bandwidth') or {}
     weights = doc.get('model_weights') or {}
     if 'fraction' in bandwidth:
@@ -504,3 +679,58 @@ def throughput_series(doc):
         'decode_tok_s': [lv['decode_tok_s'] for lv in levels],
         'server_decode_tok_s': [(lv.get('server') or {}).get('decode_tok_s') for lv in levels],
     }
+
+
+def latency_series(doc):
+    """TTFT and TPOT percentiles per concurrency level, for the latency plot."""
+    levels = (doc.get('benchmark') or {}).get('levels') or []
+    return {
+        'concurrency': [lv['concurrency'] for lv in levels],
+        'ttft_p50_s': [lv['ttft_s']['p50'] for lv in levels],
+        'ttft_p99_s': [lv['ttft_s']['p99'] for lv in levels],
+        'tpot_p50_ms': [None if lv['tpot_s']['p50'] is None else 1000.0 * lv['tpot_s']['p50'] for lv in levels],
+        'tpot_p99_ms': [None if lv['tpot_s']['p99'] is None else 1000.0 * lv['tpot_s']['p99'] for lv in levels],
+    }
+
+
+def pareto_series(doc):
+    """Per level, output tokens per second per GPU (aggregate over the GPUs holding the served
+    model) against tokens per second per stream; (series, None) or (None, why it cannot be drawn)."""
+    bench = doc.get('benchmark') or {}
+    levels = (bench.get('levels') or []) + (bench.get('rates') or [])
+    if not levels:
+        return None, 'no benchmark was run'
+    gpus = (doc.get('conditions') or {}).get('serving_gpus')
+    if not gpus:
+        return None, 'no GPU holds the served model (no GPU on this node, or the server runs on the CPU): tokens per GPU are undefined'
+    points = [{'label': ('c%d' % lv['concurrency']) if lv.get('request_rate') is None else '%s req/s' % lv['request_rate'],
+               'per_gpu_tok_s': round(lv['aggregate_output_tok_s'] / gpus, 2),
+               'per_stream_tok_s': lv['decode_tok_s']}
+              for lv in levels if lv.get('aggregate_output_tok_s') and lv.get('decode_tok_s')]
+    if not points:
+        return None, 'no level decoded'
+    return {'gpus': gpus, 'points': points, 'frontier': pareto_front(points)}, None
+
+
+def pareto_front(points):
+    """Labels of the points no other point beats on both axes (more per GPU and more per stream)."""
+    front = []
+    for point in points:
+        beaten = any(other is not point and other['per_gpu_tok_s'] >= point['per_gpu_tok_s']
+                     and other['per_stream_tok_s'] >= point['per_stream_tok_s']
+                     and (other['per_gpu_tok_s'], other['per_stream_tok_s']) != (point['per_gpu_tok_s'], point['per_stream_tok_s'])
+                     for other in points)
+        if not beaten:
+            front.append(point['label'])
+    return front
+
+
+def idle_gpus_reason(doc):
+    """Why the GPU plots are flat, when they are: no serving process holds GPU memory (a CPU lab, a
+    server on the CPU). None when the model is on a GPU."""
+    rows = doc['residency']['devices']
+    if not rows:
+        return 'no GPU on this node: nvidia-smi read none'
+    if not serving_gpus(rows):
+        return 'no serving process holds GPU memory: the server runs on the CPU, or there is no GPU on this node'
+    return None

@@ -11,7 +11,8 @@ and the field, with what was expected.
 
 A spec maps a field to (kind, required): kind is one of KINDS, ('list', spec) for a list of
 records, ('map', spec) for a nested record or ('row', kinds) for a list of fixed length. A
-field that is present may be None unless its kind ends in '!'.
+field that is present may be None unless its kind ends in '!'. ('rows', kinds, shortest) lets
+rows leave out their last columns down to `shortest` values.
 """
 
 from __future__ import annotations
@@ -37,8 +38,10 @@ SAMPLED_GPU = {'index': ('int!', True), 'name': ('str', False), 'samples': ('int
                'zero_fraction': ('number', True)}
 SAMPLER = {'method': ('str', False), 'gpus': (('list', SAMPLED_GPU), False)}
 
-# a trace sample: seconds, GPU index, utilisation %, memory used MiB
-TRACE = {'gpu_names': ('map', False), 'samples': (('rows', ('number!', 'int!', 'number', 'number')), False)}
+# a trace sample: seconds, GPU index, utilisation %, memory used MiB, power W (absent from traces
+# written before the sampler read power: four values a sample)
+TRACE = {'gpu_names': ('map', False), 'started_epoch': ('number', False),
+         'samples': (('rows', ('number!', 'int!', 'number', 'number', 'number'), 4), False)}
 
 PERCENTILES = {'mean': ('number', False), 'p50': ('number', False), 'p99': ('number', False)}
 LEVEL = {'concurrency': ('int!', True), 'requests_ok': ('int!', True), 'requests_failed': ('int!', True),
@@ -46,12 +49,18 @@ LEVEL = {'concurrency': ('int!', True), 'requests_ok': ('int!', True), 'requests
          'itl_s': (('map!', PERCENTILES), True), 'prefill_tok_s': ('number', False), 'decode_tok_s': ('number', False),
          'decode_tok_s_cv_percent': ('number', False), 'aggregate_output_tok_s': ('number', True),
          'reasoning_tokens': ('int!', True), 'answer_tokens': ('int!', True),
+         'request_rate': ('number', False), 'cached_prompt_tokens': ('int', False), 'output_tokens': ('int', False),
+         'e2e_s': (('map', PERCENTILES), False), 'itl_token_s': (('map', PERCENTILES), False),
+         'ci95': ('map', False), 'vllm': ('map', False),
+         'goodput': (('map', {'requests_good': ('int!', True), 'request_goodput': ('number', False)}), False),
          'server': (('map', {'decode_tok_s': ('number', False), 'prefill_tok_s': ('number', False),
                              'decode_ratio': ('number', False)}), False)}
 WEIGHTS = {'bytes_read_per_token': ('number', False), 'weights_bytes': ('number', False),
            'architecture': ('str', False)}
 BENCHMARK = {'engine': ('str', False), 'model': ('str', False), 'base_url': ('str', False),
-             'levels': (('list', LEVEL), False), 'warnings': ('list', False), 'prompt': ('map', False),
+             'levels': (('list', LEVEL), False), 'rates': (('list', LEVEL), False), 'requests': ('list', False),
+             'conditions': (('map', {'window_start_epoch': ('number', False), 'window_end_epoch': ('number', False)}), False),
+             'warnings': ('list', False), 'prompt': ('map', False),
              'request': ('map', False), 'model_weights': (('map', WEIGHTS), False)}
 
 PLANNED_DEVICE = {'name': ('str', False), 'host': ('str', False), 'kind': ('str', False), 'gpu_index': ('int', False),
@@ -108,11 +117,13 @@ def check_value(value, kind, where, what, fix):
     if value is None and not required:
         return
     if name == 'rows':
+        shortest = kind[2] if len(kind) > 2 else len(nested)
         if not isinstance(value, list):
             _fail(where, what, value, KINDS['list'], fix)
         for position, row in enumerate(value):
-            if not isinstance(row, list) or len(row) != len(nested):
-                _fail(where, '%s entry %d' % (what, position), row, 'a list of %d values' % len(nested), fix)
+            if not isinstance(row, list) or not shortest <= len(row) <= len(nested):
+                count = '%d' % len(nested) if shortest == len(nested) else '%d to %d' % (shortest, len(nested))
+                _fail(where, '%s entry %d' % (what, position), row, 'a list of %s values' % count, fix)
             for column, (item, item_kind) in enumerate(zip(row, nested)):
                 check_value(item, item_kind, where, '%s entry %d value %d' % (what, position, column), fix)
         return

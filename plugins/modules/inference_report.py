@@ -12,10 +12,17 @@ short_description: Write the inference report - markdown, JSON and plots - from 
 version_added: 0.1.0
 description:
   - Runs on the controller (C(delegate_to=localhost)). Writes C(<output_dir>/<inventory>-<timestamp>/)
-    with C(report.md), C(report.json) and three PNG plots - GPU memory residency per device
+    with C(report.md), C(report.json) and five PNG plots - GPU memory residency per device
     stacked by process (llama-server, RPC servers, vLLM, other), utilisation over time per GPU,
-    and decode throughput versus concurrency; and each host's utilisation trace as
-    C(trace-<host>.json).
+    decode throughput versus concurrency, TTFT and TPOT percentiles per level, and tokens per
+    second per GPU against per stream (Pareto); C(bench-summary.json), each level under
+    C(vllm bench serve)'s result keys; C(requests.jsonl), one line per request; and each host's
+    utilisation trace as C(trace-<host>.json). A plot without data says why (no GPU on this node).
+  - The markdown defines each figure once (TTFT, TPOT, ITL per chunk and per token, E2E, per-stream
+    and aggregate decode, goodput) with its name in C(vllm bench serve) and GuideLLM, gives the
+    run's conditions (requests, warm-up, profile, load average, prompt seed, cached prompt tokens,
+    spread warnings), 95% intervals, goodput, and the energy the GPUs drew over the sweeps from
+    the samplers' power draw (joules per output token, tokens per joule, per GPU and in all).
   - The markdown gives per-device residency with aggregate and imbalance, prefill and decode at
     concurrency 1 with llama-server's own figures, the whole sweep, the utilisation fingerprint,
     the share of the memory-bandwidth limit reached (omitted for GPUs whose bandwidth is not in
@@ -126,6 +133,10 @@ files:
     residency_png: /src/gpulab/reports/lab-20261130T120000Z/residency.png
     utilisation_png: /src/gpulab/reports/lab-20261130T120000Z/utilisation.png
     throughput_png: /src/gpulab/reports/lab-20261130T120000Z/throughput.png
+    latency_png: /src/gpulab/reports/lab-20261130T120000Z/latency.png
+    pareto_png: /src/gpulab/reports/lab-20261130T120000Z/pareto.png
+    bench_summary: /src/gpulab/reports/lab-20261130T120000Z/bench-summary.json
+    requests: /src/gpulab/reports/lab-20261130T120000Z/requests.jsonl
 summary:
   description: The summary table, one markdown line per item.
   returned: always
@@ -159,7 +170,8 @@ from ansible_collections.gpulab.inference.plugins.module_utils.report_checks imp
     check_trace,
 )
 
-IMAGES = {'residency': 'residency.png', 'utilisation': 'utilisation.png', 'throughput': 'throughput.png'}
+IMAGES = {'residency': 'residency.png', 'utilisation': 'utilisation.png', 'throughput': 'throughput.png',
+          'latency': 'latency.png', 'pareto': 'pareto.png', 'requests': 'requests.jsonl'}
 COLOURS = {'llama-server': '#1f77b4', 'rpc-server': '#ff7f0e', 'vllm': '#2ca02c', 'other': '#9467bd',
            'not attributed': '#c7c7c7'}
 
@@ -200,6 +212,9 @@ def draw_residency(doc, path):
         axis.set_ylim(0, max(totals + bottoms) * 1.12 or 1)
         axis.set_ylabel('GPU memory (GiB)')
         axis.legend(loc='upper left', bbox_to_anchor=(1.01, 1.0), fontsize=9)
+    idle = report.idle_gpus_reason(doc)
+    if labels and idle:
+        axis.text(0.5, 0.5, idle, ha='center', va='center', fontsize=10, transform=axis.transAxes, wrap=True)
     totals_doc = doc['residency']['totals']
     axis.set_title('GPU memory residency by process\naggregate %s GiB, imbalance %s GiB' % (
         totals_doc['aggregate_used_gib'], totals_doc['imbalance_gib']), fontsize=11)
@@ -214,7 +229,8 @@ def draw_utilisation(doc, traces, path):
         trace = traces[host]
         names = trace.get('gpu_names') or {}
         by_gpu = {}
-        for t_s, index, util, _mem in trace.get('samples') or []:
+        for sample in trace.get('samples') or []:
+            t_s, index, util = sample[0], sample[1], sample[2]
             if util is not None:
                 by_gpu.setdefault(index, ([], []))
                 by_gpu[index][0].append(t_s)
@@ -222,20 +238,24 @@ def draw_utilisation(doc, traces, path):
         for index in sorted(by_gpu):
             series.append(('%s GPU %s (%s)' % (host, index, names.get(str(index), '?')), by_gpu[index]))
     fig, axes = plt.subplots(max(len(series), 1), 1, figsize=(10, max(4.0, 2.2 * len(series) + 1.2)), sharex=True, squeeze=False)
+    idle = report.idle_gpus_reason(doc)
     if not series:
-        _no_data(axes[0][0], 'no utilisation trace')
+        _no_data(axes[0][0], 'no utilisation trace' + ('' if not idle else ': ' + idle))
     for (label, (times, utils)), row in zip(series, axes):
         axis = row[0]
         axis.fill_between(times, utils, step='post', alpha=0.35, color='#1f77b4')
         axis.step(times, utils, where='post', color='#1f77b4', linewidth=1)
         ordered = sorted(utils)
         median = ordered[len(ordered) // 2]
-        axis.axhline(median, color='#d62728', linestyle='--', linewidth=1)
+        axis.axhline(median, color='#d62728', linestyle='--', linewidth=1, label='median')
         zero = 100.0 * sum(1 for u in utils if u == 0) / len(utils)
         axis.set_title('%s - peak %s %%, median %s %%, %.0f %% of samples at 0' % (label, max(utils), median, zero),
                        fontsize=9, loc='left')
         axis.set_ylim(0, 105)
         axis.set_ylabel('util %')
+        axis.legend(loc='upper right', fontsize=8)
+        if idle and not any(utils):
+            axis.text(0.5, 0.5, idle, ha='center', va='center', fontsize=9, transform=axis.transAxes)
     axes[-1][0].set_xlabel('seconds since sampling started')
     fig.suptitle('GPU utilisation while the benchmark ran', fontsize=11)
     fig.tight_layout()
@@ -269,6 +289,59 @@ def draw_throughput(doc, path):
         axis.legend(fontsize=9, loc='lower left')
     axis.set_title('Decode throughput versus concurrency\n%s, %s' % (doc.get('engine') or 'n/a', os.path.basename(doc.get('model') or 'n/a')),
                    fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def draw_latency(doc, path):
+    data = report.latency_series(doc)
+    fig, (ttft, tpot) = plt.subplots(1, 2, figsize=(10, 4.5))
+    if not data['concurrency']:
+        _no_data(ttft, 'no benchmark was run')
+        _no_data(tpot, 'no benchmark was run')
+    else:
+        xs = data['concurrency']
+        for axis, p50, p99, label in ((ttft, data['ttft_p50_s'], data['ttft_p99_s'], 'TTFT (s)'),
+                                      (tpot, data['tpot_p50_ms'], data['tpot_p99_ms'], 'TPOT, first token excluded (ms)')):
+            axis.plot(xs, [v if v is not None else float('nan') for v in p50], marker='o', label='p50')
+            axis.plot(xs, [v if v is not None else float('nan') for v in p99], marker='^', linestyle='--', label='p99')
+            axis.set_xscale('log', base=2)
+            axis.set_xticks(xs)
+            axis.set_xticklabels([str(x) for x in xs])
+            axis.set_xlabel('concurrent streams')
+            axis.set_ylabel(label)
+            axis.set_ylim(bottom=0)
+            axis.grid(True, alpha=0.3)
+            axis.legend(fontsize=9)
+    fig.suptitle('Latency percentiles per concurrency level (definitions in report.md)', fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def draw_pareto(doc, path):
+    data, why = report.pareto_series(doc)
+    fig, axis = plt.subplots(figsize=(7, 4.5))
+    if data is None:
+        _no_data(axis, 'no Pareto plot:\n' + why.replace(': ', ':\n', 1))
+    else:
+        frontier = set(data['frontier'])
+        for point in data['points']:
+            on_front = point['label'] in frontier
+            axis.scatter(point['per_gpu_tok_s'], point['per_stream_tok_s'], color='#d62728' if on_front else '#1f77b4')
+            axis.annotate(point['label'], (point['per_gpu_tok_s'], point['per_stream_tok_s']),
+                          textcoords='offset points', xytext=(4, 4), fontsize=9)
+        front = sorted((p for p in data['points'] if p['label'] in frontier), key=lambda p: p['per_gpu_tok_s'])
+        axis.plot([p['per_gpu_tok_s'] for p in front], [p['per_stream_tok_s'] for p in front], color='#d62728',
+                  linewidth=1, label='Pareto front (no level beats it on both axes)')
+        axis.set_xlabel('output tok/s per GPU (aggregate / %d GPUs)' % data['gpus'])
+        axis.set_ylabel('decode tok/s per stream')
+        axis.set_xlim(left=0)
+        axis.set_ylim(bottom=0)
+        axis.grid(True, alpha=0.3)
+        axis.legend(fontsize=9, loc='upper right')
+    axis.set_title('Throughput per GPU against speed per stream', fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -324,11 +397,13 @@ def main():
                                 benchmark=params['benchmark'], residency=params['residency'], sampler=params['sampler'],
                                 build_info=params['build_info'], commands=params['commands'],
                                 memory_plan=params['memory_plan'], vllm=params['vllm'],
-                                rpc_transport=params['rpc_transport'], llama_bench=params['llama_bench'])
+                                rpc_transport=params['rpc_transport'], llama_bench=params['llama_bench'], traces=traces)
     report_dir = os.path.join(params['output_dir'], report.report_dir_name(params['inventory_name'], timestamp))
     files = dict((key, os.path.join(report_dir, name)) for key, name in
                  (('markdown', 'report.md'), ('json', 'report.json'), ('residency_png', IMAGES['residency']),
-                  ('utilisation_png', IMAGES['utilisation']), ('throughput_png', IMAGES['throughput'])))
+                  ('utilisation_png', IMAGES['utilisation']), ('throughput_png', IMAGES['throughput']),
+                  ('latency_png', IMAGES['latency']), ('pareto_png', IMAGES['pareto']),
+                  ('bench_summary', 'bench-summary.json'), ('requests', IMAGES['requests'])))
     result = dict(changed=not module.check_mode, report_dir=report_dir, files=files,
                   summary=report.summary_lines(doc), headline=doc['headline'] or {}, bandwidth=doc['bandwidth'])
     if module.check_mode:
@@ -348,6 +423,12 @@ def main():
         draw_residency(doc, os.path.join(staging, IMAGES['residency']))
         draw_utilisation(doc, traces, os.path.join(staging, IMAGES['utilisation']))
         draw_throughput(doc, os.path.join(staging, IMAGES['throughput']))
+        draw_latency(doc, os.path.join(staging, IMAGES['latency']))
+        draw_pareto(doc, os.path.join(staging, IMAGES['pareto']))
+        with open(os.path.join(staging, 'bench-summary.json'), 'w') as handle:
+            json.dump(report.vllm_summary(doc), handle, indent=2, sort_keys=True)
+        with open(os.path.join(staging, IMAGES['requests']), 'w') as handle:
+            handle.write(report.request_lines((params['benchmark'] or {}).get('requests')))
         for host, trace in traces.items():
             with open(os.path.join(staging, report.trace_file_name(host)), 'w') as handle:
                 json.dump(trace, handle)

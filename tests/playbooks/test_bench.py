@@ -46,7 +46,8 @@ def test_bench_playbook_writes_the_report(tmp_path):
     (report_dir,) = list((tmp_path / 'reports').iterdir())
     assert report_dir.name.startswith('local-')
     assert sorted(p.name for p in report_dir.iterdir()) == [
-        'report.json', 'report.md', 'residency.png', 'throughput.png', 'trace-localhost.json', 'utilisation.png']
+        'bench-summary.json', 'latency.png', 'pareto.png', 'report.json', 'report.md', 'requests.jsonl', 'residency.png',
+        'throughput.png', 'trace-localhost.json', 'utilisation.png']
     doc = json.loads((report_dir / 'report.json').read_text())
     assert doc['build']['build_id'] == 'b8070-test'
     assert doc['residency']['devices'][0]['name'] == 'NVIDIA H200'
@@ -57,6 +58,18 @@ def test_bench_playbook_writes_the_report(tmp_path):
     assert abs(levels[0]['server']['decode_ratio'] - 1.0) < 0.05
     assert doc['headline']['aggregate_rises'] is True
     assert doc['memory_plan'] is None
+    # fresh prompts, sized on the text sent; the double's prompt cache finds the template's head only
+    prompt = doc['benchmark']['prompt']
+    assert prompt['seed_source'] == 'fresh' and prompt['max_error_tokens'] <= 1
+    assert all(lv['cached_prompt_tokens'] <= 4 * lv['requests'] for lv in levels)
+    lines = [json.loads(line) for line in (report_dir / 'requests.jsonl').read_text().splitlines()]
+    assert len(lines) == sum(lv['requests'] for lv in levels) and all(line['ok'] for line in lines)
+    summary_file = json.loads((report_dir / 'bench-summary.json').read_text())
+    assert [lv['max_concurrency'] for lv in summary_file['levels']] == [1, 4]
+    assert summary_file['levels'][0]['completed'] == levels[0]['requests_ok']
+    assert doc['conditions']['profile'] == 'short' and doc['benchmark']['objective'] == {'slo_ttft_s': 2.0, 'slo_tpot_ms': 100.0}
+    # the lab's fake nvidia-smi answers one-shot queries only: no power, and the report says so
+    assert doc['energy'] is None and doc['energy_omitted'].startswith('no power draw was sampled (sampler nvidia-smi-poll)')
     progress = [res['msg'] for res in run.ok_results("Show the benchmark's progress")]
     assert progress and all(line.startswith(('warm-up', 'level', 'done', 'starting')) for line in progress), progress
     # measurements only: a deploy that ends with the bench step stays idempotent
@@ -76,6 +89,17 @@ def test_concurrency_zero_stops_before_any_load(tmp_path):
     assert failure[1] == "Check the profile's options"
     assert 'bench_concurrency must list levels of 1 or more (got [1, 0])' in failure[2]
     assert not (tmp_path / 'reports').exists() and not (tmp_path / 'work').exists()
+
+
+def test_a_rate_of_zero_stops_before_any_load(tmp_path):
+    with OpenAIDouble() as server:
+        run = run_in(tmp_path / 'runner', 'playbooks/bench.yml', inventory(),
+                     bench_vars(tmp_path, server.base_url, bench_request_rates=[2, 0]), envvars=ENV)
+        assert server.requests == []
+    assert run.status == 'failed'
+    (failure,) = run.failures
+    assert failure[1] == 'Check the request rates and the objectives'
+    assert 'bench_request_rates must list rates above 0 requests per second (got [2, 0])' in failure[2]
 
 
 def test_unreachable_endpoint_names_the_url_and_stops_the_samplers(tmp_path):

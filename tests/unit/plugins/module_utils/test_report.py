@@ -92,7 +92,8 @@ def test_markdown_with_every_input():
                                         'throughput': 'throughput.png'})
     assert '| node-b | 1 | NVIDIA H200 | 80.00 | 140.40 | 0.00 | 79.10 | 0.00 | 0.00 |' in text
     assert 'Aggregate 235.70 GiB over 3 devices; imbalance (most minus least used) 4.30 GiB.' in text
-    assert '| 1 | 4/0 | 0.050 | 0.090 | 12.00 | 12.00 | 20.00 | 337.0 | 82.5 | 0.60 | 80.0 | 83.0 |' in text
+    assert ('| 1 | 4/0 | 0.050 | 0.090 | 0.060 (n/a) | 12.00 (n/a) | 12.00 | 20.00 | n/a | n/a | n/a | 337.0 | 82.5 (n/a) '
+            '| 0.60 | 80.0 | n/a | 83.0 |') in text
     assert '| node-a | 0 | NVIDIA H200 | 100 | 31 | 20.0 | 0.0 | 18.0 | 12.0 % |' in text
     assert '% of the limit of 413.8 tok/s' in text
     assert '- node-a: `/opt/gpulab/llama.cpp/b/bin/llama-server -m /m.gguf --rpc 10.0.0.2:50052`' in text
@@ -211,3 +212,94 @@ def test_llama_bench_without_a_decode_record_is_not_measured(records):
 def test_llama_bench_without_a_served_figure_keeps_its_own():
     bench = report.llama_bench_against_served(LLAMA_BENCH_62, None)
     assert bench['tok_s'] == 113.4 and bench['served_ratio'] is None
+
+
+def measured_levels():
+    """Two levels and a rate computed by bench_stats from hand-made streams (2 tokens a chunk)."""
+    from ansible_collections.gpulab.inference.plugins.module_utils import bench_stats
+    from ansible_collections.gpulab.inference.plugins.module_utils.sse import StreamRecord
+
+    def request(start, gap, cached=0):
+        rec = StreamRecord(start)
+        rec.token_times = [start + 0.2 + gap * i for i in range(4)]
+        rec.content_chunks, rec.content, rec.finish_reason, rec.done = 4, 'x', 'length', True
+        rec.usage = {'completion_tokens': 7, 'prompt_tokens': 20, 'prompt_tokens_details': {'cached_tokens': cached}}
+        rec.end = rec.token_times[-1] + 0.02
+        return bench_stats.request_metrics(rec)
+
+    one = bench_stats.level_summary(1, [request(0.0, 0.1), request(1.0, 0.1, cached=3)], 2.0, 1.0, 60.0, seed=1)
+    two = bench_stats.level_summary(2, [request(0.0, 0.2), request(0.0, 0.2)], 1.0, 1.0, 60.0, seed=1)
+    rate = bench_stats.level_summary(None, [request(0.0, 0.1), request(0.05, 0.1)], 0.6, 1.0, 60.0, seed=1,
+                                     request_rate=4.0)
+    return [one, two], [rate]
+
+
+def test_definitions_conditions_energy_and_the_vllm_summary():
+    levels, rates = measured_levels()
+    benchmark = dict(bench(levels), rates=rates, requests=[{'level': 'concurrency 1', 'label': 'c1-0', 'ok': True}],
+                     prompt={'target_tokens': 20, 'tokens': 20, 'tokens_min': 19, 'tokens_max': 21, 'max_error_tokens': 1,
+                             'seed': 42, 'seed_source': 'fresh', 'sizing': 'tokenizer', 'prompts': 7},
+                     objective={'slo_ttft_s': 1.0, 'slo_tpot_ms': 60.0},
+                     conditions={'profile': 'full', 'warmup_requests': 1, 'requests_per_level': 2, 'cpu_count': 2,
+                                 'load_average_before': [0.5, 0.4, 0.3], 'load_average_after': [1.5, 0.6, 0.3],
+                                 'window_start_epoch': 1005.0, 'window_end_epoch': 1015.0})
+    # node-a's GPU draws 100 W, node-b's two 200 W each, sampled from 1000 to 1020
+    traces = {'node-a': {'started_epoch': 1000.0, 'method': 'nvml', 'gpu_names': {'0': 'NVIDIA H200'},
+                         'samples': [[0.0, 0, 50, 1, 100.0], [20.0, 0, 50, 1, 100.0]]},
+              'node-b': {'started_epoch': 1000.0, 'method': 'nvidia-smi-loop',
+                         'samples': [[0.0, 0, 5, 1, 200.0], [20.0, 0, 5, 1, 200.0], [0.0, 1, 5, 1, 200.0], [20.0, 1, 5, 1, 200.0]]}}
+    doc = report.build_document('lab', 'now', benchmark=benchmark, residency=RESIDENCY, traces=traces)
+    assert 'requests' not in doc['benchmark'] and 'requests' in benchmark  # the lines go to requests.jsonl
+    energy = doc['energy']
+    assert (energy['joules'], energy['output_tokens']) == (5000.0, 42)
+    assert energy['joules_per_output_token'] == pytest.approx(5000.0 / 42, abs=1e-3)
+    assert [(g['host'], g['index'], g['joules']) for g in energy['gpus']] == [
+        ('node-a', 0, 1000.0), ('node-b', 0, 2000.0), ('node-b', 1, 2000.0)]
+    cond = doc['conditions']
+    assert (cond['requests'], cond['cached_prompt_tokens'], cond['prompt_tokens'], cond['serving_gpus']) == (6, 3, 120, 3)
+    assert cond['prompt_seed'] == 42 and cond['profile'] == 'full'
+    text = report.render_markdown(doc, {'residency': 'r.png', 'utilisation': 'u.png', 'throughput': 't.png'})
+    for needle in ('## Definitions', '| TPOT | `tpot_s` |', 'inter_token_latency_ms', '| E2E latency | `e2e_s` |',
+                   '## Run conditions', '| profile | full |', 'seed 42 (fresh)',
+                   '| prompt tokens the server took from its cache | 3 of 120 |',
+                   '| head load average before, after (1, 5, 15 min; 2 CPUs) | [0.5, 0.4, 0.3], [1.5, 0.6, 0.3] |',
+                   '## Energy', '5000.0 J in all for 42 output tokens', '| node-b | 1 | n/a | 2000.0 | 200.0 |',
+                   'Request-rate sweep', '| 4.0 req/s (peak 2) |', '![latency](latency.png)', '![pareto](pareto.png)'):
+        assert needle in text, needle
+    summary = report.summary_lines(doc)
+    assert '| energy J per output token, output tokens per J | 119.048, 0.008 |' in summary
+    assert '| prompt tokens cached (concurrency 1) | 3 |' in summary
+    out = report.vllm_summary(doc)
+    assert [(lv['max_concurrency'], lv['request_rate']) for lv in out['levels']] == [(1, 'inf'), (2, 'inf'), (None, 4.0)]
+    first = out['levels'][0]
+    for key in ('mean_ttft_ms', 'median_ttft_ms', 'p99_ttft_ms', 'mean_tpot_ms', 'median_tpot_ms', 'p99_tpot_ms',
+                'mean_itl_ms', 'median_itl_ms', 'p99_itl_ms', 'mean_e2el_ms', 'output_throughput', 'request_throughput',
+                'request_goodput', 'completed', 'total_output_tokens'):
+        assert first[key] is not None, key
+    assert first['mean_ttft_ms'] == pytest.approx(200.0) and first['median_itl_ms'] == pytest.approx(100.0)
+    assert (first['completed'], first['output_throughput'], first['request_throughput']) == (2, 7.0, 1.0)
+    assert report.request_lines(benchmark['requests']) == '{"label": "c1-0", "level": "concurrency 1", "ok": true}\n'
+
+
+def test_pareto_points_and_why_a_plot_is_empty():
+    levels, rates = measured_levels()
+    doc = report.build_document('lab', 'now', benchmark=dict(bench(levels), rates=rates), residency=RESIDENCY)
+    data, why = report.pareto_series(doc)
+    assert why is None and data['gpus'] == 3
+    by_label = dict((p['label'], p) for p in data['points'])
+    assert by_label['c1']['per_gpu_tok_s'] == round(7.0 / 3, 2) and by_label['c2']['per_gpu_tok_s'] == round(14.0 / 3, 2)
+    # the rate level decodes as fast per stream as c1 (20 tok/s) and yields more per GPU than c2
+    assert by_label['4.0 req/s']['per_stream_tok_s'] == 20.0 and by_label['c2']['per_stream_tok_s'] == 10.0
+    assert data['frontier'] == ['4.0 req/s']
+    assert report.pareto_front([{'label': 'a', 'per_gpu_tok_s': 1, 'per_stream_tok_s': 1},
+                                {'label': 'b', 'per_gpu_tok_s': 2, 'per_stream_tok_s': 2}]) == ['b']
+    cpu = {'node-a': {'gpus': [{'index': 0, 'name': 'NVIDIA H200', 'memory_used_mib': 0, 'memory_total_mib': 143771}],
+                      'processes': []}}
+    cpu_doc = report.build_document('lab', 'now', benchmark=bench(levels), residency=cpu)
+    assert report.pareto_series(cpu_doc)[1].startswith('no GPU holds the served model (no GPU on this node')
+    assert report.idle_gpus_reason(cpu_doc).startswith('no serving process holds GPU memory')
+    assert report.idle_gpus_reason(report.build_document('lab', 'now')) == 'no GPU on this node: nvidia-smi read none'
+    assert report.idle_gpus_reason(doc) is None
+    assert cpu_doc['energy'] is None and cpu_doc['energy_omitted'] == 'the benchmark recorded no sweep window'
+    series = report.latency_series(doc)
+    assert series['concurrency'] == [1, 2] and series['tpot_p50_ms'][1] == pytest.approx(0.2 * 3 / 6 * 1000)

@@ -179,8 +179,8 @@ BAD_TRACES = [
     ('trace_a_list', [[0.0, 0, 51, 100]], 'the file is [[0.0, 0, 51, 100]] (list), not a mapping'),
     ('samples_a_mapping', {'samples': {'0': 1}}, 'the file field samples is'),
     ('sample_too_short', {'samples': [[0.0, 0, 51]]}, 'the file field samples entry 0 is [0.0, 0, 51] (list), '
-                                                      'not a list of 4 values'),
-    ('sample_a_number', {'samples': [5]}, 'the file field samples entry 0 is 5 (int), not a list of 4 values'),
+                                                      'not a list of 4 to 5 values'),
+    ('sample_a_number', {'samples': [5]}, 'the file field samples entry 0 is 5 (int), not a list of 4 to 5 values'),
     ('sample_index_a_string', {'samples': [[0.0, 'GPU0', 51, 100]]},
      "the file field samples entry 0 value 1 is 'GPU0' (str), not a whole number"),
     ('sample_time_null', {'samples': [[None, 0, 51, 100]]}, 'the file field samples entry 0 value 0 is None'),
@@ -204,3 +204,14 @@ def test_a_long_value_is_named_by_its_type_only():
     with pytest.raises(ReportInputError) as raised:
         check_inputs(params)
     assert 'field name is a list, not a string' in str(raised.value)
+
+
+def test_traces_with_and_without_power_pass_and_a_rate_level_is_checked():
+    check_trace({'samples': [[0.0, 0, 5, 100], [0.2, 0, 6, 100, 81.2], [0.4, 0, 6, 100, None]]}, 'node-a', '/t.json')
+    with pytest.raises(ReportInputError, match="samples entry 0 value 4 is 'hot' \\(str\\), not a number"):
+        check_trace({'samples': [[0.0, 0, 5, 100, 'hot']]}, 'node-a', '/t.json')
+    rate = dict(LEVEL, request_rate='fast')
+    with pytest.raises(ReportInputError, match="field rates entry 0 field request_rate is 'fast' \\(str\\), not a number"):
+        check_inputs({'benchmark': dict(bench([LEVEL]), rates=[rate])})
+    with pytest.raises(ReportInputError, match='field conditions field window_start_epoch is'):
+        check_inputs({'benchmark': dict(bench([LEVEL]), conditions={'window_start_epoch': 'noon'})})

@@ -28,4 +28,4 @@ SAMPLER = {'node-a': {'method': 'nvidia-smi-loop', 'gpus': [
 def trace():
     utils = [0, 0, 51, 51, 61, 61, 60, 60, 63, 63, 64, 64, 63, 63, 11, 11, 65, 65, 0, 0, 0, 0, 0, 0, 0, 0]
     return json.dumps({'host': 'node-a', 'method': 'nvidia-smi-loop', 'interval_ms': 100, 'gpu_names': {'0': 'NVIDIA H200'},
-                       'samples': [[round(0.1 * i, 3), 0, u, 18033] for i, u in enumerate(utils)]})
+                       'samples': [[round(0.1 * i, 3), 0, u, 18033, 80.0 + 6 * u] for i, u in enumerate(utils)]})

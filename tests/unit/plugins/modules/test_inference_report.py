@@ -31,9 +31,10 @@ def test_full_report(tmp_path):
     assert run.kind is ExitJson, run.result
     out = tmp_path / 'reports' / 'lab-20261130T120000Z'
     assert run.result['report_dir'] == str(out)
-    assert sorted(p.name for p in out.iterdir()) == ['report.json', 'report.md', 'residency.png', 'throughput.png',
+    assert sorted(p.name for p in out.iterdir()) == ['bench-summary.json', 'latency.png', 'pareto.png', 'report.json',
+                                                     'report.md', 'requests.jsonl', 'residency.png', 'throughput.png',
                                                      'trace-node-a.json', 'utilisation.png']
-    for name in ('residency.png', 'throughput.png', 'utilisation.png'):
+    for name in ('residency.png', 'throughput.png', 'utilisation.png', 'latency.png', 'pareto.png'):
         width, height = png_size(out / name)
         assert width >= 600 and height >= 400
     doc = json.loads((out / 'report.json').read_text())
@@ -49,7 +50,12 @@ def test_full_report(tmp_path):
 def test_report_without_any_input(tmp_path):
     run = report({'output_dir': str(tmp_path), 'inventory_name': 'demo'})
     assert run.kind is ExitJson, run.result
-    assert len(list((tmp_path).glob('demo-*/*.png'))) == 3
+    assert len(list((tmp_path).glob('demo-*/*.png'))) == 5
+    (out,) = list(tmp_path.glob('demo-*'))
+    assert (out / 'requests.jsonl').read_text() == ''
+    assert json.loads((out / 'bench-summary.json').read_text())['levels'] == []
+    text = (out / 'report.md').read_text()
+    assert 'No benchmark was run.' in text and 'Not measured: the benchmark recorded no sweep window.' in text
 
 
 def test_missing_matplotlib_is_a_clear_error(tmp_path):
@@ -89,7 +95,7 @@ def test_a_bad_input_fails_naming_it_and_writes_nothing(tmp_path, inputs, start)
 
 @pytest.mark.parametrize('content, start', [
     ('[1, 2]', 'the file is [1, 2] (list), not a mapping'),
-    ('{"samples": [[0.0, 0, 51]]}', 'the file field samples entry 0 is [0.0, 0, 51] (list), not a list of 4 values'),
+    ('{"samples": [[0.0, 0, 51]]}', 'the file field samples entry 0 is [0.0, 0, 51] (list), not a list of 4 to 5 values'),
     ('{"samples": [[0.0, "0", 51, 1]]}', "the file field samples entry 0 value 1 is '0' (str), not a whole number"),
 ])
 def test_a_trace_file_of_the_wrong_shape_is_named(tmp_path, content, start):
