@@ -164,6 +164,8 @@ def run_energy(traces, window_start_epoch, window_end_epoch, output_tokens):
             if output_tokens:
                 gpu['joules_per_output_token'] = round(gpu['joules'] / output_tokens, 4)
             gpus.append(gpu)
+    if not traces:
+        return None, 'no GPU trace was read'
     if not gpus:
         methods = sorted(set((traces[h] or {}).get('method') or '?' for h in traces or {}))
         return None, ('no power draw was sampled (sampler %s): no GPU on this node, or a sampler that reads no '

@@ -572,7 +572,7 @@ def render_markdown(doc, images):
     out += conditions_lines(doc)
     out += ['', '## Definitions', '']
     out += definitions_lines(doc)
-    out += ['', '![throughput](%s)' % images['throughput'], '', '## Utilisation fingerprint', '']
+    out += ['', '## Utilisation fingerprint', '']
     util = doc.get('utilisation') or []
     if util:
         out += _table(('host', 'GPU', 'name', 'samples', 'peak %', 'median %', 'p10 %', 'mean %', 'at 0 %'),

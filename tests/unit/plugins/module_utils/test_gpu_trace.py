@@ -109,3 +109,4 @@ def test_run_energy_per_gpu_and_in_all():
                                                  'samples': [[0.0, 0, 0, 1, None]]}}, 1.0, 2.0, 10)
     assert none is None and why.startswith('no power draw was sampled (sampler nvidia-smi-poll)')
     assert gpu_trace.run_energy({}, None, None, 10) == (None, 'the benchmark recorded no sweep window')
+    assert gpu_trace.run_energy({}, 1.0, 2.0, 10) == (None, 'no GPU trace was read')
