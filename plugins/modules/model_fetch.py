@@ -35,7 +35,9 @@ attributes:
     description: Model files are binary.
 options:
   base_url:
-    description: The URL the file names are relative to (the lab's mirror, or another node's M(gpulab.inference.model_serve)).
+    description: >-
+      The URL the file names are relative to (the lab's mirror, or another node's M(gpulab.inference.model_serve),
+      which also serves the build host's llama.cpp tarball to the other nodes).
     type: str
     required: true
   hf_layout:

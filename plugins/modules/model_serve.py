@@ -19,7 +19,8 @@ description:
   - O(state=stopped) ends the server named by O(pid_file) (only a process of this module) and
     waits until it is gone; nothing to stop is no change.
   - Meant for the duration of one transfer - the model role starts it on the node that has the
-    model, bound to its fabric address, and stops it after the copy, failed or not.
+    model, bound to its fabric address, and stops it after the copy, failed or not; role
+    llama_cpp_distribute does the same on the build host for the build's tarball.
 version_added: "0.2.0"
 author:
   - gpulab.inference contributors (@gpulab)

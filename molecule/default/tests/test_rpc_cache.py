@@ -37,9 +37,10 @@ def put_fake(node, name, day, mib=4):
 
 
 def bound_cache(tmp_path, name, **extravars):
-    """Role llama_rpc_server's entry point `cache` on the workers, as playbooks/llama_cpp.yml runs it."""
+    """Role llama_rpc_server's entry point `cache` as playbooks/llama_cpp.yml runs it, on node-b only
+    (node-c's cache and record stay as the converge left them)."""
     playbook = tmp_path / "cache.yml"
-    playbook.write_text("- hosts: rpc_workers\n  gather_facts: false\n  tasks:\n"
+    playbook.write_text("- hosts: node-b\n  gather_facts: false\n  tasks:\n"
                         "    - name: Bound each worker's weight cache\n      ansible.builtin.include_role:\n"
                         "        name: gpulab.inference.llama_rpc_server\n        tasks_from: cache\n")
     return run_on_lab(tmp_path / name, str(playbook), extravars=extravars)
