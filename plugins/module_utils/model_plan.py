@@ -23,6 +23,31 @@ MIB = gp.MIB
 HINT_CTX = 4096
 
 
+def nodes_from_residency(head, residency, own_units=()):
+    """The lab's nodes, the head first, from gpu_residency's answer per host: each GPU's memory,
+    and as kept what neither is free nor held by the collection's own units (a redeploy replaces
+    those, gguf_plan.available_mib)."""
+    if head not in residency:
+        raise gp.PlanError("the head %s did not report its GPUs (gpu_residency)" % head)
+    nodes = []
+    for host in [head] + sorted(h for h in residency if h != head):
+        found = residency[host] or {}
+        gpus = []
+        for gpu in sorted(found.get("gpus") or [], key=lambda g: int(g["index"])):
+            total = gpu.get("memory_total_mib")
+            available = gp.available_mib(gpu, found.get("processes"), own_units)
+            if total is None or available is None:
+                raise gp.PlanError("%s: GPU %s reports no memory (MIG mode?); plan it with -e plan_hardware=[...]"
+                                   % (host, gpu.get("index")))
+            gpus.append({"index": int(gpu["index"]), "memory_total_mib": int(total),
+                         "kept_mib": max(0, int(total) - int(available))})
+        if gpus:
+            nodes.append({"name": host, "gpus": gpus})
+    if not nodes or nodes[0]["name"] != head:
+        raise gp.PlanError("the head %s has no GPU to plan on; give the hardware with -e plan_hardware=[...]" % head)
+    return nodes
+
+
 def llama_devices(nodes):
     """llama.cpp's devices over the nodes: the workers' GPUs as RPC devices (in node order), then
     the head's (the first node's) own GPUs; free memory is what the kept services leave."""
@@ -39,13 +64,15 @@ def llama_devices(nodes):
 
 
 def _gb(mib):
-    return "%.0f GiB" % (mib / 1024.0)
+    gib = mib / 1024.0
+    return ("%.0f GiB" if gib >= 10 else "%.1f GiB") % gib
 
 
 def hardware_label(nodes):
     gpus = [g["memory_total_mib"] for n in nodes for g in n["gpus"]]
     sizes = sorted(set(gpus))
-    size = _gb(sizes[0]) if len(sizes) == 1 else "%s-%s" % (_gb(sizes[0]), _gb(sizes[-1]))
+    low, high = _gb(sizes[0]), _gb(sizes[-1])
+    size = low if low == high else "%s to %s" % (low, high)
     return "%d x %s over %d node%s" % (len(gpus), size, len(nodes), "" if len(nodes) == 1 else "s")
 
 

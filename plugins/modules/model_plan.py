@@ -43,8 +43,22 @@ options:
       - The nodes to plan for, the head first - a list of C({name, gpus, memory_gib}) (C(gpus) a count)
         or C({name, gpus: [{memory_gib, kept_gib}]}); C(_mib) instead of C(_gib) works too. C(kept) is
         what services that stay hold on that GPU.
+      - Exactly one of O(hardware) and O(residency).
     type: raw
-    required: true
+  residency:
+    description:
+      - The lab's GPUs instead - host to the C(residency) of M(gpulab.inference.gpu_residency); what is
+        neither free nor held by O(own_units) counts as kept.
+      - Exactly one of O(hardware) and O(residency).
+    type: dict
+  head:
+    description: With O(residency), the head's host name (the first node).
+    type: str
+  own_units:
+    description: With O(residency), the collection's serving units (C(gpulab_own_unit_patterns)), whose memory counts as free.
+    type: list
+    elements: str
+    default: []
   hardware_variable:
     description: The variable O(hardware) came from, named in errors.
     type: str
@@ -160,19 +174,28 @@ def build_module():
         argument_spec=dict(
             source=dict(type="str", required=True),
             hf_layout=dict(type="bool", default=False),
-            hardware=dict(type="raw", required=True),
+            hardware=dict(type="raw"),
+            residency=dict(type="dict"),
+            head=dict(type="str"),
+            own_units=dict(type="list", elements="str", default=[]),
             hardware_variable=dict(type="str", default="plan_hardware"),
             engine=dict(type="str", default="auto", choices=["auto", "llama_cpp", "vllm"]),
             llama=dict(type="dict", default={}),
             vllm=dict(type="dict", default={}),
             timeout_s=dict(type="int", default=30),
         ),
+        required_one_of=[("hardware", "residency")],
+        mutually_exclusive=[("hardware", "residency")],
+        required_by={"residency": "head"},
         supports_check_mode=True,
     )
 
 
 def run(params):
-    nodes = mh.parse_hardware(params["hardware"], params["hardware_variable"])
+    if params["residency"] is not None:
+        nodes = mp.nodes_from_residency(params["head"], params["residency"], params["own_units"])
+    else:
+        nodes = mh.parse_hardware(params["hardware"], params["hardware_variable"])
     source = mh.Source(params["source"], params["hf_layout"], params["timeout_s"])
     engine = la.choose_engine(params["engine"], source.format, params["source"])
     if (engine["engine"] == "llama_cpp") != (source.format == "gguf"):

@@ -100,4 +100,27 @@ def test_nodes_vllm_cannot_span_are_named():
 def test_beyond_llama_cpps_devices_the_hint_says_none(minimax):
     nodes = mh.parse_hardware([{"name": "box", "gpus": 1, "memory_gib": 8}])
     table = mp.llama_table(minimax, nodes, OPTIONS)
-    assert table["smallest_fitting"] == "none: more than 16 GPUs of 8 GiB, the most llama.cpp splits over"
+    assert table["smallest_fitting"] == "none: more than 16 GPUs of 8.0 GiB, the most llama.cpp splits over"
+
+
+def test_the_labs_nodes_from_residency_count_what_others_hold_as_kept():
+    residency = {
+        "node-b": {"gpus": [{"index": 0, "memory_total_mib": 97887, "memory_free_mib": 80000}],
+                   "processes": [{"gpu_index": 0, "used_memory_mib": 7000, "systemd_unit": "gpulab-rpc-server@0.service"},
+                                 {"gpu_index": 0, "used_memory_mib": 10887, "systemd_unit": "embeddings.service"}]},
+        "node-a": {"gpus": [{"index": 1, "memory_total_mib": 97887, "memory_free_mib": 97000},
+                            {"index": 0, "memory_total_mib": 97887, "memory_free_mib": 92767}], "processes": []},
+    }
+    nodes = mp.nodes_from_residency("node-a", residency, ["gpulab-rpc-server@*.service"])
+    assert nodes == [
+        {"name": "node-a", "gpus": [{"index": 0, "memory_total_mib": 97887, "kept_mib": 5120},
+                                    {"index": 1, "memory_total_mib": 97887, "kept_mib": 887}]},
+        {"name": "node-b", "gpus": [{"index": 0, "memory_total_mib": 97887, "kept_mib": 10887}]}]
+
+
+def test_a_head_without_gpus_is_named():
+    with pytest.raises(mp.gp.PlanError, match="the head node-a has no GPU to plan on"):
+        mp.nodes_from_residency("node-a", {"node-a": {"gpus": []}, "node-b": {"gpus": [
+            {"index": 0, "memory_total_mib": 10, "memory_free_mib": 10}]}})
+    with pytest.raises(mp.gp.PlanError, match="the head node-a did not report its GPUs"):
+        mp.nodes_from_residency("node-a", {})
