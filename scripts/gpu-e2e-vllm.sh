@@ -4,6 +4,8 @@
 # the service manager, /health, /v1/models, one chat completion), a second deploy.yml that must
 # change and restart nothing, playbooks/bench.yml at concurrency 1, 8 and 64 with the report,
 # planned against measured (vllm_plan, vLLM's own log, nvidia-smi per process), playbooks/stop.yml.
+# vLLM runs as the role deploys it, with CUDA graphs (vllm_server_enforce_eager false);
+# GPULAB_E2E_VLLM_EAGER=1 runs it with --enforce-eager instead (faster start, slower decode).
 # Needs a wheelhouse (GPULAB_E2E_VLLM_WHEELHOUSE, default /tmp/gpulab-wheelhouse: vLLM's wheel and
 # the wheels it needs beyond the Python's own packages; scripts/vllm-wheelhouse.sh makes one), and
 # a Python that already holds the torch vLLM pins (the venv sees it: vllm_server_venv_site_packages).
@@ -12,6 +14,7 @@ vllm_wheelhouse=${GPULAB_E2E_VLLM_WHEELHOUSE:-/tmp/gpulab-wheelhouse}
 vllm_model=$model_dir/${GPULAB_E2E_VLLM_MODEL_STEM:-e2e-minimax-m2-fp8}
 # 24 layers, hidden 3072, 48 heads / 8 KV heads of 128, 32 experts / 8 used, expert FFN 1536, FP8
 # [128, 128] blocks: about 12 GB.
+vllm_eager=$([ "${GPULAB_E2E_VLLM_EAGER:-0}" = 1 ] && echo true || echo false)
 vllm_model_options=${GPULAB_E2E_VLLM_MODEL:-'{"layers": 24, "hidden_size": 3072, "attention_heads": 48, "kv_heads": 8, "head_dim": 128, "experts": 32, "experts_used": 8, "expert_ffn_size": 1536, "max_position_embeddings": 8192, "shard_max_mib": 4096}'}
 vdir=$out/vllm
 mkdir -p "$model_dir"
@@ -35,7 +38,7 @@ pins = sorted(set("%s==%s" % tuple(os.path.basename(w).split("-")[:2])
 print(json.dumps([p for p in pins if not p.startswith("vllm==")]))
 PY
 )
-"$python" - "$vdir/hosts.json" "$vllm_packages" <<PY
+"$python" - "$vdir/hosts.json" "$vllm_packages" "$vllm_eager" <<PY
 import json, sys
 gpus = json.load(open("$out/gpu_facts.json"))["ansible_facts"]["gpulab_gpus"]
 first = str(min(g["index"] for g in gpus))
@@ -55,7 +58,7 @@ hostvars = {
     "vllm_server_pip_no_deps": True,
     "vllm_server_pip_packages": json.loads(sys.argv[2]),
     "vllm_server_venv_site_packages": True,
-    "vllm_server_enforce_eager": True,
+    "vllm_server_enforce_eager": sys.argv[3] == "true",
     "vllm_server_max_model_len": 8192,
     # a start that fails shows in minutes, not after the default half hour
     "vllm_server_health_timeout_s": 480,
@@ -72,7 +75,7 @@ hostvars = {
 inventory = {"gpu_nodes": {"children": {"inference_head": {"hosts": {"$host": hostvars}}, "rpc_workers": {"hosts": {}}}}}
 json.dump(inventory, open(sys.argv[1], "w"), indent=2)
 PY
-log "== vLLM: $vllm_model, wheelhouse $vllm_wheelhouse ($(find "$vllm_wheelhouse" -name '*.whl' | wc -l) wheels)"
+log "== vLLM: $vllm_model, enforce_eager $vllm_eager, wheelhouse $vllm_wheelhouse ($(find "$vllm_wheelhouse" -name '*.whl' | wc -l) wheels)"
 vinv=$vdir/hosts.json
 vsup() { sup status gpulab-vllm 2>&1 | tr -s ' '; }
 vpid() { sup status gpulab-vllm 2>&1 | grep -o 'pid [0-9]*' || echo 'no pid'; }
@@ -89,10 +92,10 @@ if deploy "$vinv" "$vdir/deploy-1.log"; then
   module "$vinv" gpulab.inference.gpu_residency '{}' "$vdir/residency.json"
   gpus_json=$("$python" -c 'import json,sys; print(json.dumps([{"index": g["index"], "memory_total_mib": g["memory_total_mib"]} for g in json.load(open(sys.argv[1]))["ansible_facts"]["gpulab_gpus"]][:1]))' "$out/gpu_facts.json")
   module "$vinv" gpulab.inference.vllm_plan \
-    "{\"model_path\": \"$vllm_model\", \"gpus\": $gpus_json, \"max_model_len\": 8192, \"enforce_eager\": true}" "$vdir/plan.json"
+    "{\"model_path\": \"$vllm_model\", \"gpus\": $gpus_json, \"max_model_len\": 8192, \"enforce_eager\": $vllm_eager}" "$vdir/plan.json"
   nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv >"$vdir/nvidia-smi-apps.csv" 2>&1 || true
   tail -c 3000000 /var/log/gpulab/gpulab-vllm.log >"$vdir/gpulab-vllm.log" 2>/dev/null || true
-  grep -E 'Model loading took|Available KV cache memory|GPU KV cache size|Maximum concurrency|init engine|torch.compile|Using .* MoE backend|memory profiling' "$vdir/gpulab-vllm.log" | tail -n 12 | while read -r line; do log "  vllm: ${line:0:220}"; done || true
+  grep -E 'Model loading took|Available KV cache memory|GPU KV cache size|Maximum concurrency|init engine|torch.compile|Using .* MoE backend|memory profiling|Graph capturing|CUDA graph|Application startup complete' "$vdir/gpulab-vllm.log" | tail -n 16 | while read -r line; do log "  vllm: ${line:0:220}"; done || true
   "$python" -c 'import json,sys; e=json.load(open(sys.argv[1])).get("estimate", {}); print("planned per GPU: weights %s GiB, KV cache %s GiB (%s tokens), reserve %s GiB, budget %s GiB" % (e.get("weights_gib"), e.get("kv_cache_gib"), e.get("kv_tokens_per_gpu"), e.get("reserve_gib"), e.get("budget_gib")))' "$vdir/plan.json" | while read -r line; do log "  $line"; done
   "$python" -c 'import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps(r.get("residency", r))[:600])' "$vdir/residency.json" | while read -r line; do log "  residency: $line"; done
 else
