@@ -112,8 +112,10 @@ def token_counter(endpoint, model):
     """A function text -> tokens using the server's tokenizer, or None when it has none.
 
     llama-server: POST /tokenize {"content"} -> {"tokens": [...]} (tools/server/README.md);
-    vLLM: POST /tokenize {"model", "prompt"} -> {"count"} (vllm/entrypoints/openai/api_server.py).
-    Both count the text alone, without the chat template, as prompt_tokens is meant.
+    vLLM: POST /tokenize {"model", "prompt", "add_special_tokens"} -> {"count"}
+    (vllm/entrypoints/openai/api_server.py). Both count the text alone, without the chat template
+    or a BOS token (llama-server's add_special defaults to false; vLLM's must be turned off, as
+    vllm bench serve does when it aligns its prompts).
     """
     def llama(text):
         status, data, _text = endpoint.call('POST', '/tokenize', {'content': text})
@@ -122,7 +124,7 @@ def token_counter(endpoint, model):
         return len(data['tokens'])
 
     def vllm(text):
-        status, data, _text = endpoint.call('POST', '/tokenize', {'model': model, 'prompt': text})
+        status, data, _text = endpoint.call('POST', '/tokenize', {'model': model, 'prompt': text, 'add_special_tokens': False})
         if status != 200 or not isinstance(data, dict) or not isinstance(data.get('count'), int):
             raise EndpointError('no vLLM tokenizer')
         return data['count']
@@ -394,7 +396,7 @@ class Benchmark:
         path = self.params['gguf_path']
         if not path:
             return None
-        from ansible_collections.gpulab.inference.plugins.module_utils import gguf  # pylint: disable=import-outside-toplevel
+        from ansible_collections.gpulab.inference.plugins.module_utils import gguf
         try:
             files = [gguf.read_gguf(shard) for shard in bench_stats.split_gguf_paths(path)]
         except gguf.GGUFError as exc:

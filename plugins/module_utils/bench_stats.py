@@ -569,8 +569,8 @@ def sweep_warnings(levels):
         if (level.get('decode_tok_s_cv_percent') or 0) > SPREAD_WARNING_PERCENT:
             warnings.append('%s: per-stream decode spreads %.1f %% over its requests (above %.0f %%): something else '
                             'loaded the machine or the server, so compare this level with care; run it again on a '
-                            'quiet machine or with more requests' % (name, level['decode_tok_s_cv_percent'],
-                                                                      SPREAD_WARNING_PERCENT))
+                            'quiet machine or with more requests'
+                            % (name, level['decode_tok_s_cv_percent'], SPREAD_WARNING_PERCENT))
     return warnings
 
 

@@ -457,8 +457,8 @@ def conditions_lines(doc):
             prompt.get('seed', 'n/a'), prompt.get('seed_source', 'n/a'))),
         ('prompt tokens the server took from its cache', '%s of %s' % (cond.get('cached_prompt_tokens'),
                                                                        cond.get('prompt_tokens'))),
-        ('objective (goodput)', 'TTFT <= %s s, TPOT <= %s ms' % (_fmt(objective.get('slo_ttft_s')),
-                                                               _fmt(objective.get('slo_tpot_ms')))),
+        ('objective (goodput)', 'TTFT <= %s s, TPOT <= %s ms'
+         % (_fmt(objective.get('slo_ttft_s')), _fmt(objective.get('slo_tpot_ms')))),
         ('head load average before, after (1, 5, 15 min; %s CPUs)' % cond.get('cpu_count', 'n/a'),
          '%s, %s' % (cond.get('load_average_before') or 'n/a', cond.get('load_average_after') or 'n/a')),
         ('GPUs holding the served model', cond.get('serving_gpus', 'n/a')),
