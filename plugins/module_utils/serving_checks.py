@@ -311,6 +311,24 @@ def _named(error, options):
     return max(found, key=len) if found else None
 
 
+def _by_option(errors, options):
+    """Ansible's errors grouped by the option they are about, in order, without repeats. Ansible
+    reports why a mapping with sub-options could not be read ("dictionary requested, ...") without
+    its name, just before the error that names it; an error no later error claims stays under None."""
+    grouped = {}
+    pending = []
+    for error in errors:
+        pending.append(error)
+        name = _named(error, options)
+        if name is not None:
+            grouped.setdefault(name, [])
+            grouped[name].extend(entry for entry in pending if entry not in grouped[name])
+            pending = []
+    if pending:
+        grouped[None] = pending
+    return grouped
+
+
 def _subject(name, values, options):
     if name not in values:
         return name
@@ -355,14 +373,11 @@ def serving_problems(checked, options, all_hosts=None):
         unknown = sorted(set(values) - set(options))
         if unknown:
             raise KeyError("no argument spec has %s" % ", ".join(unknown))
-        problems = []
-        refused = set()
-        for error in (checked[host] or {}).get("errors") or []:
-            name = _named(error, options)
-            refused.add(name)
-            problems.append((_subject(name, values, options) if name else "", ": " + _spec_sentence(error, name, options)))
+        refused = _by_option((checked[host] or {}).get("errors") or [], options)
+        problems = [(_subject(name, values, options) if name else "", ": " + _spec_sentence("; ".join(errors), name, options))
+                    for name, errors in refused.items()]
         valid = {}
-        for name in sorted(set(values) - refused, key=order.index):
+        for name in sorted(set(values) - set(refused), key=order.index):
             reason = value_problem(name, values[name], options[name]["spec"])
             if reason is None:
                 valid[name] = values[name]

@@ -396,8 +396,8 @@ def test_nothing_changed(serving):
     assert after == serving["before"]
 
 
-# deploy.yml itself: a wrong serving value set by -e or the inventory stops the first play in
-# seconds, naming the variable as the user set it, before any node is read or changed.
+# deploy.yml itself: a wrong value of any role's variable set by -e or the inventory stops the first
+# play in seconds, naming the variable as the user set it, before any node is read or changed.
 def deploy_inventory(tmp_path, head_vars=None, worker_vars=None):
     def host(name, **extra):
         return local_host(gpulab_gpu_inventory_file=str(tmp_path / name / "gpu-inventory.json"), **extra)
@@ -410,7 +410,8 @@ def deploy_inventory(tmp_path, head_vars=None, worker_vars=None):
 
 DEPLOY_CASES = [
     ("-e ctx_size=abc", "-e llama_server_ctx_size=abc", {}, {},
-     ["llama_server_ctx_size='abc' on every node is not a whole number: set the context in tokens"]),
+     ["llama_server_ctx_size='abc' on every node: argument 'llama_server_ctx_size' is of type str and we were unable "
+      "to convert to int"]),
     ("-e parallel=0", "-e llama_server_parallel=0", {}, {},
      ["llama_server_parallel='0' on every node is below 1: set the number of requests served at once"]),
     ("inventory: unquoted on, RPC port 0", None, {"llama_server_flash_attn": True}, {"llama_rpc_server_port_base": 0},
@@ -419,6 +420,18 @@ DEPLOY_CASES = [
      ["bench_max_tokens='1' on every node is below 2: set output tokens per request"]),
     ("-e context below the slots", "-e llama_server_ctx_size=2", {}, {},
      ["llama_server_ctx_size=2 on every node over llama_server_parallel=4 (the default) leaves less than one token"]),
+    # The role's own validation found this 45 s in, after the drain.
+    ("-e verbosity null as JSON", """-e '{"llama_server_log_verbosity": null}'""", {}, {},
+     ["llama_server_log_verbosity=null on every node: argument 'llama_server_log_verbosity' is of type NoneType and we "
+      "were unable to convert to int: \"None\" cannot be converted to an int; role llama_server takes a whole number; "
+      "remove the setting for the default 4."]),
+    ("-e verbosity=null", "-e llama_server_log_verbosity=null", {}, {},
+     ["llama_server_log_verbosity='null' on every node: argument 'llama_server_log_verbosity' is of type str"]),
+    ("inventory: a keep list as text, a null host", None, {"gpu_drain_keep": "notalist"}, {"llama_server_host": None},
+     ["gpu_drain_keep='notalist' on node-a is text, which Ansible would take as a list of its comma-separated parts",
+      "llama_server_host=null on node-b replaces the default '127.0.0.1' with null: remove the setting for the default"]),
+    ("-e port as text, one bad choice", "-e llama_server_port=8081 -e llama_server_cache_type_k=q3", {}, {},
+     ["llama_server_cache_type_k='q3' on every node: value of llama_server_cache_type_k must be one of: f32, f16"]),
 ]
 
 
@@ -433,8 +446,20 @@ def test_deploy_refuses_a_wrong_serving_value_first(tmp_path, cmdline, head_vars
     assert failure[1] == "The serving variables are usable", result.failures
     for sentence in sentences:
         assert sentence in failure[2]
-    assert len(failure[2].splitlines()) == len(sentences)
-    assert "argument" not in failure[2]
+    # one sentence per problem, and only the problems of the case (the port given as text passes)
+    assert len(failure[2].splitlines()) == len(sentences), failure[2]
+    assert "Traceback" not in failure[2]
     assert result.changed_tasks() == []
     assert not any((tmp_path / name).exists() for name in ("node-a", "node-b"))
     assert took < 60, took
+
+
+def test_deploy_refuses_an_unknown_engine_before_the_gpu_tables(tmp_path):
+    result = run_in(tmp_path / "runner", "deploy.yml", deploy_inventory(tmp_path), cmdline="-e gpulab_engine=vlm")
+    assert result.status == "failed"
+    (failure, *_others) = result.failures
+    assert failure[1].startswith("Validating arguments against arg spec 'main' - The collection's shared names"), failure
+    assert "value of gpulab_engine must be one of: llama_cpp, vllm, got: vlm" in failure[2]
+    ran = {e["event_data"].get("task") for e in result.events if e.get("event") == "runner_on_ok"}
+    assert not any("GPU" in (task or "") for task in ran), ran
+    assert result.changed_tasks() == []

@@ -215,6 +215,14 @@ def test_a_hidden_value_is_not_shown():
     assert "sk-secret" not in problem
 
 
+def test_the_errors_of_one_option_are_one_sentence():
+    (problem,) = one({"model_synthetic": ["layers"]})
+    assert problem.startswith("model_synthetic=['layers'] on node-a: dictionary requested, could not parse JSON or "
+                              "key=value; argument 'model_synthetic' is of type list")
+    assert problem.count("must be of type dict or list of dicts") == 1
+    assert problem.endswith("; role model takes a mapping; remove the setting for the default {}.")
+
+
 def test_an_error_that_names_no_option_is_kept_whole():
     problems = sc.serving_problems({"node-a": {"values": {}, "errors": ["something else went wrong"]}}, OPTIONS)
     assert problems == ["On node-a: something else went wrong."]
