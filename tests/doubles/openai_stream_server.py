@@ -15,7 +15,8 @@ be checked against known values:
   cut them anywhere, chunked transfer encoding as llama-server uses;
 - modes: `stream` (default), `nonstream` (answers JSON even when asked to stream),
   `error` (an error event in the middle of the stream), `no_usage` (never sends usage);
-- 401 for a wrong key, /v1/models, llama-server's /props and /tokenize: a word of up to six
+- 401 for a wrong key, /v1/models, llama-server's /props and /tokenize (vLLM's with
+  tokenizer='vllm', a BOS token counted unless add_special_tokens is false): a word of up to six
   letters is one token, a longer one two (so that sizing a prompt has to count, not assume),
   and the chat template adds TEMPLATE_TOKENS around the user's message in usage.prompt_tokens;
 - a prompt cache as llama-server's: the longest common prefix of a prompt's tokens with any
@@ -76,6 +77,7 @@ class OpenAIDouble:
         self.props = props
         self.requests = []
         self.cache = []
+        self.tokenize_requests = []
         self.active = 0
         self.max_active = 0
         self.lock = threading.Lock()
@@ -145,6 +147,17 @@ def _handler(double):
             if not self._authorized():
                 return
             body = self._body()
+            if self.path == '/tokenize' and double.tokenizer == 'vllm':
+                # vLLM's request and answer (vllm/entrypoints/openai/protocol.py TokenizeCompletionRequest)
+                if 'prompt' not in body:
+                    self._json(400, {'object': 'error', 'message': 'prompt: Field required', 'code': 400})
+                    return
+                double.tokenize_requests.append(body)
+                tokens = tokenize(body['prompt'])
+                if body.get('add_special_tokens', True):
+                    tokens = ['<s>'] + tokens
+                self._json(200, {'count': len(tokens), 'max_model_len': 4096, 'tokens': list(range(len(tokens)))})
+                return
             if self.path == '/tokenize' and double.tokenizer:
                 self._json(200, {'tokens': list(range(len(tokenize(body.get('content', '')))))})
                 return

@@ -22,6 +22,11 @@ def test_the_tokenizer_counts_the_text_it_is_given():
         endpoint = bench_client.Endpoint(server.base_url, '', 10)
         count = bench_client.token_counter(endpoint, 'double-model')
         assert count('granite amber') == 3
+    with OpenAIDouble(tokenizer='vllm', props=False) as server:
+        count = bench_client.token_counter(bench_client.Endpoint(server.base_url, '', 10), 'double-model')
+        assert count('granite amber') == 3  # the text alone: no BOS token
+        assert server.tokenize_requests[-1] == {'model': 'double-model', 'prompt': 'granite amber',
+                                                'add_special_tokens': False}
     with OpenAIDouble(tokenizer=False) as server:
         assert bench_client.token_counter(bench_client.Endpoint(server.base_url, '', 10), 'double-model') is None
 
