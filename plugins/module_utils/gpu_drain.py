@@ -795,3 +795,38 @@ class Backends(object):
         if entry['kind'] == KIND_SUPERVISOR:
             return self.supervisor.is_running(entry, programs)
         return self.of(entry).is_running(entry)
+
+
+# ---------------------------------------------------------------- restore.yml's summary
+
+def restore_report(nodes, state_file=DEFAULT_STATE_FILE):
+    """One line per node of what playbooks/restore.yml did there, and the nodes not restored.
+
+    nodes: [(node, result, error)] in inventory order: result is the restore task's registered
+    result (None where the node never ran it), error the message of a failure caught after it.
+    Returns {'lines': [...], 'not_restored': [...]}.
+    """
+    lines, not_restored = [], []
+    for node, result, error in nodes:
+        result = result if isinstance(result, dict) else {}
+        if result.get('unreachable'):
+            not_restored.append(node)
+            lines.append('%s: unreachable, nothing restored; it stays drained. Run restore.yml again once it '
+                         'answers, or on its console start what %s lists and remove that file'
+                         % (node, result.get('state_file') or state_file))
+        elif result.get('failed') or error:
+            not_restored.append(node)
+            lines.append('%s: not restored: %s' % (node, str(result.get('msg') or error or 'failed').strip()))
+        elif result.get('skipped'):
+            lines.append('%s: skipped (gpu_drain_enabled is false)' % node)
+        elif not result:
+            not_restored.append(node)
+            lines.append('%s: not restored: the restore did not run there' % node)
+        else:
+            stopped = result.get('units_stopped') or []
+            restored = result.get('restored') or []
+            lines.append('%s: %s; %s' % (
+                node,
+                'stopped ' + ', '.join(stopped) if stopped else "none of the collection's services ran",
+                'started again ' + ', '.join(restored) if restored else 'nothing was drained'))
+    return {'lines': lines, 'not_restored': not_restored}
