@@ -133,21 +133,31 @@ PY
 }
 
 # NAME PROMPTS (token counts, comma-separated) then llama-server's argv after the binary; more
-# environment for the server in the array serve_env.
+# environment for the server in the array serve_env, more scripts/served-speed.py runs (each a
+# NAME:OPTIONS word, options space-separated) in serve_clients.
 serve_env=()
+serve_clients=()
 serve() {
-  local name=$1 prompts=$2 pid p t0=$SECONDS
+  local name=$1 prompts=$2 pid p spec client_options t0=$SECONDS
   shift 2
   log "llama-server $name (env: ${serve_env[*]:-none}): $*"
   env "${serve_env[@]}" "$bin/llama-server" "$@" >"$out/server-$name.log" 2>&1 &
   pid=$!
   if wait_health; then
-    log "  up in $((SECONDS - t0)) s; $(grep -m1 -oE 'Flash Attention was auto, set to [a-z]+|graph splits = [0-9]+' "$out/server-$name.log" | tr '\n' ' ')"
+    log "  up in $((SECONDS - t0)) s; $(grep -m1 -oE 'Flash Attention (enabled|disabled)' "$out/server-$name.log" | tr '\n' ' ')"
     for p in ${prompts//,/ }; do
       "$python" "$repo/scripts/served-speed.py" "$url" --prompt-tokens "$p" --n-predict 128 --requests "$requests" \
         --warmup 1 >"$out/served-$name-p$p.json" 2>"$out/served-$name-p$p.err" || log "  requests failed: $(tail -n 2 "$out/served-$name-p$p.err")"
       "$python" -c 'import json,sys; d=json.load(open(sys.argv[1])); print("  prompt %d: %s tok/s median (%s-%s), %s ms/token; each: %s" % (d["prompt_tokens"], d["tok_s"]["median"], d["tok_s"]["min"], d["tok_s"]["max"], d["ms_per_token"]["median"], [r["tok_s"] for r in d["requests"]]))' \
         "$out/served-$name-p$p.json" 2>/dev/null | while read -r line; do log "$line"; done
+    done
+    for spec in "${serve_clients[@]}"; do
+      read -r -a client_options <<<"${spec#*:}"
+      "$python" "$repo/scripts/served-speed.py" "$url" --prompt-tokens 128 --n-predict 128 --requests "$requests" \
+        --warmup 1 "${client_options[@]}" >"$out/served-$name-${spec%%:*}.json" 2>"$out/served-$name-${spec%%:*}.err" \
+        || log "  ${spec%%:*} failed: $(tail -n 2 "$out/served-$name-${spec%%:*}.err")"
+      "$python" -c 'import json,sys; d=json.load(open(sys.argv[1])); print("  %s: %s tok/s median (%s-%s), %s ms/token" % (sys.argv[2], d["tok_s"]["median"], d["tok_s"]["min"], d["tok_s"]["max"], d["ms_per_token"]["median"]))' \
+        "$out/served-$name-${spec%%:*}.json" "${spec%%:*}" 2>/dev/null | while read -r line; do log "$line"; done
     done
   else
     log "  not healthy: $(tail -n 3 "$out/server-$name.log")"
@@ -180,7 +190,10 @@ mapfile -t role_quiet < <(role_argv None)
 bare=(--model "$model" --host 127.0.0.1 --port 8080 -ngl 99 -fa on -c 8192 -np 1)
 serve role 128,1 "${role[@]}"
 serve role-quiet 128 "${role_quiet[@]}"
-serve bare 128,1 "${bare[@]}"
+# the chat client's way too: streamed chat completions, and streamed /completion
+serve_clients=("chat-stream:--chat --stream" "completion-stream:--stream")
+serve bare 128,1 "${bare[@]}" --jinja
+serve_clients=()
 serve bare-backend-sampling 128 "${bare[@]}" --backend-sampling
 
 if [ "${GPULAB_SPEED_TRACE:-1}" = 1 ] && [ -s "$work/libcupti-trace.so" ]; then
