@@ -33,6 +33,9 @@ REJECTED_LIMIT = 5
 # With no memory figure for some device (an RPC server of a CPU build started without -m) the
 # context cannot be sized from memory: auto takes the trained context, capped here.
 UNKNOWN_MEMORY_CTX = 8192
+# Free memory moves by a few MiB between runs; the choices see it in whole steps, so an unchanged
+# node gets the same split and context (the same argv, no restart) and a real change moves them.
+STEADY_STEP_MIB = 256
 
 
 class AutoError(ValueError):
@@ -40,7 +43,12 @@ class AutoError(ValueError):
 
 
 def is_auto(value):
-    return value is None or (isinstance(value, str) and value.strip().lower() == AUTO)
+    """auto, or not given (None)."""
+    return value is None or _auto_word(value)
+
+
+def _auto_word(value):
+    return isinstance(value, str) and value.strip().lower() == AUTO
 
 
 # ---------------------------------------------------------------- the engine
@@ -95,6 +103,18 @@ def engine_of_path(setting, path):
 
 
 # ---------------------------------------------------------------- llama.cpp: costs per slot
+
+def steady_devices(devices, step_mib=STEADY_STEP_MIB):
+    """The devices with free memory rounded down to whole steps, for choosing (the plan that is
+    returned is computed on the real figures, which are at least these)."""
+    steady = []
+    for device in devices:
+        device = dict(device)
+        if device.get("free_mib") is not None and step_mib:
+            device["free_mib"] = float(int(device["free_mib"] // step_mib) * step_mib)
+        steady.append(device)
+    return steady
+
 
 def _capacities(devices):
     """MiB each device may fill: its free memory (kept services already out of it), else its total
@@ -229,7 +249,7 @@ def choose_tensor_split(model, devices, facts=None, limit=REJECTED_LIMIT, **opti
     devices = gp.normalise_devices(devices)
     options = dict(options)
     options.pop("split", None)
-    costs = _Costs(model, facts, devices, options)
+    costs = _Costs(model, facts, steady_devices(devices), options)
     unknown = [d["name"] for d, cap in zip(devices, costs.caps) if cap is None]
     if unknown:
         split = [1.0] * len(devices)
@@ -291,12 +311,16 @@ def choose_ctx_and_split(model, devices, ctx_size=AUTO, split=AUTO, facts=None, 
     streams = _streams(parallel, options.get("kv_unified", False))
     trained = facts["context_length_train"]
 
-    def plan_at(ctx):
+    steady = steady_devices(devices)
+
+    def plan_at(ctx, on=None):
+        """(plan, split choice) at one context; the search judges fitting on the steady figures."""
+        on = on or steady
         opts = dict(options, ctx_size=ctx)
         if is_auto(split):
-            choice = choose_tensor_split(model, devices, facts=facts, limit=limit, **opts)
+            choice = choose_tensor_split(model, on, facts=facts, limit=limit, **opts)
             return choice["plan"], choice
-        plan = gp.plan_layout(model, devices, split=split, facts=facts, **opts)
+        plan = gp.plan_layout(model, on, split=split, facts=facts, **opts)
         return plan, None
 
     if not is_auto(ctx_size):
@@ -341,6 +365,10 @@ def choose_ctx_and_split(model, devices, ctx_size=AUTO, split=AUTO, facts=None, 
                 else:
                     ctx_reason = ("auto: %d tokens, the largest context that fits with the margin (trained %d)"
                                   % (ctx, trained))
+    # the chosen context and split on the real figures (at least the steady ones)
+    plan, choice = plan_at(ctx, devices) if choice is None else (
+        gp.plan_layout(model, devices, split=choice["tensor_split"], facts=facts, **dict(options, ctx_size=ctx)),
+        choice)
     return {
         "ctx_size": ctx,
         "tensor_split": choice["tensor_split"] if choice else plan["tensor_split"],
@@ -350,6 +378,36 @@ def choose_ctx_and_split(model, devices, ctx_size=AUTO, split=AUTO, facts=None, 
         "split_reason": choice["reason"] if choice else "llama_server_tensor_split %r as set" % (split,),
         "rejected": choice["rejected"] if choice else [],
     }
+
+
+def resolve_from_memory_plan(split, ctx_size, record, model_path, record_path="memory-plan.json"):
+    """(tensor_split, ctx_size) for the head's command line: each auto setting takes what the
+    memory plan resolved (its record, memory-plan.json, written before any service changes), a
+    set value stays. record: the parsed file, or None when there is none."""
+    wanted = [name for name, value in (("llama_server_tensor_split", split), ("llama_server_ctx_size", ctx_size))
+              if _auto_word(value)]
+    if not wanted:
+        return split, ctx_size
+    subject = " and ".join(wanted) + (" are" if len(wanted) > 1 else " is")
+    if not isinstance(record, dict):
+        raise AutoError("%s auto: the memory plan resolves %s (role memory_plan writes %s before any service "
+                        "changes), but there is no plan there; run playbooks/llama_cpp.yml (deploy.yml), or set %s"
+                        % (subject, "them" if len(wanted) > 1 else "it", record_path, " and ".join(wanted)))
+    if record.get("model_path") != model_path:
+        raise AutoError("%s auto, but %s plans %s, not %s; run the memory plan again (playbooks/llama_cpp.yml)"
+                        % (subject, record_path, record.get("model_path"), model_path))
+    options = record.get("options") if isinstance(record.get("options"), dict) else {}
+    planned_split, planned_ctx = record.get("tensor_split"), options.get("ctx_size")
+    if _auto_word(split):
+        if not isinstance(planned_split, list) or not planned_split or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in planned_split):
+            raise AutoError("%s holds no tensor_split list (%r); run the memory plan again" % (record_path, planned_split))
+        split = [int(v) if float(v).is_integer() else v for v in planned_split]
+    if _auto_word(ctx_size):
+        if isinstance(planned_ctx, bool) or not isinstance(planned_ctx, int) or planned_ctx < 1:
+            raise AutoError("%s holds no resolved ctx_size (%r); run the memory plan again" % (record_path, planned_ctx))
+        ctx_size = planned_ctx
+    return split, ctx_size
 
 
 # ---------------------------------------------------------------- vLLM

@@ -1088,7 +1088,8 @@ def memory_options(options):
     batch = _memory_whole(*given["batch_size"], minimum=1)
     return {
         "n_gpu_layers": gpu_layers,
-        "ctx_size": _memory_whole(*given["ctx_size"], minimum=0),
+        # auto: the memory plan chooses it (layout_auto.choose_ctx_and_split)
+        "ctx_size": "auto" if str(given["ctx_size"][0]).strip() == "auto" else _memory_whole(*given["ctx_size"], minimum=0),
         "parallel": _memory_whole(*given["parallel"], minimum=1),
         "flash_attn": str(flash_attn),
         "cache_type_k": cache["cache_type_k"],
@@ -1110,7 +1111,9 @@ def server_argv(binary, model, options, rpc, split_arg, backend_sampling):
     argv = [binary, "--model", model, "--host", str(opts["host"]), "--port", str(port_number(opts["port"], "llama_server_port"))]
     if rpc:
         argv += ["--rpc", rpc]
-    memory_options(opts)  # the values the memory plan reads, refused here the same way
+    if memory_options(opts)["ctx_size"] == "auto":  # the values the memory plan reads, refused here the same way
+        raise LlamaServerError("llama_server_ctx_size is auto but nothing resolved it: the memory plan "
+                               "(memory-plan.json) gives the head its context")
     argv += ["--n-gpu-layers", str(opts["gpu_layers"]), "--tensor-split", split_arg,
              "--ctx-size", str(opts["ctx_size"]), "--parallel", str(opts["parallel"]),
              "--flash-attn", str(opts["flash_attn"]),

@@ -65,6 +65,9 @@ options:
       - V(equal), V(free) (by free memory, llama.cpp's default), V(proportional) (by total memory,
         as the C(llama_server) role passes it), or a list of proportions (or a V(3,1,1) string) in
         device order; a shorter list leaves the last devices at 0.
+      - V(auto) searches the whole-layer splits for the one with the largest smallest headroom over
+        every device (RV(choice) says why and what it turned down); a C(ctx_size) of V(auto) (in
+        O(server)) is the largest context that fits with the margin, capped by the model's trained one.
     type: raw
     default: equal
   n_gpu_layers:
@@ -244,6 +247,13 @@ no_single_node_fits:
   description: True when no host can hold the model on its own devices.
   returned: success
   type: bool
+choice:
+  description:
+    - With O(tensor_split) or C(ctx_size) at V(auto), what was chosen and why - C(ctx_size), C(tensor_split),
+      C(ctx_reason), C(split_reason), C(rejected) (the splits turned down, each with its C(findings)) and
+      C(lines) (the same as lines); null otherwise.
+  returned: success
+  type: dict
 record:
   description:
     - The prediction to keep for the report (C(/var/lib/gpulab/memory-plan.json)), with model facts,
@@ -256,6 +266,7 @@ record:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf_plan
+from ansible_collections.gpulab.inference.plugins.module_utils import layout_auto
 from ansible_collections.gpulab.inference.plugins.module_utils import llama_server
 
 
@@ -319,10 +330,19 @@ def main():
                 nodes.get("drained"))
         else:
             devices = params["devices"]
-        plan = gguf_plan.plan_layout(model, devices, split=params["tensor_split"], facts=facts, **options)
+        choice = None
+        if layout_auto.is_auto(params["tensor_split"]) or options.get("ctx_size") == "auto":
+            layout = dict(options)
+            ctx = layout.pop("ctx_size")
+            choice = layout_auto.choose_ctx_and_split(model, devices, ctx_size=ctx, split=params["tensor_split"],
+                                                      facts=facts, **layout)
+            options["ctx_size"] = choice["ctx_size"]
+            plan = choice["plan"]
+        else:
+            plan = gguf_plan.plan_layout(model, devices, split=params["tensor_split"], facts=facts, **options)
         smallest, _smallest_plan = gguf_plan.smallest_device_set(model, devices, facts=facts, **options)
         single = gguf_plan.single_node_fits(model, devices, facts=facts, **options)
-    except (gguf.GGUFError, gguf_plan.PlanError, llama_server.LlamaServerError) as exc:
+    except (gguf.GGUFError, gguf_plan.PlanError, llama_server.LlamaServerError, layout_auto.AutoError) as exc:
         module.fail_json(msg=str(exc))
     table = gguf_plan.format_table(plan)
     known = [fits for fits in single.values() if fits is not None]
@@ -345,6 +365,12 @@ def main():
         no_single_node_fits=bool(known) and len(known) == len(single) and not any(known),
         record=gguf_plan.plan_record(params["path"], facts, plan, dict(options, tensor_split=params["tensor_split"]),
                                      smallest, single),
+        choice=None if choice is None else {
+            "ctx_size": choice["ctx_size"], "tensor_split": choice["tensor_split"], "ctx_reason": choice["ctx_reason"],
+            "split_reason": choice["split_reason"], "rejected": choice["rejected"],
+            "lines": [choice["ctx_reason"], choice["split_reason"]] + [
+                "turned down %s (%s): %s" % (r["label"], ",".join("%g" % v for v in r["tensor_split"]), "; ".join(r["findings"]))
+                for r in choice["rejected"]]},
     )
     if params["require_fit"] and not plan["fits"]:
         module.fail_json(msg="%s would overflow (free memory minus a %d MiB margin); nothing was changed. "

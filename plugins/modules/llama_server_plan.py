@@ -63,8 +63,18 @@ options:
       - V(equal) (one part per device), V(proportional) (memory size per device) or a list of
         numbers, one per device in llama.cpp's order.
       - Proportional uses memory size, not free memory, which shrinks once the model is loaded.
+      - V(auto) takes the split the memory plan chose (O(memory_plan)), as does a C(ctx_size) of V(auto) in O(server).
     type: raw
     default: equal
+  memory_plan:
+    description:
+      - The memory plan's record (C(memory-plan.json), role C(memory_plan)), which resolves O(tensor_split) and
+        C(ctx_size) left at V(auto); null when there is none.
+    type: dict
+  memory_plan_path:
+    description: Where O(memory_plan) was read, named in errors.
+    type: str
+    default: memory-plan.json
   health_timeout_s:
     description:
       - Seconds to wait for C(/health) to answer 200. V(0) computes it from the model's size
@@ -256,6 +266,7 @@ import os
 import pwd
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpulab.inference.plugins.module_utils import layout_auto
 from ansible_collections.gpulab.inference.plugins.module_utils.bounded_command import BoundedRunner
 from ansible_collections.gpulab.inference.plugins.module_utils.roce import RoceError, rpc_rdma_settings
 from ansible_collections.gpulab.inference.plugins.module_utils.gguf import GGUFError, read_gguf
@@ -365,7 +376,16 @@ class LlamaServerPlan:
         # A CPU build uses no local GPU, whatever the node has.
         local_gpus = params["local_gpus"] if not build or build["cuda"] else []
         devices = device_order(endpoints, local_gpus)
-        split = tensor_split(params["tensor_split"], devices)
+        server = dict(params["server"] or {})
+        try:
+            given, server_ctx = layout_auto.resolve_from_memory_plan(
+                params["tensor_split"], server.get("ctx_size"), params["memory_plan"], params["model_path"],
+                params["memory_plan_path"])
+        except layout_auto.AutoError as exc:
+            raise LlamaServerError(str(exc))
+        if params["server"] is not None and "ctx_size" in server:
+            self.params = dict(params, server=dict(server, ctx_size=server_ctx))
+        split = tensor_split(given, devices)
         timeout_s = params["health_timeout_s"] or health_timeout_s(
             model_bytes, params["health_timeout_floor_s"], params["health_load_rate_mib_s"])
         self.plan = {
@@ -461,6 +481,8 @@ def build_module():
             workers=dict(type="list", elements="dict", default=[]),
             local_gpus=dict(type="list", elements="dict", default=[]),
             tensor_split=dict(type="raw", default="equal"),
+            memory_plan=dict(type="dict"),
+            memory_plan_path=dict(type="str", default="memory-plan.json"),
             health_timeout_s=dict(type="int", default=0),
             health_timeout_floor_s=dict(type="int", default=120),
             health_load_rate_mib_s=dict(type="int", default=100),

@@ -8,6 +8,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -129,8 +130,8 @@ def test_seed_auto_context_is_the_largest_that_fits(minimax):
     ctx = result["ctx_size"]
     assert result["fits"] is True and ctx % 256 == 0
     assert 32768 < ctx < 196608
-    # one block more does not fit under any whole-layer split
-    bigger = la.choose_tensor_split(minimax, devs, ctx_size=ctx + 256, **OPTIONS)
+    # one block more does not fit under any whole-layer split (free memory seen in whole 256 MiB steps)
+    bigger = la.choose_tensor_split(minimax, la.steady_devices(devs), ctx_size=ctx + 256, **OPTIONS)
     assert bigger["plan"]["fits"] is False
     assert "the largest context that fits with the margin (trained 196608)" in result["ctx_reason"]
 
@@ -322,3 +323,43 @@ def test_values_set_that_rule_out_every_layout_are_judged_as_vllm_would():
     with pytest.raises(la.AutoError, match=r"vLLM cannot run TP=16\+EP on 1 node\(s\) x 8 GPUs of 97887 MiB: "
                                            r"TP 16 x PP 1 x DP 1 = 16 GPUs, but"):
         la.choose_vllm_layout(summary, shape, hw, opts, given={"tensor_parallel_size": 16, "enable_expert_parallel": True})
+
+
+def test_a_few_mib_of_drift_give_the_same_choice_and_a_real_change_a_new_one(minimax):
+    devs = seed_devices()
+    first = la.choose_ctx_and_split(minimax, devs, **OPTIONS)
+    drifted = [dict(d, free_mib=d["free_mib"] - 3) for d in devs]
+    again = la.choose_ctx_and_split(minimax, drifted, **OPTIONS)
+    assert (again["ctx_size"], again["tensor_split"]) == (first["ctx_size"], first["tensor_split"])
+    assert again["split_reason"] == first["split_reason"]
+    grown = [dict(devs[0], free_mib=devs[0]["free_mib"] - 4096)] + devs[1:]
+    changed = la.choose_ctx_and_split(minimax, grown, **OPTIONS)
+    assert (changed["ctx_size"], changed["tensor_split"]) != (first["ctx_size"], first["tensor_split"])
+
+
+def test_steady_devices_round_free_memory_down_to_whole_steps():
+    assert la.steady_devices([{"name": "a", "free_mib": 1000.5}, {"name": "b", "free_mib": None}]) == [
+        {"name": "a", "free_mib": 768.0}, {"name": "b", "free_mib": None}]
+
+
+# ---------------------------------------------------------------- the head takes the memory plan's values
+
+RECORD = {"model_path": "/m/x.gguf", "tensor_split": [20.0, 21.0, 22.0], "options": {"ctx_size": 131072}}
+
+
+def test_auto_values_come_from_the_memory_plan():
+    assert la.resolve_from_memory_plan("auto", "auto", RECORD, "/m/x.gguf") == ([20, 21, 22], 131072)
+    assert la.resolve_from_memory_plan([1, 1, 1], "auto", RECORD, "/m/x.gguf") == ([1, 1, 1], 131072)
+    # nothing auto: the record is not needed
+    assert la.resolve_from_memory_plan("equal", 8192, None, "/m/x.gguf") == ("equal", 8192)
+
+
+@pytest.mark.parametrize("record, message", [
+    (None, "llama_server_tensor_split and llama_server_ctx_size are auto: the memory plan resolves them"),
+    (dict(RECORD, model_path="/m/other.gguf"), "plans /m/other.gguf, not /m/x.gguf; run the memory plan again"),
+    (dict(RECORD, tensor_split="auto"), "holds no tensor_split list ('auto')"),
+    (dict(RECORD, options={"ctx_size": "auto"}), "holds no resolved ctx_size ('auto')"),
+])
+def test_a_memory_plan_that_cannot_resolve_auto_is_named(record, message):
+    with pytest.raises(la.AutoError, match=re.escape(message)):
+        la.resolve_from_memory_plan("auto", "auto", record, "/m/x.gguf", "/var/lib/gpulab/memory-plan.json")

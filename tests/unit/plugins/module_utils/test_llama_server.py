@@ -803,3 +803,9 @@ def test_cuda_device_access_needs_a_cuda_build_and_a_gpu():
     assert ls.cuda_device_access({"cuda": False}, gpu) is False
     assert ls.cuda_device_access({}, gpu) is False
     assert ls.cuda_device_access(None, gpu) is False
+
+
+def test_an_auto_context_is_the_memory_plans_to_resolve():
+    assert ls.memory_options({"ctx_size": "auto"})["ctx_size"] == "auto"
+    with pytest.raises(ls.LlamaServerError, match="llama_server_ctx_size is auto but nothing resolved it"):
+        ls.server_argv("ls", "m.gguf", {"ctx_size": "auto"}, "", "1", False)

@@ -173,3 +173,24 @@ def test_server_and_a_single_memory_option_exclude_each_other(split_model):
     run = plan({"path": split_model.paths[0], "devices": DEVICES, "server": {}, "ctx_size": 2048})
     assert run.kind is FailJson
     assert "mutually exclusive: server|ctx_size" in run.result["msg"]
+
+
+def test_auto_split_and_context_are_chosen_and_recorded(split_model):
+    devices = [{"name": "RPC0", "host": "node-b", "free_mib": 4000}, {"name": "RPC1", "host": "node-c", "free_mib": 1500}]
+    run = plan({"path": split_model.paths[0], "devices": devices, "tensor_split": "auto",
+                "server": {"ctx_size": "auto", "parallel": 1}, "margin_mib": 256, "cuda_context_mib": 0})
+    assert run.kind is ExitJson, run.result
+    result = run.result
+    choice = result["choice"]
+    # the lab model's trained context fits; the split gives the larger device more layers
+    assert choice["ctx_size"] == 4096 and result["kv_cells"] == 4096
+    assert sum(choice["tensor_split"]) == 5 and choice["tensor_split"][0] >= choice["tensor_split"][1]
+    assert result["record"]["tensor_split"] == choice["tensor_split"]
+    assert result["record"]["options"]["ctx_size"] == 4096 and result["record"]["options"]["tensor_split"] == "auto"
+    assert choice["lines"][0] == "auto: 4096 tokens, the model's trained context (it fits with the margin)"
+    assert choice["lines"][1].startswith("auto: whole-layer split ")
+
+
+def test_without_auto_there_is_no_choice(split_model):
+    run = plan({"path": split_model.paths[0], "devices": DEVICES, "ctx_size": 2048, "parallel": 1})
+    assert run.result["choice"] is None

@@ -121,3 +121,26 @@ def test_a_cuda_build_on_a_node_without_gpus_opens_no_device(head, tmp_path):
     result = run(dict(head, workers=[manifest("node-b", "10.231.77.11")], local_gpus=[]))
     assert result.kind is ExitJson, result.result
     assert result.result["cuda_device_access"] is False
+
+
+def test_auto_split_and_context_come_from_the_memory_plan(head):
+    record = {"model_path": head["model_path"], "tensor_split": [3.0, 2.0], "options": {"ctx_size": 12288}}
+    args = dict(head, workers=[manifest("node-b", "10.231.77.11"), manifest("node-c", "10.231.77.12")],
+                tensor_split="auto", memory_plan=record, server={"ctx_size": "auto", "parallel": 2})
+    result = run(args)
+    assert result.kind is ExitJson, result.result
+    plan = result.result
+    assert plan["tensor_split"] == [3, 2] and plan["tensor_split_arg"] == "3,2"
+    argv = plan["argv"]
+    assert argv[argv.index("--ctx-size") + 1] == "12288" and argv[argv.index("--tensor-split") + 1] == "3,2"
+    assert argv[argv.index("--fit") + 1] == "off"
+    # the same record gives the same command line
+    assert run(args).result["argv"] == argv
+
+
+def test_auto_without_a_memory_plan_is_named(head):
+    result = run(dict(head, workers=[manifest("node-b", "10.231.77.11")], tensor_split="auto",
+                      memory_plan_path="/var/lib/gpulab/memory-plan.json"))
+    assert result.kind is FailJson
+    assert result.result["msg"].startswith("llama_server_tensor_split is auto: the memory plan resolves it (role "
+                                           "memory_plan writes /var/lib/gpulab/memory-plan.json")
