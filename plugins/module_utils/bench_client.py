@@ -86,16 +86,33 @@ def served_models(endpoint):
     return [entry.get('id') for entry in data.get('data') or [] if isinstance(entry, dict)]
 
 
-def choose_model(requested, served):
+def choose_model(requested, served, where=''):
     if requested:
         if requested not in served:
-            raise EndpointError('model %r is not served here; the server lists %s: set model to one of them'
-                                % (requested, ', '.join(repr(m) for m in served) or 'none'))
+            raise EndpointError('%smodel %r is not served here; the server lists %s: set model to one of them'
+                                % (where, requested, ', '.join(repr(m) for m in served) or 'none'))
         return requested
     if len(served) != 1:
-        raise EndpointError('the server lists %d models (%s): set model to the one to benchmark'
-                            % (len(served), ', '.join(repr(m) for m in served)))
+        raise EndpointError('%sthe server lists %d models (%s): set model to the one to benchmark'
+                            % (where, len(served), ', '.join(repr(m) for m in served)))
     return served[0]
+
+
+def compare_entries(compare, label):
+    """The endpoints to compare, each with a label unique among them and the first endpoint's."""
+    entries = []
+    seen = set([label]) if label else set()
+    for position, entry in enumerate(compare or []):
+        if not entry.get('label') or not entry.get('base_url'):
+            raise BenchInputError('compare entry %d: give label and base_url, got %r' % (position, dict(entry, api_key='***')))
+        if entry['label'] in seen:
+            raise BenchInputError('compare entry %d: label %r is used twice; give each endpoint its own'
+                                  % (position, entry['label']))
+        seen.add(entry['label'])
+        bench_stats.parse_base_url(entry['base_url'])
+        entries.append({'label': entry['label'], 'base_url': entry['base_url'], 'api_key': entry.get('api_key') or '',
+                        'model': entry.get('model') or ''})
+    return entries
 
 
 def detect_engine(endpoint):
@@ -209,6 +226,7 @@ class Benchmark:
         self.clock = clock
         self.progress_lock = threading.Lock()
         self.records = []
+        self.endpoint_label = ''
 
     def body(self, model, prompt):
         body = {
@@ -247,14 +265,17 @@ class Benchmark:
         return bench_stats.request_metrics(stream_request(endpoint, self.body(model, prompts[label][0]), self.clock))
 
     def keep(self, level, number, label, metrics, prompts):
-        self.records.append(bench_stats.request_record(level, number, label, metrics, prompts[label][2]))
+        record = bench_stats.request_record(level, number, label, metrics, prompts[label][2])
+        record['endpoint'] = self.endpoint_label
+        self.records.append(record)
 
-    def run_level(self, index, n_levels, level, endpoint, model, prompts, seed):
+    def run_level(self, index, n_levels, level, endpoint, model, prompts, seed, prefix=''):
         total = bench_stats.requests_at_level(level, self.params['requests_per_level'])
         pending = list(range(total))
         results = []
         lock = threading.Lock()
         name = 'concurrency %d' % level
+        where = '%s, %s' % (prefix, name) if prefix else name
 
         def worker():
             while True:
@@ -268,9 +289,10 @@ class Benchmark:
                     results.append(metrics)
                     self.keep(name, number, label, metrics, prompts)
                     done, failed = len(results), sum(1 for m in results if not m['ok'])
-                self.progress('level %d/%d (%s): %d/%d requests done, %d failed' % (index, n_levels, name, done, total, failed))
+                self.progress('level %d/%d (%s): %d/%d requests done, %d failed'
+                              % (index, n_levels, where, done, total, failed))
 
-        self.progress('level %d/%d (%s): 0/%d requests done' % (index, n_levels, name, total))
+        self.progress('level %d/%d (%s): 0/%d requests done' % (index, n_levels, where, total))
         started = self.clock()
         threads = [threading.Thread(target=worker) for _stream in range(level)]
         for thread in threads:
@@ -280,13 +302,14 @@ class Benchmark:
             thread.join()
         return self.summary(level, results, self.clock() - started, seed)
 
-    def run_rate(self, index, n_levels, rate, endpoint, model, prompts, seed):
+    def run_rate(self, index, n_levels, rate, endpoint, model, prompts, seed, prefix=''):
         """Requests sent at Poisson arrival times, each on its own thread, however many are in flight."""
         total = max(self.params['requests_per_level'], 2)
         arrivals = bench_stats.poisson_arrivals(total, rate, seed)
         results = []
         lock = threading.Lock()
         name = 'rate %s req/s' % rate
+        where = '%s, %s' % (prefix, name) if prefix else name
 
         def request(number):
             label = 'r%s-%d' % (rate, number)
@@ -295,9 +318,10 @@ class Benchmark:
                 results.append(metrics)
                 self.keep(name, number, label, metrics, prompts)
                 done, failed = len(results), sum(1 for m in results if not m['ok'])
-            self.progress('level %d/%d (%s): %d/%d requests done, %d failed' % (index, n_levels, name, done, total, failed))
+            self.progress('level %d/%d (%s): %d/%d requests done, %d failed'
+                          % (index, n_levels, where, done, total, failed))
 
-        self.progress('level %d/%d (%s): 0/%d requests done' % (index, n_levels, name, total))
+        self.progress('level %d/%d (%s): 0/%d requests done' % (index, n_levels, where, total))
         started = self.clock()
         threads = []
         for number, at in enumerate(arrivals):
@@ -323,6 +347,25 @@ class Benchmark:
         sweep += ['r%s-%d' % (rate, n) for rate in rates for n in range(max(self.params['requests_per_level'], 2))]
         return warmup, sweep
 
+    def warm_up(self, endpoint, model, prompts, warmup, name=''):
+        """The warm-up checks streaming, usage and the key on the real path first, and warms up."""
+        for number, label in enumerate(warmup):
+            self.progress('warm-up request %d/%d%s' % (number + 1, len(warmup), ' (%s)' % name if name else ''))
+            metrics = self.send(endpoint, model, prompts, label)
+            if not metrics['ok']:
+                raise EndpointError('%sthe first request failed: %s' % ('compare %s: ' % name if name else '', metrics['error']))
+
+    def sweep(self, endpoint, model, prompts, seed, levels, rates, name=''):
+        """Both sweeps against one endpoint: (levels, rates, window in epoch seconds)."""
+        window_start = time.time()
+        n_levels = len(levels) + len(rates)
+        done_levels, done_rates = [], []
+        for index, level in enumerate(levels):
+            done_levels.append(self.run_level(index + 1, n_levels, level, endpoint, model, prompts, seed, name))
+        for index, rate in enumerate(rates):
+            done_rates.append(self.run_rate(len(levels) + index + 1, n_levels, rate, endpoint, model, prompts, seed, name))
+        return done_levels, done_rates, (round(window_start, 3), round(time.time(), 3))
+
     def run(self):
         params = self.params
         started = self.clock()
@@ -330,6 +373,7 @@ class Benchmark:
         levels = bench_stats.validate_options(params['concurrency'], params['requests_per_level'], params['warmup_requests'],
                                               params['max_tokens'], params['prompt_tokens'], params['timeout_s'],
                                               rates, params['slo_ttft_s'], params['slo_tpot_ms'])
+        compare = compare_entries(params['compare'], params['label'])
         problem = bench_stats.output_path_problem(params['progress_path'], 'progress_path')
         if problem:
             raise BenchInputError(problem)
@@ -337,21 +381,28 @@ class Benchmark:
         endpoint = Endpoint(params['base_url'], params['api_key'], params['timeout_s'])
         model = choose_model(params['model'], served_models(endpoint))
         engine = detect_engine(endpoint)
+        others = []
+        for entry in compare:
+            other = Endpoint(entry['base_url'], entry['api_key'], params['timeout_s'])
+            others.append((entry, other, choose_model(entry['model'], served_models(other), 'compare %s: ' % entry['label'])))
         counter = token_counter(endpoint, model)
         seed = params['prompt_seed'] if params['prompt_seed'] is not None else bench_stats.new_seed(self.entropy(8))
         warmup, sweep = self.labels(levels, [] if self.check_mode else rates)
         self.progress('sizing %d prompts of %d tokens' % (len(warmup) + len(sweep), params['prompt_tokens']))
         prompts = self.prompts(warmup + ([] if self.check_mode else sweep), counter, seed)
+        self.endpoint_label = params['label'] or engine
         result = {
             'base_url': endpoint.base_url,
             'engine': engine,
             'model': model,
+            'label': self.endpoint_label,
             'prompt': prompt_summary(params['prompt_tokens'], prompts, seed, params['prompt_seed'] is not None, counter),
             'request': {'max_tokens': params['max_tokens'], 'ignore_eos': params['ignore_eos'],
                         'sampling': self.sampling_sent()},
             'objective': {'slo_ttft_s': params['slo_ttft_s'], 'slo_tpot_ms': params['slo_tpot_ms']},
             'levels': [],
             'rates': [],
+            'compare': [],
             'model_weights': weights,
             'summary': [],
             'warnings': [],
@@ -360,30 +411,37 @@ class Benchmark:
                            'concurrency': levels, 'cpu_count': os.cpu_count(), 'load_average_before': load_average()},
             'requests': [],
         }
-        # The warm-up checks streaming, usage and the key on the real path first, and warms up.
-        for number, label in enumerate(warmup):
-            self.progress('warm-up request %d/%d' % (number + 1, len(warmup)))
-            metrics = self.send(endpoint, model, prompts, label)
-            if not metrics['ok']:
-                raise EndpointError('the first request failed: %s' % metrics['error'])
+        self.warm_up(endpoint, model, prompts, warmup)
         if self.check_mode:
             result['duration_s'] = round(self.clock() - started, 3)
             return result
-        window_start = time.time()
-        n_levels = len(levels) + len(rates)
-        for index, level in enumerate(levels):
-            result['levels'].append(self.run_level(index + 1, n_levels, level, endpoint, model, prompts, seed))
-        for index, rate in enumerate(rates):
-            result['rates'].append(self.run_rate(len(levels) + index + 1, n_levels, rate, endpoint, model, prompts, seed))
-        result['conditions'].update({'window_start_epoch': round(window_start, 3), 'window_end_epoch': round(time.time(), 3),
+        result['levels'], result['rates'], window = self.sweep(endpoint, model, prompts, seed, levels, rates)
+        result['conditions'].update({'window_start_epoch': window[0], 'window_end_epoch': window[1],
                                      'load_average_after': load_average()})
         result['warnings'] = bench_stats.sweep_warnings(result['levels'] + result['rates'])
         if not any(level['requests_ok'] for level in result['levels'] + result['rates']):
             raise EndpointError('every request of the sweep failed: %s' % '; '.join(result['warnings']))
+        # The same prompts, sized on the first endpoint's tokenizer, against every other endpoint in
+        # turn: each server sees each prompt once, so none is served from a cache.
+        for entry, other, other_model in others:
+            self.endpoint_label = entry['label']
+            name = '%s: ' % entry['label']
+            self.warm_up(other, other_model, prompts, warmup, entry['label'])
+            compared = {'label': entry['label'], 'base_url': other.base_url, 'engine': detect_engine(other),
+                        'model': other_model}
+            compared['levels'], compared['rates'], window = self.sweep(other, other_model, prompts, seed, levels, rates,
+                                                                       entry['label'])
+            compared['window_start_epoch'], compared['window_end_epoch'] = window
+            compared['warnings'] = [name + w for w in bench_stats.sweep_warnings(compared['levels'] + compared['rates'])]
+            compared['summary'] = [name + bench_stats.level_line(lv) for lv in compared['levels'] + compared['rates']]
+            result['compare'].append(compared)
+            result['warnings'] += compared['warnings']
         result['requests'] = list(self.records)  # in the order the answers ended
         result['duration_s'] = round(self.clock() - started, 3)
         result['summary'] = [bench_stats.level_line(level) for level in result['levels'] + result['rates']]
-        self.progress('done: %d levels in %.1f s' % (n_levels, result['duration_s']))
+        for compared in result['compare']:
+            result['summary'] += compared['summary']
+        self.progress('done: %d levels in %.1f s' % ((len(levels) + len(rates)) * (1 + len(others)), result['duration_s']))
         return result
 
     def sampling_sent(self):

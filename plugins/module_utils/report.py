@@ -310,17 +310,40 @@ def vllm_summary(doc):
            'model_id': bench.get('model'), 'base_url': bench.get('base_url'),
            'prompt': bench.get('prompt'), 'request': bench.get('request'), 'objective': bench.get('objective'),
            'energy': doc.get('energy'), 'levels': []}
-    for level in (bench.get('levels') or []) + (bench.get('rates') or []):
-        entry = {'max_concurrency': None if level.get('request_rate') is not None else level['concurrency'],
-                 'request_rate': level.get('request_rate') if level.get('request_rate') is not None else 'inf'}
-        entry.update(level.get('vllm') or {})
-        out['levels'].append(entry)
+    endpoints = [(bench.get('label') or bench.get('engine'), bench)] + [(c.get('label'), c) for c in bench.get('compare') or []]
+    for label, endpoint in endpoints:
+        for level in (endpoint.get('levels') or []) + (endpoint.get('rates') or []):
+            entry = {'endpoint': label, 'backend': endpoint.get('engine'),
+                     'max_concurrency': None if level.get('request_rate') is not None else level['concurrency'],
+                     'request_rate': level.get('request_rate') if level.get('request_rate') is not None else 'inf'}
+            entry.update(level.get('vllm') or {})
+            out['levels'].append(entry)
     return out
 
 
 def request_lines(requests):
     """requests.jsonl: one JSON object a line, as pandas.read_json(lines=True) reads it."""
     return ''.join(json.dumps(record, sort_keys=True) + '\n' for record in requests or [])
+
+
+def endpoints_side_by_side(benchmark, traces):
+    """The first endpoint and each compared one (llm_benchmark's compare), with the energy of its
+    own sweeps' window; [] without a comparison."""
+    bench = benchmark or {}
+    if not bench.get('compare'):
+        return []
+    cond = bench.get('conditions') or {}
+    entries = [dict(bench, window_start_epoch=cond.get('window_start_epoch'), window_end_epoch=cond.get('window_end_epoch'))]
+    entries += bench['compare']
+    out = []
+    for entry in entries:
+        levels, rates = entry.get('levels') or [], entry.get('rates') or []
+        energy, _why = run_energy(traces or {}, entry.get('window_start_epoch'), entry.get('window_end_epoch'),
+                                  sum(lv.get('output_tokens') or 0 for lv in levels + rates))
+        out.append({'label': entry.get('label') or entry.get('engine'), 'engine': entry.get('engine'),
+                    'model': entry.get('model'), 'base_url': entry.get('base_url'), 'levels': levels, 'rates': rates,
+                    'joules_per_output_token': (energy or {}).get('joules_per_output_token')})
+    return out
 
 
 def build_document(inventory, created, benchmark=None, residency=None, sampler=None, build_info=None,
@@ -350,6 +373,7 @@ def build_document(inventory, created, benchmark=None, residency=None, sampler=N
         'benchmark': benchmark,
         'conditions': conditions,
         'definitions': definitions(),
+        'side_by_side': endpoints_side_by_side(benchmark, traces),
         'headline': head,
         'utilisation': utilisation_table(sampler or {}),
         'energy': energy,
@@ -440,6 +464,39 @@ LEVEL_HEADER = ('concurrency', 'ok/failed', 'TTFT p50 s', 'TTFT p99 s', 'TTFT me
                 'ITL p50 ms (chunk)', 'ITL p99 ms (chunk)', 'ITL p50 ms (token)', 'E2E p50 s', 'prompt tokens cached',
                 'prefill tok/s', 'decode tok/s per stream [95 % CI]', 'spread %', 'aggregate tok/s', 'goodput req/s',
                 'llama-server decode tok/s')
+
+
+def side_by_side_lines(doc):
+    endpoints = doc.get('side_by_side') or []
+    if not endpoints:
+        return []
+    described = ['%s (%s, %s, %s; %s J per output token over its sweeps)'
+                 % (e['label'], e['engine'], e['model'], e['base_url'], _fmt(e['joules_per_output_token'], 4))
+                 for e in endpoints]
+    out = ['', '### Endpoints side by side', '',
+           'The same prompts (seed and sizes above), levels and rates against each endpoint in turn, on the same '
+           'nodes: %s.' % ', '.join(described), '']
+    rows = []
+    for position, level in enumerate((endpoints[0]['levels'] or []) + (endpoints[0]['rates'] or [])):
+        for endpoint in endpoints:
+            others = (endpoint['levels'] or []) + (endpoint['rates'] or [])
+            if position >= len(others):
+                continue
+            lv = others[position]
+            rows.append((level_name_short(lv), endpoint['label'], '%d/%d' % (lv['requests_ok'], lv['requests_failed']),
+                         _fmt(lv['ttft_s']['p50'], 3), _ms(lv['tpot_s']['mean']), _ms(lv['itl_s']['p50']),
+                         _ms((lv.get('itl_token_s') or {}).get('p50')), _fmt(lv['decode_tok_s']),
+                         _fmt(lv['aggregate_output_tok_s']), _fmt(lv.get('cached_prompt_tokens')), _goodput(lv)))
+    out += _table(('level', 'endpoint', 'ok/failed', 'TTFT p50 s', 'TPOT mean ms', 'ITL p50 ms (chunk)',
+                   'ITL p50 ms (token)', 'decode tok/s per stream', 'aggregate tok/s', 'prompt tokens cached',
+                   'goodput req/s'), rows)
+    return out
+
+
+def level_name_short(level):
+    if level.get('request_rate') is not None:
+        return '%s req/s' % level['request_rate']
+    return 'concurrency %d' % level['concurrency']
 
 
 def conditions_lines(doc):
@@ -565,6 +622,7 @@ def render_markdown(doc, images):
                 reasoning, sum(lv['answer_tokens'] for lv in bench['levels']))]
         for warning in bench.get('warnings') or []:
             out += ['', '**Warning:** %s' % warning]
+        out += side_by_side_lines(doc)
     else:
         out.append('No benchmark was run.')
     out += ['', '![throughput](%s)' % images['throughput'], '', '![latency](%s)' % images.get('latency', 'latency.png'), '',

@@ -57,7 +57,9 @@ LEVEL = {'concurrency': ('int!', True), 'requests_ok': ('int!', True), 'requests
                              'decode_ratio': ('number', False)}), False)}
 WEIGHTS = {'bytes_read_per_token': ('number', False), 'weights_bytes': ('number', False),
            'architecture': ('str', False)}
-BENCHMARK = {'engine': ('str', False), 'model': ('str', False), 'base_url': ('str', False),
+COMPARED = {'label': ('str', False), 'engine': ('str', False), 'levels': (('list', LEVEL), False),
+            'rates': (('list', LEVEL), False), 'window_start_epoch': ('number', False), 'window_end_epoch': ('number', False)}
+BENCHMARK = {'engine': ('str', False), 'compare': (('list', COMPARED), False), 'model': ('str', False), 'base_url': ('str', False),
              'levels': (('list', LEVEL), False), 'rates': (('list', LEVEL), False), 'requests': ('list', False),
              'conditions': (('map', {'window_start_epoch': ('number', False), 'window_end_epoch': ('number', False)}), False),
              'warnings': ('list', False), 'prompt': ('map', False),

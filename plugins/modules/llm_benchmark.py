@@ -91,6 +91,37 @@ options:
       - Name of the sweep's profile, recorded in the run's conditions only.
     type: str
     default: ""
+  label:
+    description:
+      - Name of O(base_url)'s server in a comparison. Empty takes the engine's name.
+    type: str
+    default: ""
+  compare:
+    description:
+      - Other endpoints that get the same request set after O(base_url), one after the other -
+        the same prompts (sized on O(base_url)'s tokenizer), the same levels and rates - for
+        two engines on the same GPUs side by side in one report. Each server sees each prompt
+        once, so none is served from its cache.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      label:
+        description: Name of the endpoint in the report, unique among them.
+        type: str
+        required: true
+      base_url:
+        description: Root of the server, without C(/v1).
+        type: str
+        required: true
+      api_key:
+        description: Bearer token sent with its requests. Empty sends none.
+        type: str
+        default: ""
+      model:
+        description: Model name sent; empty takes the only model C(/v1/models) lists.
+        type: str
+        default: ""
   max_tokens:
     description:
       - Output tokens asked for per request.
@@ -180,6 +211,16 @@ EXAMPLES = r"""
     max_tokens: 256
   register: bench
 
+- name: The same requests against llama-server and vLLM on the same GPU, one after the other
+  gpulab.inference.llm_benchmark:
+    base_url: http://127.0.0.1:8080
+    label: llama.cpp
+    compare:
+      - label: vllm
+        base_url: http://127.0.0.1:8000
+        api_key: "{{ vllm_api_key }}"
+  register: bench
+
 - name: Show the decode figure at concurrency 1
   ansible.builtin.debug:
     msg: "{{ bench.benchmark.levels[0].decode_tok_s }} tok/s"
@@ -240,6 +281,10 @@ benchmark:
           decode_tok_s_cv_percent: 0.6
           aggregate_output_tok_s: 80.1
           server: {decode_tok_s: 83.1, prefill_tok_s: 3120.4, decode_ratio: 0.9928}
+    compare:
+      description: One entry per endpoint of O(compare) - label, base_url, engine, model, levels, rates, warnings, and the sweep's window.
+      type: list
+      elements: dict
     rates:
       description: One entry per request rate of O(request_rates), shaped as C(levels), with C(request_rate) set.
       type: list
@@ -297,6 +342,13 @@ def build_module():
             slo_ttft_s=dict(type='float'),
             slo_tpot_ms=dict(type='float'),
             profile=dict(type='str', default=''),
+            label=dict(type='str', default=''),
+            compare=dict(type='list', elements='dict', default=[], options=dict(
+                label=dict(type='str', required=True),
+                base_url=dict(type='str', required=True),
+                api_key=dict(type='str', default='', no_log=True),
+                model=dict(type='str', default=''),
+            )),
         ),
         supports_check_mode=True,
     )

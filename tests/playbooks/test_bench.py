@@ -38,11 +38,15 @@ ENV = {'GPULAB_FAKE_NVIDIA_SMI_DIR': str(LAB_FILES / 'nvidia-smi' / 'h200')}
 
 def test_bench_playbook_writes_the_report(tmp_path):
     (tmp_path / 'BUILD_INFO.json').write_text(json.dumps({'build_id': 'b8070-test', 'cuda': False}))
-    with OpenAIDouble(ttft_s=0.05, itl_s=0.02) as server:
+    with OpenAIDouble(ttft_s=0.05, itl_s=0.02) as server, OpenAIDouble(ttft_s=0.02, itl_s=0.01, model='other') as other:
+        compare = [{'label': 'other', 'base_url': other.base_url}]
         run = run_in(tmp_path / 'runner', 'playbooks/bench.yml', inventory(),
-                     bench_vars(tmp_path, server.base_url), envvars=ENV)
+                     bench_vars(tmp_path, server.base_url, bench_compare=compare), envvars=ENV)
         max_active = server.max_active
+        sent = sorted(body['messages'][0]['content'] for body in server.requests)
+        sent_other = sorted(body['messages'][0]['content'] for body in other.requests)
     assert run.status == 'successful', run.failures
+    assert sent == sent_other
     (report_dir,) = list((tmp_path / 'reports').iterdir())
     assert report_dir.name.startswith('local-')
     assert sorted(p.name for p in report_dir.iterdir()) == [
@@ -63,15 +67,18 @@ def test_bench_playbook_writes_the_report(tmp_path):
     assert prompt['seed_source'] == 'fresh' and prompt['max_error_tokens'] <= 1
     assert all(lv['cached_prompt_tokens'] <= 4 * lv['requests'] for lv in levels)
     lines = [json.loads(line) for line in (report_dir / 'requests.jsonl').read_text().splitlines()]
-    assert len(lines) == sum(lv['requests'] for lv in levels) and all(line['ok'] for line in lines)
+    assert len(lines) == 2 * sum(lv['requests'] for lv in levels) and all(line['ok'] for line in lines)
     summary_file = json.loads((report_dir / 'bench-summary.json').read_text())
-    assert [lv['max_concurrency'] for lv in summary_file['levels']] == [1, 4]
+    assert [(lv['endpoint'], lv['max_concurrency']) for lv in summary_file['levels']] == [
+        ('llama.cpp', 1), ('llama.cpp', 4), ('other', 1), ('other', 4)]
+    assert [e['label'] for e in doc['side_by_side']] == ['llama.cpp', 'other']
+    assert '### Endpoints side by side' in (report_dir / 'report.md').read_text()
     assert summary_file['levels'][0]['completed'] == levels[0]['requests_ok']
     assert doc['conditions']['profile'] == 'short' and doc['benchmark']['objective'] == {'slo_ttft_s': 2.0, 'slo_tpot_ms': 100.0}
     # the lab's fake nvidia-smi answers one-shot queries only: no power, and the report says so
     assert doc['energy'] is None and doc['energy_omitted'].startswith('no power draw was sampled (sampler nvidia-smi-poll)')
     progress = [res['msg'] for res in run.ok_results("Show the benchmark's progress")]
-    assert progress and all(line.startswith(('warm-up', 'level', 'done', 'starting')) for line in progress), progress
+    assert progress and all(line.startswith(('sizing', 'warm-up', 'level', 'done', 'starting')) for line in progress), progress
     # measurements only: a deploy that ends with the bench step stays idempotent
     assert run.changed_tasks() == [('localhost', 'Create the working directory')]
     summary = run.ok_results("Show the report's summary")[0]['msg']

@@ -12,7 +12,7 @@ def params(**extra):
     values = {'base_url': '', 'api_key': '', 'model': '', 'prompt_tokens': 30, 'max_tokens': 4, 'ignore_eos': True,
               'concurrency': [1], 'requests_per_level': 2, 'warmup_requests': 1, 'timeout_s': 30, 'greedy': False,
               'sampling': {}, 'gguf_path': None, 'progress_path': None, 'prompt_seed': None, 'request_rates': [],
-              'slo_ttft_s': None, 'slo_tpot_ms': None, 'profile': ''}
+              'slo_ttft_s': None, 'slo_tpot_ms': None, 'profile': '', 'label': '', 'compare': []}
     values.update(extra)
     return values
 
@@ -85,3 +85,15 @@ def test_refusals_say_what_to_set(status, key, message):
     endpoint = bench_client.Endpoint('http://127.0.0.1:1', key, 1)
     assert str(bench_client.unauthorized(endpoint, '/v1/models', status)) == (
         'http://127.0.0.1:1/v1/models answered %d: %s' % (status, message))
+
+
+@pytest.mark.parametrize('compare, message', [
+    ([{'label': 'vllm', 'base_url': ''}], 'compare entry 0: give label and base_url'),
+    ([{'label': 'a', 'base_url': 'http://127.0.0.1:1'}, {'label': 'a', 'base_url': 'http://127.0.0.1:2'}],
+     "compare entry 1: label 'a' is used twice"),
+    ([{'label': 'llama.cpp', 'base_url': 'http://127.0.0.1:1'}], "compare entry 0: label 'llama.cpp' is used twice"),
+    ([{'label': 'v', 'base_url': 'localhost:8000'}], "base_url must look like http://HOST:PORT, got 'localhost:8000'"),
+])
+def test_compare_entries_that_cannot_work_are_named(compare, message):
+    with pytest.raises(bench_stats.BenchInputError, match=message):
+        bench_client.compare_entries(compare, 'llama.cpp')

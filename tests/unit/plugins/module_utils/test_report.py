@@ -303,3 +303,32 @@ def test_pareto_points_and_why_a_plot_is_empty():
     assert cpu_doc['energy'] is None and cpu_doc['energy_omitted'] == 'the benchmark recorded no sweep window'
     series = report.latency_series(doc)
     assert series['concurrency'] == [1, 2] and series['tpot_p50_ms'][1] == pytest.approx(0.2 * 3 / 6 * 1000)
+
+
+def test_two_endpoints_side_by_side_with_the_energy_of_each_ones_sweeps():
+    levels, rates = measured_levels()
+    slower = [dict(lv, decode_tok_s=lv['decode_tok_s'] / 2) for lv in levels]
+    benchmark = dict(bench(levels), rates=rates, label='llama.cpp',
+                     conditions={'window_start_epoch': 1000.0, 'window_end_epoch': 1010.0},
+                     compare=[{'label': 'vllm', 'engine': 'vllm', 'model': 'M', 'base_url': 'http://127.0.0.1:8000',
+                               'levels': slower, 'rates': [], 'window_start_epoch': 1010.0, 'window_end_epoch': 1030.0}])
+    # 100 W for the first endpoint's 10 s, 300 W for the second's 20 s
+    trace = {'started_epoch': 1000.0, 'method': 'nvml',
+             'samples': [[0.0, 0, 9, 1, 100.0], [10.0, 0, 9, 1, 100.0], [10.001, 0, 9, 1, 300.0], [30.0, 0, 9, 1, 300.0]]}
+    doc = report.build_document('lab', 'now', benchmark=benchmark, residency=RESIDENCY, traces={'node-a': trace})
+    first, second = doc['side_by_side']
+    assert (first['label'], second['label']) == ('llama.cpp', 'vllm')
+    # 1,000 J over 42 tokens; about 6,000 J over the 28 tokens of the second endpoint's two levels
+    assert first['joules_per_output_token'] == pytest.approx(1000.0 / 42, abs=0.05)
+    assert second['joules_per_output_token'] == pytest.approx(6000.0 / 28, rel=0.01)
+    text = report.render_markdown(doc, {'residency': 'r.png', 'utilisation': 'u.png', 'throughput': 't.png'})
+    assert '### Endpoints side by side' in text
+    assert 'vllm (vllm, M, http://127.0.0.1:8000; 214.' in text
+    rows = [line for line in text.splitlines() if line.startswith('| concurrency 1 |')]
+    assert [row.split(' | ')[1] for row in rows] == ['llama.cpp', 'vllm']
+    assert rows[0].split(' | ')[7] == '20.0' and rows[1].split(' | ')[7] == '10.0'
+    assert [row.split(' | ')[1] for row in text.splitlines() if row.startswith('| 4.0 req/s |')] == ['llama.cpp']
+    out = report.vllm_summary(doc)
+    assert [(lv['endpoint'], lv['max_concurrency']) for lv in out['levels']] == [
+        ('llama.cpp', 1), ('llama.cpp', 2), ('llama.cpp', None), ('vllm', 1), ('vllm', 2)]
+    assert report.build_document('lab', 'now', benchmark=bench(levels))['side_by_side'] == []

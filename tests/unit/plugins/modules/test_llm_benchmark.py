@@ -297,3 +297,35 @@ def test_a_rate_of_zero_is_refused_before_any_request():
         assert server.requests == []
     assert run.kind is FailJson
     assert run.result['msg'] == 'request_rates: every rate must be above 0 requests per second, got 0.0 in [1.0, 0.0]'
+
+
+def test_two_engines_get_the_same_request_set_one_after_the_other():
+    with OpenAIDouble(ttft_s=0.02, itl_s=0.005) as first, \
+            OpenAIDouble(ttft_s=0.02, itl_s=0.02, model='other-model', tokenizer=False, props=False) as second:
+        run = bench({'base_url': first.base_url, 'label': 'fast', 'concurrency': [1, 2], 'requests_per_level': 2,
+                     'max_tokens': 6, 'prompt_tokens': 24, 'request_rates': [40.0],
+                     'compare': [{'label': 'slow', 'base_url': second.base_url}]})
+        sent_first, sent_second = contents(first), contents(second)
+        max_second = second.max_active
+    assert run.kind is ExitJson, run.result
+    result = run.result['benchmark']
+    # the same prompts (sized on the first endpoint's tokenizer), in the same order of levels
+    assert sorted(sent_first) == sorted(sent_second) and len(sent_first) == 1 + 2 + 2 + 2
+    (other,) = result['compare']
+    assert (result['label'], other['label'], other['model'], other['engine']) == ('fast', 'slow', 'other-model', 'openai-compatible')
+    assert [lv['concurrency'] for lv in other['levels']] == [1, 2] and other['rates'][0]['request_rate'] == 40.0
+    assert max_second == 2
+    assert other['levels'][0]['tpot_s']['mean'] == pytest.approx(0.02, rel=0.5)
+    assert result['levels'][0]['tpot_s']['mean'] < other['levels'][0]['tpot_s']['mean']
+    assert other['window_start_epoch'] >= result['conditions']['window_end_epoch']
+    assert [line.split(':')[0] for line in result['summary']] == [
+        'concurrency 1', 'concurrency 2', 'rate 40.0 req/s', 'slow', 'slow', 'slow']
+    assert {r['endpoint'] for r in result['requests']} == {'fast', 'slow'} and len(result['requests']) == 12
+
+
+def test_a_compared_endpoint_that_does_not_answer_is_named_before_any_load():
+    with OpenAIDouble() as server:
+        run = bench({'base_url': server.base_url, 'compare': [{'label': 'vllm', 'base_url': 'http://127.0.0.1:%d' % closed_port()}]})
+        assert server.requests == []
+    assert run.kind is FailJson
+    assert run.result['msg'].startswith('cannot reach http://127.0.0.1:') and '/v1/models' in run.result['msg']
