@@ -12,7 +12,7 @@ name: options_set
 short_description: The argument spec of the role options a host's variables set
 version_added: 0.1.0
 description:
-  - Keeps, of filter C(gpulab.inference.role_options)' result, the options the given variables define, as the
+  - Keeps, of the result of filter C(gpulab.inference.role_options), the options the given variables define, as the
     C(argument_spec) of M(ansible.builtin.validate_argument_spec).
   - Given C(hostvars[inventory_hostname]), which hold what the inventory, C(-e) and earlier tasks set but no
     role default, these are the variables the operator set; role defaults are right by construction.
@@ -20,7 +20,7 @@ author:
   - gpulab.inference contributors (@gpulab)
 options:
   _input:
-    description: Filter C(gpulab.inference.role_options)' result.
+    description: The result of filter C(gpulab.inference.role_options).
     type: dict
     required: true
   host_vars:

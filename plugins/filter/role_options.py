@@ -13,9 +13,10 @@ short_description: Every option of every role's argument spec, with the role tha
 version_added: 0.1.0
 description:
   - Reads, on the controller, C(<roles directory>/<role>/meta/argument_specs.yml) of every role and returns every
-    option of every entry point as C({option: {role, spec}}), the spec without its description, ready for
-    M(ansible.builtin.validate_argument_spec).
-  - An option two roles or entry points describe with another type, choices or default is an error.
+    option of each role's C(main) entry point (what a role validates when a play runs it; other entry points take
+    parameters from the role that includes them), mapped to the role and the spec without its description, ready
+    for M(ansible.builtin.validate_argument_spec).
+  - An option two roles describe with another type, choices or default is an error.
   - The rule lives in C(plugins/module_utils/serving_checks.py).
 author:
   - gpulab.inference contributors (@gpulab)

@@ -26,9 +26,6 @@ __metaclass__ = type
 import re
 
 _WHOLE = re.compile(r"\A[+-]?[0-9]+\Z")
-# Keys validation does not need: the registered result of the validation stays small. `required`
-# only means "the role cannot run without it", and only set variables are validated here.
-_NOT_VALIDATED = ("description", "version_added", "required")
 
 
 def as_whole(value):
@@ -45,6 +42,8 @@ def as_whole(value):
 
 
 def _for_validation(spec, top=True):
+    """The spec without what validation does not use (the registered result stays small); an option's
+    own `required` goes too: only options a host set are validated, and only a role needs them."""
     kept = {}
     for key, value in spec.items():
         if key in ("description", "version_added") or (top and key == "required"):
