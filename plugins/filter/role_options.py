@@ -53,6 +53,11 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpulab.inference.plugins.module_utils import serving_checks
 
 
+# libyaml's loader where PyYAML has it: the preflight reads every role's spec once per node, and
+# the pure-Python loader takes half a second for them.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def role_options(roles_dir):
     """Every role's options under roles_dir (serving_checks.role_options of their spec files)."""
     if not isinstance(roles_dir, str):
@@ -65,7 +70,7 @@ def role_options(roles_dir):
         parsed = {}
         for path in paths:
             with open(path) as spec_file:
-                parsed[os.path.basename(os.path.dirname(os.path.dirname(path)))] = yaml.safe_load(spec_file)
+                parsed[os.path.basename(os.path.dirname(os.path.dirname(path)))] = yaml.load(spec_file, Loader=_LOADER)
         return serving_checks.role_options(parsed)
     except (OSError, yaml.YAMLError, ValueError, AttributeError) as exc:
         raise AnsibleFilterError("gpulab.inference.role_options: %s" % exc)
