@@ -290,14 +290,18 @@ def _combination_problems(values):
     def shown(name):
         return "%s=%s%s" % (name, get(name), "" if name in values else " (the default)")
 
+    def known(*names):
+        # a set value that is not a number (a word the spec allows, e.g. auto) has no order
+        return any(name in values for name in names) and all(get(name) is not None for name in names)
+
     problems = []
     for prefix in ("llama_server", "llama_rpc_server"):
         first, longest = prefix + "_restart_sec", prefix + "_restart_max_delay_s"
-        if (first in values or longest in values) and get(longest) < get(first):
+        if known(first, longest) and get(longest) < get(first):
             problems.append((shown(longest), "is below %s: the longest restart delay cannot be below the "
                              "first; raise %s or lower %s." % (shown(first), longest, first)))
     ctx, parallel = "llama_server_ctx_size", "llama_server_parallel"
-    if (ctx in values or parallel in values) and 0 < get(ctx) < get(parallel):
+    if known(ctx, parallel) and 0 < get(ctx) < get(parallel):
         problems.append((shown(ctx), "over %s leaves less than one token per slot: raise %s or lower %s."
                          % (shown(parallel), ctx, parallel)))
     return problems

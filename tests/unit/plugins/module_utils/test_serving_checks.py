@@ -262,6 +262,13 @@ def test_context_below_one_token_per_slot():
     assert one({"llama_server_ctx_size": 64, "llama_server_parallel": 64}) == []
 
 
+def test_a_combination_with_a_word_has_no_order():
+    # a spec may allow a word (auto) where a number is usual: no combination can be judged then
+    checked = {"node-a": {"values": {"llama_server_ctx_size": "auto", "llama_server_parallel": 8}}}
+    assert sc.serving_problems(checked, {"llama_server_ctx_size": {"role": "llama_server", "spec": {"type": "raw"}},
+                                         "llama_server_parallel": {"role": "llama_server", "spec": {"type": "int"}}}) == []
+
+
 def test_wanted_reads_the_spec():
     assert sc.wanted({"type": "list", "elements": "str", "choices": ["a", "b"]}) == "a list of one of a, b"
     assert sc.wanted({"type": "float"}) == "a number"
