@@ -33,9 +33,10 @@ def test_ttft_and_inter_token_arithmetic_within_tolerance(tmp_path):
     result = run.result['benchmark']
     assert result['engine'] == 'llama.cpp' and result['model'] == 'double-model'
     prompt = result['prompt']
-    assert (prompt['target_tokens'], prompt['tokens'], prompt['sizing'], prompt['seed_source']) == (40, 40, 'tokenizer', 'fresh')
-    # the double counts words over six letters as two tokens: fewer words than tokens
-    assert prompt['words'] < 40 and prompt['max_error_tokens'] == 0
+    assert (prompt['target_tokens'], prompt['sizing'], prompt['seed_source']) == (40, 'tokenizer', 'fresh')
+    # the double counts words over six letters as two tokens: fewer words than tokens, and where one
+    # more word adds two tokens the nearest count is one off
+    assert prompt['words'] < 40 and prompt['max_error_tokens'] <= 1 and 39 <= prompt['tokens'] <= 41
     level = result['levels'][0]
     assert (level['requests'], level['requests_ok'], level['output_tokens']) == (2, 2, 42)
     assert level['ttft_s']['mean'] == pytest.approx(0.15, abs=0.04)
@@ -43,7 +44,8 @@ def test_ttft_and_inter_token_arithmetic_within_tolerance(tmp_path):
     assert level['itl_s']['p50'] == pytest.approx(0.02, rel=0.2)
     assert level['decode_tok_s'] == pytest.approx(50.0, rel=0.2)
     assert level['server']['decode_ratio'] == pytest.approx(1.0, abs=0.05)
-    assert level['prompt_tokens_mean'] == 40 + TEMPLATE_TOKENS  # the sized prompt + the double's chat template
+    # the sized prompt + the double's chat template
+    assert abs(level['prompt_tokens_mean'] - 40 - TEMPLATE_TOKENS) <= 1
     # one warm-up request is always sent: it checks the real path before the sweep
     assert len(sent) == 3
     body = sent[-1]
@@ -246,9 +248,8 @@ def test_prompts_are_fresh_per_request_and_per_run_and_the_cache_finds_only_the_
     assert seeds[0] != seeds[1]
     level = second.result['benchmark']['levels'][0]
     # the double's cache holds every earlier prompt: only the template's three leading tokens
-    # (and now and then one word) are found
-    assert level['cached_prompt_tokens'] <= 4 * 4
-    assert level['cached_prompt_fraction'] < 0.1
+    # (and now and then a first word that two prompts share) are found
+    assert 3 * 4 <= level['cached_prompt_tokens'] and level['cached_prompt_fraction'] < 0.1
     assert not any('prompt cache' in w for w in second.result['benchmark']['warnings'])
 
 
@@ -264,7 +265,8 @@ def test_a_seed_given_on_purpose_sends_the_same_prompts_and_the_cache_is_counted
     assert first.result['benchmark']['levels'][0]['cached_prompt_tokens'] <= 3 * 4
     level = second.result['benchmark']['levels'][0]
     # all but the last token of each prompt came from the cache
-    assert level['cached_prompt_tokens'] == 3 * (50 + TEMPLATE_TOKENS - 1)
+    prompts = [r['prompt_tokens'] for r in second.result['benchmark']['requests']]
+    assert len(prompts) == 3 and level['cached_prompt_tokens'] == sum(prompts) - 3
     assert level['server']['cached_prompt_tokens'] == level['cached_prompt_tokens']
     assert any('prompt cache' in w and 'bench_prompt_seed' in w for w in second.warnings), second.warnings
     assert '%d prompt tokens cached' % level['cached_prompt_tokens'] in second.result['benchmark']['summary'][0]
