@@ -44,10 +44,10 @@ class AutoError(ValueError):
 
 def is_auto(value):
     """auto, or not given (None)."""
-    return value is None or _auto_word(value)
+    return value is None or is_auto_word(value)
 
 
-def _auto_word(value):
+def is_auto_word(value):
     return isinstance(value, str) and value.strip().lower() == AUTO
 
 
@@ -385,7 +385,7 @@ def resolve_from_memory_plan(split, ctx_size, record, model_path, record_path="m
     memory plan resolved (its record, memory-plan.json, written before any service changes), a
     set value stays. record: the parsed file, or None when there is none."""
     wanted = [name for name, value in (("llama_server_tensor_split", split), ("llama_server_ctx_size", ctx_size))
-              if _auto_word(value)]
+              if is_auto_word(value)]
     if not wanted:
         return split, ctx_size
     subject = " and ".join(wanted) + (" are" if len(wanted) > 1 else " is")
@@ -398,12 +398,12 @@ def resolve_from_memory_plan(split, ctx_size, record, model_path, record_path="m
                         % (subject, record_path, record.get("model_path"), model_path))
     options = record.get("options") if isinstance(record.get("options"), dict) else {}
     planned_split, planned_ctx = record.get("tensor_split"), options.get("ctx_size")
-    if _auto_word(split):
+    if is_auto_word(split):
         if not isinstance(planned_split, list) or not planned_split or not all(
                 isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in planned_split):
             raise AutoError("%s holds no tensor_split list (%r); run the memory plan again" % (record_path, planned_split))
         split = [int(v) if float(v).is_integer() else v for v in planned_split]
-    if _auto_word(ctx_size):
+    if is_auto_word(ctx_size):
         if isinstance(planned_ctx, bool) or not isinstance(planned_ctx, int) or planned_ctx < 1:
             raise AutoError("%s holds no resolved ctx_size (%r); run the memory plan again" % (record_path, planned_ctx))
         ctx_size = planned_ctx
@@ -508,8 +508,8 @@ def summary_line(reason, rejected):
     """The reason and the alternatives turned down, each with its first finding, in one line."""
     if not rejected:
         return reason + "."
-    return "%s. Turned down: %s." % (reason, "; ".join("%s (%s)" % (r["label"], r["findings"][0] if r["findings"] else "")
-                                                    for r in rejected))
+    turned_down = ["%s (%s)" % (r["label"], r["findings"][0] if r["findings"] else "") for r in rejected]
+    return "%s. Turned down: %s." % (reason, "; ".join(turned_down))
 
 
 def _given_text(given):

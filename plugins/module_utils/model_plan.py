@@ -182,8 +182,8 @@ def _fmt(value, spec="%s"):
 def table_lines(table):
     """The table as lines for the play's output."""
     if table["engine"] == "llama_cpp":
-        lines = ["llama.cpp: %-22s %-24s %-10s %9s %9s %12s  %s" % ("layout", "hardware", "verdict", "context", "slots",
-                                                                     "headroom MiB", "split")]
+        header = ("layout", "hardware", "verdict", "context", "slots", "headroom MiB", "split")
+        lines = ["llama.cpp: %-22s %-24s %-10s %9s %9s %12s  %s" % header]
         for row in table["rows"]:
             lines.append("           %-22s %-24s %-10s %9d %9d %12s  %s" % (
                 row["layout"], row["hardware"], "fits" if row["fits"] else "NO", row["ctx_size"], row["concurrency"],
@@ -196,8 +196,8 @@ def table_lines(table):
             lines.append("             reason: %s" % row["reason"])
     else:
         if table.get("error"):
-            return ["vLLM: %s" % table["error"]] + (["vLLM: %s" % table["smallest_fitting"]] if table["smallest_fitting"]
-                                                   and table["smallest_fitting"] not in table["error"] else [])
+            hint = table["smallest_fitting"]
+            return ["vLLM: %s" % table["error"]] + (["vLLM: %s" % hint] if hint and hint not in table["error"] else [])
         lines = ["vLLM on %s at max_model_len %d:" % (table["hardware"], table["max_model_len"]),
                  "      %-20s %-20s %10s %10s %12s %6s  %s" % ("layout", "verdict", "weights", "KV GiB", "KV tokens",
                                                                "conc.", "reason")]

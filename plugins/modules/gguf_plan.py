@@ -331,11 +331,10 @@ def main():
         else:
             devices = params["devices"]
         choice = None
-        if layout_auto.is_auto(params["tensor_split"]) or options.get("ctx_size") == "auto":
-            layout = dict(options)
-            ctx = layout.pop("ctx_size")
-            choice = layout_auto.choose_ctx_and_split(model, devices, ctx_size=ctx, split=params["tensor_split"],
-                                                      facts=facts, **layout)
+        if layout_auto.is_auto_word(params["tensor_split"]) or options.get("ctx_size") == "auto":
+            # options carries ctx_size: the context is chosen with the split
+            choice = layout_auto.choose_ctx_and_split(model, devices, split=params["tensor_split"], facts=facts,
+                                                      **options)
             options["ctx_size"] = choice["ctx_size"]
             plan = choice["plan"]
         else:

@@ -40,9 +40,9 @@ options:
     default: false
   hardware:
     description:
-      - The nodes to plan for, the head first - a list of C({name, gpus, memory_gib}) (C(gpus) a count)
+      - "The nodes to plan for, the head first - a list of C({name, gpus, memory_gib}) (C(gpus) a count)
         or C({name, gpus: [{memory_gib, kept_gib}]}); C(_mib) instead of C(_gib) works too. C(kept) is
-        what services that stay hold on that GPU.
+        what services that stay hold on that GPU."
       - Exactly one of O(hardware) and O(residency).
     type: raw
   residency:

@@ -2,6 +2,7 @@
 (the model role's own ranged server, and one without ranges), on the lab's fake GPUs and on
 plan_hardware; every byte the plan reads is counted and held under 1% of the model."""
 
+import functools
 import http.server
 import json
 import os
@@ -97,13 +98,12 @@ def test_a_checkpoint_is_planned_on_hardware_the_lab_does_not_have(mirror, tmp_p
 
 
 def test_a_mirror_without_ranges_is_refused(mirror, tmp_path):
-    handler = lambda *args, **kwargs: http.server.SimpleHTTPRequestHandler(  # noqa: E731
-        *args, directory=str(mirror["root"]), **kwargs)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(mirror["root"]))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    source = "http://127.0.0.1:%d/m/%s" % (server.server_address[1], mirror["gguf"])
     try:
-        run, output = plan(tmp_path, "norange", {"model_source": "http://127.0.0.1:%d/m/%s"
-                                                  % (server.server_address[1], mirror["gguf"])})
+        run, output = plan(tmp_path, "norange", {"model_source": source})
     finally:
         server.shutdown()
         server.server_close()

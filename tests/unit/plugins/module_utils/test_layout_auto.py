@@ -247,8 +247,8 @@ def test_an_operator_layout_with_idle_gpus_is_kept():
 
 def test_kept_services_shrink_the_budget_and_the_pinned_kv_cache():
     free = seed_vllm()
-    kept = seed_vllm(nodes=[{"name": "seed", "gpus": [{"index": i, "memory_total_mib": 97887, "kept_mib": 20480}
-                                                       for i in range(8)]}])
+    gpus = [{"index": i, "memory_total_mib": 97887, "kept_mib": 20480} for i in range(8)]
+    kept = seed_vllm(nodes=[{"name": "seed", "gpus": gpus}])
     a = la.choose_vllm_layout(*free)
     b = la.choose_vllm_layout(*kept)
     assert a["layout"].label() == b["layout"].label() == "TP=8+EP"
@@ -262,8 +262,8 @@ def test_kept_services_shrink_the_budget_and_the_pinned_kv_cache():
 
 
 def test_a_model_too_large_for_the_gpus_names_the_smallest_that_would_run_it():
-    summary, shape, hw, opts = seed_vllm(nodes=[{"name": "small", "gpus": [{"index": i, "memory_total_mib": 97887}
-                                                                            for i in range(2)]}])
+    gpus = [{"index": i, "memory_total_mib": 97887} for i in range(2)]
+    summary, shape, hw, opts = seed_vllm(nodes=[{"name": "small", "gpus": gpus}])
     with pytest.raises(la.AutoError) as error:
         la.choose_vllm_layout(summary, shape, hw, opts)
     message = str(error.value)

@@ -7,6 +7,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import functools
 import http.server
 import os
 import threading
@@ -96,7 +97,7 @@ def test_a_mirror_without_ranges_is_refused(mirror):
         def log_message(self, *args):
             pass
 
-    handler = lambda *args, **kwargs: NoRanges(*args, directory=str(mirror["root"]), **kwargs)  # noqa: E731
+    handler = functools.partial(NoRanges, directory=str(mirror["root"]))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
