@@ -163,6 +163,7 @@ def run_energy(traces, window_start_epoch, window_end_epoch, output_tokens):
             gpu.update({'host': host, 'name': names.get(str(gpu['index']))})
             if output_tokens:
                 gpu['joules_per_output_token'] = round(gpu['joules'] / output_tokens, 4)
+                gpu['output_tokens_per_joule'] = round(output_tokens / gpu['joules'], 4) if gpu['joules'] > 0 else None
             gpus.append(gpu)
     if not traces:
         return None, 'no GPU trace was read'

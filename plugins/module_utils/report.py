@@ -541,9 +541,11 @@ def energy_lines(doc):
            '%s J per output token, %s output tokens per J.' % (
                _fmt(energy['window_s']), _fmt(energy['joules']), energy['output_tokens'],
                _fmt(energy['joules_per_output_token'], 4), _fmt(energy['output_tokens_per_joule'], 4)), '']
-    out += _table(('host', 'GPU', 'name', 'J', 'mean W', 'J per output token', 'seconds covered', 'power samples'),
+    out += _table(('host', 'GPU', 'name', 'J', 'mean W', 'J per output token', 'output tokens per J', 'seconds covered',
+                   'power samples'),
                   [(g['host'], g['index'], g.get('name') or 'n/a', _fmt(g['joules']), _fmt(g['mean_power_w']),
-                    _fmt(g.get('joules_per_output_token'), 4), _fmt(g['covered_s']), g['power_samples'])
+                    _fmt(g.get('joules_per_output_token'), 4), _fmt(g.get('output_tokens_per_joule'), 4),
+                    _fmt(g['covered_s']), g['power_samples'])
                    for g in energy['gpus']])
     return out
 

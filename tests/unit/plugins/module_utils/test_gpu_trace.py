@@ -104,6 +104,7 @@ def test_run_energy_per_gpu_and_in_all():
     assert [(g['host'], g['index'], g['joules']) for g in record['gpus']] == [
         ('node-a', 0, 1000.0), ('node-a', 1, 3000.0), ('node-b', 0, 500.0)]
     assert record['gpus'][0]['name'] == 'NVIDIA H200' and record['gpus'][1]['joules_per_output_token'] == 1.5
+    assert record['gpus'][2]['output_tokens_per_joule'] == 4.0
     assert (record['joules'], record['joules_per_output_token'], record['output_tokens_per_joule']) == (4500.0, 2.25, 0.4444)
     none, why = gpu_trace.run_energy({'node-a': {'started_epoch': 1.0, 'method': 'nvidia-smi-poll',
                                                  'samples': [[0.0, 0, 0, 1, None]]}}, 1.0, 2.0, 10)
