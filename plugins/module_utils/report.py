@@ -49,6 +49,20 @@ def report_dir_name(inventory, timestamp):
     return '%s-%s' % (safe, timestamp)
 
 
+REPORT_STAMP = re.compile(r'\A[0-9]{8}T[0-9]{6}Z\Z')
+
+
+def reports_to_prune(names, inventory, keep):
+    """The report directories of `inventory` beyond the `keep` newest, oldest first: names of the
+    form report_dir_name(inventory, <UTC stamp>), compared by their stamp. Anything else in the
+    directory (another inventory's reports, a file of the operator's) is never listed."""
+    if keep < 1:
+        raise ValueError('keep is %r: keep at least the report just written (1 or more)' % (keep,))
+    prefix = report_dir_name(inventory, '')
+    ours = sorted(name for name in names if name.startswith(prefix) and REPORT_STAMP.match(name[len(prefix):]))
+    return ours[:max(0, len(ours) - keep)]
+
+
 def trace_file_name(host):
     return 'trace-%s.json' % re.sub(r'[^A-Za-z0-9._-]+', '_', host)
 

@@ -46,6 +46,12 @@ options:
     description: Names the report's directory together with O(timestamp).
     type: str
     required: true
+  keep:
+    description:
+      - Report directories of O(inventory_name) kept in O(output_dir), the new one included; older ones are
+        removed, oldest first (C(bench_report_keep)). Other directories and files there are left alone.
+    type: int
+    default: 20
   timestamp:
     description: UTC time stamp in the directory name; empty takes the current time (C(YYYYMMDDTHHMMSSZ)).
     type: str
@@ -123,6 +129,12 @@ report_dir:
   returned: success
   type: str
   sample: /src/gpulab/reports/lab-20261130T120000Z
+pruned:
+  description: Older report directories of the inventory removed (to be removed in check mode), oldest first.
+  returned: success
+  type: list
+  elements: str
+  sample: [lab-20261101T080000Z]
 files:
   description: Paths of what was written.
   returned: success
@@ -368,6 +380,7 @@ def main():
             output_dir=dict(type='path', required=True),
             inventory_name=dict(type='str', required=True),
             timestamp=dict(type='str', default=''),
+            keep=dict(type='int', default=20),
             benchmark=dict(type='dict'),
             residency=dict(type='dict'),
             sampler=dict(type='dict'),
@@ -404,7 +417,12 @@ def main():
                   ('utilisation_png', IMAGES['utilisation']), ('throughput_png', IMAGES['throughput']),
                   ('latency_png', IMAGES['latency']), ('pareto_png', IMAGES['pareto']),
                   ('bench_summary', 'bench-summary.json'), ('requests', IMAGES['requests'])))
-    result = dict(changed=not module.check_mode, report_dir=report_dir, files=files,
+    try:
+        existing = os.listdir(params['output_dir']) if os.path.isdir(params['output_dir']) else []
+        pruned = report.reports_to_prune(existing + [os.path.basename(report_dir)], params['inventory_name'], params['keep'])
+    except (OSError, ValueError) as exc:
+        module.fail_json(msg='keep: %s' % exc)
+    result = dict(changed=not module.check_mode, report_dir=report_dir, files=files, pruned=pruned,
                   summary=report.summary_lines(doc), headline=doc['headline'] or {}, bandwidth=doc['bandwidth'])
     if module.check_mode:
         module.exit_json(**result)
@@ -437,6 +455,9 @@ def main():
     except Exception as exc:  # pylint: disable=broad-except
         shutil.rmtree(staging, ignore_errors=True)
         module.fail_json(msg='writing the report failed: %s' % exc, exception=traceback.format_exc())
+    # Only once the new report is in place: a failed run never costs an old one.
+    for name in pruned:
+        shutil.rmtree(os.path.join(params['output_dir'], name), ignore_errors=True)
     module.exit_json(**result)
 
 

@@ -332,3 +332,10 @@ def test_two_endpoints_side_by_side_with_the_energy_of_each_ones_sweeps():
     assert [(lv['endpoint'], lv['max_concurrency']) for lv in out['levels']] == [
         ('llama.cpp', 1), ('llama.cpp', 2), ('llama.cpp', None), ('vllm', 1), ('vllm', 2)]
     assert report.build_document('lab', 'now', benchmark=bench(levels))['side_by_side'] == []
+
+
+def test_reports_to_prune_keeps_the_newest_of_the_inventory_only():
+    names = ['lab-20261103T080000Z', 'lab-20261101T080000Z', 'lab-20261102T080000Z', 'lab-x', 'lab2-20261101T080000Z']
+    assert report.reports_to_prune(names, 'lab', 1) == ['lab-20261101T080000Z', 'lab-20261102T080000Z']
+    assert report.reports_to_prune(names, 'lab', 3) == []
+    assert report.reports_to_prune(names, 'lab/ x', 1) == []

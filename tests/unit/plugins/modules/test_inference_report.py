@@ -105,3 +105,22 @@ def test_a_trace_file_of_the_wrong_shape_is_named(tmp_path, content, start):
     assert run.kind is FailJson, run.result
     assert run.result['msg'].startswith('traces: the trace of node-a at %s: %s' % (trace_path, start)), run.result['msg']
     assert not (tmp_path / 'reports').exists()
+
+
+def test_only_the_newest_reports_of_the_inventory_are_kept(tmp_path):
+    for stamp in ('20261101T080000Z', '20261102T080000Z', '20261103T080000Z'):
+        (tmp_path / ('lab-' + stamp)).mkdir()
+    (tmp_path / 'other-20261101T080000Z').mkdir()
+    (tmp_path / 'lab-notes').mkdir()
+    run = report({'output_dir': str(tmp_path), 'inventory_name': 'lab', 'timestamp': '20261104T080000Z', 'keep': 2})
+    assert run.kind is ExitJson, run.result
+    assert run.result['pruned'] == ['lab-20261101T080000Z', 'lab-20261102T080000Z']
+    assert sorted(path.name for path in tmp_path.iterdir() if not path.name.startswith('.')) == [
+        'lab-20261103T080000Z', 'lab-20261104T080000Z', 'lab-notes', 'other-20261101T080000Z']
+
+
+def test_keep_below_one_is_refused_before_anything_is_written(tmp_path):
+    run = report({'output_dir': str(tmp_path), 'inventory_name': 'lab', 'keep': 0})
+    assert run.kind is FailJson
+    assert run.result['msg'].startswith('keep: keep is 0: keep at least the report just written')
+    assert list(tmp_path.iterdir()) == []
