@@ -361,9 +361,11 @@ def endpoints_side_by_side(benchmark, traces):
 
 
 def build_document(inventory, created, benchmark=None, residency=None, sampler=None, build_info=None,
-                   commands=None, memory_plan=None, vllm=None, rpc_transport=None, llama_bench=None, traces=None):
+                   commands=None, memory_plan=None, vllm=None, rpc_transport=None, llama_bench=None, traces=None,
+                   warnings=None):
     """Everything the report says, as one JSON-able dict (report.json). Each request's record is
-    left to requests.jsonl."""
+    left to requests.jsonl. warnings: what the deployment wants said at the top (an API the
+    operator chose to serve without a key)."""
     rows = residency_table(residency or {})
     benchmark = dict(benchmark) if benchmark else None
     if benchmark is not None:
@@ -378,6 +380,7 @@ def build_document(inventory, created, benchmark=None, residency=None, sampler=N
     return {
         'inventory': inventory,
         'created': created,
+        'warnings': list(warnings or []),
         'engine': (benchmark or {}).get('engine'),
         'model': (benchmark or {}).get('model'),
         'model_weights': weights or None,
@@ -603,6 +606,8 @@ def render_markdown(doc, images):
                doc['created'], doc.get('engine') or 'n/a', doc.get('model') or 'n/a',
                (doc.get('build') or {}).get('build_id') or 'n/a'), '',
            '## Summary', '']
+    for warning in doc.get('warnings') or []:
+        out += ['**Warning:** %s' % warning, '']
     out += summary_lines(doc)
     out += ['', '## GPU memory residency', '']
     rows = doc['residency']['devices']

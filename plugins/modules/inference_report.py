@@ -46,6 +46,11 @@ options:
     description: Names the report's directory together with O(timestamp).
     type: str
     required: true
+  warnings:
+    description: Sentences said first in the report, e.g. an API served off loopback without a key by the operator's choice.
+    type: list
+    elements: str
+    default: []
   keep:
     description:
       - Report directories of O(inventory_name) kept in O(output_dir), the new one included; older ones are
@@ -381,6 +386,7 @@ def main():
             inventory_name=dict(type='str', required=True),
             timestamp=dict(type='str', default=''),
             keep=dict(type='int', default=20),
+            warnings=dict(type='list', elements='str', default=[]),
             benchmark=dict(type='dict'),
             residency=dict(type='dict'),
             sampler=dict(type='dict'),
@@ -410,7 +416,8 @@ def main():
                                 benchmark=params['benchmark'], residency=params['residency'], sampler=params['sampler'],
                                 build_info=params['build_info'], commands=params['commands'],
                                 memory_plan=params['memory_plan'], vllm=params['vllm'],
-                                rpc_transport=params['rpc_transport'], llama_bench=params['llama_bench'], traces=traces)
+                                rpc_transport=params['rpc_transport'], llama_bench=params['llama_bench'], traces=traces,
+                                warnings=params['warnings'])
     report_dir = os.path.join(params['output_dir'], report.report_dir_name(params['inventory_name'], timestamp))
     files = dict((key, os.path.join(report_dir, name)) for key, name in
                  (('markdown', 'report.md'), ('json', 'report.json'), ('residency_png', IMAGES['residency']),

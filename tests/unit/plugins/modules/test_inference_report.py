@@ -124,3 +124,13 @@ def test_keep_below_one_is_refused_before_anything_is_written(tmp_path):
     assert run.kind is FailJson
     assert run.result['msg'].startswith('keep: keep is 0: keep at least the report just written')
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_warning_heads_the_report(tmp_path):
+    said = 'node-a serves its API without a key on 10.0.0.1 (llama_server_allow_unauthenticated is true): every host ...'
+    run = report({'output_dir': str(tmp_path), 'inventory_name': 'lab', 'warnings': [said]})
+    assert run.kind is ExitJson, run.result
+    (out,) = list(tmp_path.glob('lab-*'))
+    text = (out / 'report.md').read_text()
+    assert text.index('**Warning:** ' + said) < text.index('## GPU memory residency')
+    assert json.loads((out / 'report.json').read_text())['warnings'] == [said]
