@@ -1,6 +1,7 @@
 """playbooks/status.yml on local hosts under supervisord (a stand-in supervisorctl, the files the roles
-publish under tmp_path, the lab's fake nvidia-smi): services with state and start time, build id,
-model, endpoints, residency, the log lines on request, and nothing changed."""
+publish under tmp_path, the lab's fake nvidia-smi): every gpulab-* program (the RPC guard too) with
+state, whether it starts at boot and start time, build id, model, endpoints, residency, the log lines
+on request, and nothing changed."""
 
 import json
 import stat
@@ -10,6 +11,7 @@ from playbook_runner import LAB_FILES, local_host, run_in
 
 STATUS = """\
 gpulab-llama-server   RUNNING   pid 4242, uptime 0:10:00
+gpulab-rpc-guard      RUNNING   pid 70, uptime 0:10:06
 gpulab-rpc-server-0   RUNNING   pid 77, uptime 0:10:05
 unrelated             RUNNING   pid 5, uptime 0:01:00
 """
@@ -18,8 +20,11 @@ unrelated             RUNNING   pid 5, uptime 0:01:00
 def node(tmp_path, name):
     """A node's directories and supervisorctl under tmp_path/name, as its host variables."""
     root = tmp_path / name
-    for directory in ("etc/rpc-server", "llama.cpp/current", "log"):
+    for directory in ("etc/rpc-server", "etc/supervisor.d", "llama.cpp/current", "log"):
         (root / directory).mkdir(parents=True)
+    # stop.yml with gpulab_stop_disable turned the head's autostart off; the guard's file is gone
+    (root / "etc" / "supervisor.d" / "gpulab-llama-server.conf").write_text("[program:gpulab-llama-server]\nautostart=false\n")
+    (root / "etc" / "supervisor.d" / "gpulab-rpc-server-0.conf").write_text("[program:gpulab-rpc-server-0]\nautostart=true\n")
     (root / "etc" / "supervisord.conf").write_text("[supervisord]\n")
     ctl = root / "supervisorctl"
     ctl.write_text("#!/bin/sh\ncat <<'END'\n%sEND\nexit 3\n" % STATUS)
@@ -59,8 +64,11 @@ def test_status_per_node_under_supervisord(tmp_path):
     shown = statuses(run)
     head, worker = shown["node-a"], shown["node-b"]
     assert head["service_manager"] == "supervisor"
-    assert [(s["name"], s["state"], s["main_pid"]) for s in head["services"]] == [
-        ("gpulab-llama-server", "running", 4242), ("gpulab-rpc-server-0", "running", 77)]
+    assert [(s["name"], s["state"], s["main_pid"], s["enabled"]) for s in head["services"]] == [
+        ("gpulab-llama-server", "running", 4242, "disabled"), ("gpulab-rpc-guard", "running", 70, None),
+        ("gpulab-rpc-server-0", "running", 77, "enabled")]
+    assert head["at_a_glance"] == ["gpulab-llama-server running disabled", "gpulab-rpc-guard running unknown",
+                                   "gpulab-rpc-server-0 running enabled"]
     assert head["services"][0]["started"].endswith("Z") and "log" not in head["services"][0]
     assert (head["build_id"], head["model"]) == ("b8070-test", "/models/m-00001-of-00002.gguf")
     assert head["endpoints"] == ["http://127.0.0.1:9 (llama-server, /health unreachable)"]
@@ -74,4 +82,4 @@ def test_log_lines_on_request(tmp_path):
     assert run.status == "successful", run.failures
     head = statuses(run)["node-a"]
     assert head["services"][0]["log"] == ["load_tensors: offloaded 5/5 layers to GPU", "serving"]
-    assert head["services"][1]["log"] == []
+    assert head["services"][2]["log"] == []
