@@ -154,11 +154,19 @@ def _gpu_layers(value):
     return "is not a number of layers, all or auto"
 
 
+def _ctx_size(value):
+    if value == "auto":
+        return None
+    if as_whole(value) is None:
+        return "is not a whole number or auto"
+    return _at_least(0)(value)
+
+
 def _tensor_split(value):
-    if isinstance(value, str) and value in ("equal", "proportional"):
+    if isinstance(value, str) and value in ("auto", "equal", "proportional"):
         return None
     if not isinstance(value, (list, tuple)) or not value:
-        return "is not equal, proportional or a list of numbers"
+        return "is not auto, equal, proportional or a list of numbers"
     numbers = []
     for entry in value:
         try:
@@ -214,10 +222,12 @@ _PORT = _at_least(1, 65535)
 RULES = {
     "llama_server_host": (_not_empty, "the address llama-server binds to, e.g. 127.0.0.1"),
     "llama_server_port": (_PORT, "a TCP port from 1 to 65535, e.g. 8080"),
-    "llama_server_ctx_size": (_at_least(0), "the context in tokens shared by all slots, e.g. 8192 (0: the model's training context)"),
+    "llama_server_ctx_size": (_ctx_size, "the context in tokens shared by all slots, e.g. 8192 (0: the model's training "
+                                         "context), or auto (the largest that fits, chosen by the memory plan)"),
     "llama_server_parallel": (_at_least(1), "the number of requests served at once, 1 or more, e.g. 4"),
     "llama_server_gpu_layers": (_gpu_layers, "a number of layers, or all"),
-    "llama_server_tensor_split": (_tensor_split, "equal, proportional, or one share per device, e.g. [1, 1, 2]"),
+    "llama_server_tensor_split": (_tensor_split, "auto (whole layers with the most headroom, chosen by the memory plan), "
+                                                 "equal, proportional, or one share per device, e.g. [1, 1, 2]"),
     "llama_server_batch_size": (_at_least(1), "the logical batch in tokens, e.g. 2048"),
     "llama_server_ubatch_size": (_at_least(1), "the physical batch in tokens, e.g. 512"),
     "llama_server_reasoning_budget": (_at_least(-1), "-1 (unlimited), 0 (none), a number of tokens, or null"),
@@ -259,7 +269,7 @@ RULES = {
 # Defaults of the roles (defaults/main.yml, checked by the unit test) for the combinations below,
 # when the user set only one side.
 DEFAULTS = {
-    "llama_server_ctx_size": 8192,
+    "llama_server_ctx_size": "auto",
     "llama_server_parallel": 4,
     "llama_server_restart_sec": 5,
     "llama_server_restart_max_delay_s": 30,
@@ -285,7 +295,7 @@ def _combination_problems(values):
     """(subject, rest of the sentence) for values that are each fine but cannot work together;
     values: name -> value as set on one host (only names the user set, each valid)."""
     def get(name):
-        return as_whole(values[name]) if name in values else DEFAULTS[name]
+        return as_whole(values[name] if name in values else DEFAULTS[name])
 
     def shown(name):
         return "%s=%s%s" % (name, get(name), "" if name in values else " (the default)")

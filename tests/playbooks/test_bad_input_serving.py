@@ -211,9 +211,14 @@ def role_inventory(tmp_path, models):
     gpu_inventory.write_text(json.dumps(nvidia_smi.inventory_snapshot([], {})))
     # The account is root here: no llama-server account exists on the test machine, and the
     # model under /tmp is allowed through the sandbox overrides; both checks have module cases.
+    # The memory plan's record (role memory_plan) resolves the split and the context left at auto.
+    memory_plan = tmp_path / "memory-plan.json"
+    memory_plan.write_text(json.dumps({"model_path": str(models / "single.gguf"), "tensor_split": [1.0],
+                                       "options": {"ctx_size": 4096, "tensor_split": "auto"}}))
     head = {"role_case": "gpulab.inference.llama_server", "llama_server_build_link": head_build,
             "llama_server_model_path": str(models / "single.gguf"), "llama_server_worker_manifest": str(same_build),
-            "llama_server_user": "root", "llama_server_hardening_overrides": NO_SANDBOX}
+            "llama_server_user": "root", "llama_server_hardening_overrides": NO_SANDBOX,
+            "gpulab_memory_plan_file": str(memory_plan)}
     cases = {
         "head-lockstep": dict(head, llama_server_worker_manifest=str(other_build)),
         "head-plain-key": dict(head, llama_server_api_key="sk-plain-text"),
@@ -221,6 +226,7 @@ def role_inventory(tmp_path, models):
         "head-unreachable-worker": dict(head, llama_server_worker_manifest=str(silent_worker), role_case_reach=True,
                                         llama_server_worker_connect_timeout_s=2),
         "head-model-in-tmp": dict(head, llama_server_hardening_overrides={}),
+        "head-auto-without-plan": dict(head, gpulab_memory_plan_file=str(tmp_path / "no-memory-plan.json")),
         "worker-any-address": {"role_case": "gpulab.inference.llama_rpc_server", "llama_rpc_server_build_link": head_build,
                                "llama_rpc_server_address": "0.0.0.0", "llama_rpc_server_allowed_sources": ["10.0.0.1"]},
     }
@@ -353,6 +359,7 @@ ROLE_TASKS = {
     "head-lockstep": HEAD_PLAN_TASK,
     "head-missing-shard": HEAD_PLAN_TASK,
     "head-model-in-tmp": HEAD_PLAN_TASK,
+    "head-auto-without-plan": HEAD_PLAN_TASK,
     "worker-any-address": "Plan one RPC server per exposed device, the firewall and the restart policy",
     "head-unreachable-worker": "Connect to every worker endpoint the head is not attached to",
 }
@@ -386,12 +393,24 @@ def test_role_plain_text_api_key_warns(serving):
     assert any("not vault-encrypted" in warning for warning in data["res"]["warnings"])
 
 
+def test_role_auto_split_and_context_come_from_the_memory_plan(serving):
+    kind, data = serving["outcome"][(ROLE_PLAY, "head-plain-key", HEAD_PLAN_TASK)]
+    argv = data["res"]["argv"]
+    assert argv[argv.index("--tensor-split") + 1] == "1" and argv[argv.index("--ctx-size") + 1] == "4096"
+
+
+def test_role_auto_without_a_memory_plan_is_named(serving):
+    assert ("llama_server_tensor_split and llama_server_ctx_size are auto: the memory plan resolves them"
+            in role_failure(serving, "head-auto-without-plan"))
+
+
 def test_nothing_changed(serving):
     result = serving["result"]
     assert result.status == "failed"
     assert result.changed_tasks() == []
     assert sorted(f[0] for f in result.failures) == [
-        "head-lockstep", "head-missing-shard", "head-model-in-tmp", "head-unreachable-worker", "worker-any-address"]
+        "head-auto-without-plan", "head-lockstep", "head-missing-shard", "head-model-in-tmp", "head-unreachable-worker",
+        "worker-any-address"]
     after = sorted(p.name for p in serving["tmp_path"].rglob("*"))
     assert after == serving["before"]
 
@@ -410,8 +429,7 @@ def deploy_inventory(tmp_path, head_vars=None, worker_vars=None):
 
 DEPLOY_CASES = [
     ("-e ctx_size=abc", "-e llama_server_ctx_size=abc", {}, {},
-     ["llama_server_ctx_size='abc' on every node: argument 'llama_server_ctx_size' is of type str and we were unable "
-      "to convert to int"]),
+     ["llama_server_ctx_size='abc' on every node is not a whole number or auto: set the context in tokens"]),
     ("-e parallel=0", "-e llama_server_parallel=0", {}, {},
      ["llama_server_parallel='0' on every node is below 1: set the number of requests served at once"]),
     ("inventory: unquoted on, RPC port 0", None, {"llama_server_flash_attn": True}, {"llama_rpc_server_port_base": 0},

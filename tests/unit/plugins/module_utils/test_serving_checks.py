@@ -132,8 +132,8 @@ SPEC_REFUSED = [
     # Ansible's words, the spec's hint
     ("llama_server_log_verbosity", None, "argument 'llama_server_log_verbosity' is of type NoneType and we were unable "
      "to convert to int", "role llama_server takes a whole number; remove the setting for the default 4."),
-    ("llama_server_ctx_size", "abc", "argument 'llama_server_ctx_size' is of type str", "takes a whole number"),
-    ("llama_server_ctx_size", "1.5", "unable to convert to int", "the default 8192"),
+    ("llama_server_parallel", "abc", "argument 'llama_server_parallel' is of type str", "takes a whole number"),
+    ("llama_server_parallel", "1.5", "unable to convert to int", "the default 4"),
     ("llama_server_flash_attn", "yes", "value of llama_server_flash_attn must be one of: on, off, auto, got: yes",
      "takes one of on, off, auto; remove the setting for the default 'auto'."),
     ("llama_server_cache_type_k", "q3_k", "must be one of: f32, f16", "takes one of f32, f16, bf16"),
@@ -168,14 +168,18 @@ RULE_REFUSED = [
     ("llama_server_port", True, "is a boolean"),
     ("llama_server_host", ["127.0.0.1"], "is a list: set a string"),
     ("llama_server_host", None, "replaces the default '127.0.0.1' with null: remove the setting for the default, or set a string"),
-    ("llama_server_tensor_split", None, "replaces the default 'equal' with null"),
+    ("llama_server_tensor_split", None, "replaces the default 'auto' with null"),
     # ranges and forms
     ("llama_server_ctx_size", -1, "is below 0: set the context in tokens shared by all slots"),
+    # a whole number or the word auto (the spec takes any value)
+    ("llama_server_ctx_size", "abc", "is not a whole number or auto: set the context in tokens shared by all slots"),
+    ("llama_server_ctx_size", "1.5", "is not a whole number or auto"),
+    ("llama_server_ctx_size", "Auto", "is not a whole number or auto"),
     ("llama_server_parallel", "0", "is below 1: set the number of requests served at once"),
     ("llama_server_port", 0, "is below 1: set a TCP port from 1 to 65535"),
     ("llama_server_port", "70000", "is above 65535"),
     ("llama_server_gpu_layers", "most", "is not a number of layers, all or auto"),
-    ("llama_server_tensor_split", "fastest", "is not equal, proportional or a list of numbers"),
+    ("llama_server_tensor_split", "fastest", "is not auto, equal, proportional or a list of numbers"),
     ("llama_server_tensor_split", [1, "x"], "has an entry 'x' that is not a number"),
     ("llama_server_tensor_split", [0, 0], "needs non-negative shares, one above 0"),
     ("llama_server_backend_sampling", "sometimes", "is not auto, true or false"),
@@ -202,8 +206,8 @@ def test_what_the_spec_cannot_say_is_named_with_what_to_set(name, value, words):
 
 
 def test_a_refused_value_is_not_checked_again():
-    # "-5" is no int for the spec; the range rule does not add "is below 0" to Ansible's error
-    (problem,) = one({"llama_server_ctx_size": "minus five"})
+    # "minus five" is no int for the spec; the range rule does not add "is below 1" to Ansible's error
+    (problem,) = one({"llama_server_parallel": "minus five"})
     assert "is below" not in problem and "unable to convert to int" in problem
     (problem,) = one({"llama_server_restart_sec": "soon"})
     assert "restart delay" not in problem
@@ -240,8 +244,8 @@ def test_a_problem_several_hosts_share_is_one_sentence():
 
 
 def test_spec_errors_come_first_then_the_table_order():
-    problems = one({"llama_server_parallel": "0", "llama_server_port": 0, "llama_server_ctx_size": "abc"})
-    assert [p.split("=")[0] for p in problems] == ["llama_server_ctx_size", "llama_server_port", "llama_server_parallel"]
+    problems = one({"llama_server_parallel": "0", "llama_server_port": 0, "llama_server_batch_size": "abc"})
+    assert [p.split("=")[0] for p in problems] == ["llama_server_batch_size", "llama_server_port", "llama_server_parallel"]
 
 
 def test_restart_delays_against_the_default_of_the_other():
