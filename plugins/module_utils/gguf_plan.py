@@ -737,11 +737,32 @@ RECORD_DEVICE_FIELDS = ("name", "host", "kind", "gpu_index", "layer_range", "out
                         "kv_cache_mib", "compute_mib_estimate", "context_mib", "total_mib")
 
 
-def plan_record(path, facts, plan, options, smallest_set=None, single_node=None):
+CHOICE_REJECTED_FIELDS = ("label", "tensor_split", "layer_ranges", "fits", "smallest_headroom_mib", "tightest",
+                          "findings")
+
+
+def choice_record(choice):
+    """The auto choice as memory-plan.json keeps it for the report: the resolved values, the
+    reasons and the turned-down splits with their findings. Its figures come from free memory
+    seen in whole steps (layout_auto.steady_devices), so drift does not rewrite the file."""
+    if not choice:
+        return None
+    return {
+        "ctx_size": choice["ctx_size"],
+        "tensor_split": choice["tensor_split"],
+        "ctx_reason": choice["ctx_reason"],
+        "split_reason": choice["split_reason"],
+        "rejected": [dict((k, r.get(k)) for k in CHOICE_REJECTED_FIELDS) for r in choice.get("rejected") or []],
+    }
+
+
+def plan_record(path, facts, plan, options, smallest_set=None, single_node=None, choice=None):
     """What /var/lib/gpulab/memory-plan.json keeps: the prediction, not the live free memory
     (which moves on every run and would rewrite the file each time). The report compares it
-    with the residency measured after the head is up."""
+    with the residency measured after the head is up and shows `choice` (choice_record; null
+    when neither the split nor the context is auto)."""
     return {
+        "choice": choice_record(choice),
         "managed_by": "gpulab.inference",
         "model_path": path,
         "model": facts,

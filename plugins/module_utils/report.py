@@ -128,12 +128,88 @@ def residency_totals(rows):
 PLAN_KIND_PROCESS = {'rpc': 'rpc-server', 'local': 'llama-server'}
 
 
-def plan_against_measured(memory_plan, rows):
+def _error_percent(planned, measured):
+    if measured is None or not planned:
+        return None
+    return round(100.0 * (measured - planned) / planned, 1)
+
+
+def vllm_planned_per_gpu(vllm):
+    """What plan.json (vllm_plan) puts on each GPU, in MiB: the weights of the largest stage, the KV
+    cache (the pinned --kv-cache-memory-bytes, else the estimate) and the reserve for activations,
+    CUDA graphs and communication. None without an estimate."""
+    estimate = (vllm or {}).get('estimate') or {}
+    if estimate.get('weights_mib') is None:
+        return None
+    pinned = vllm.get('kv_cache_memory_bytes')
+    kv = pinned / MIB_PER_GIB / MIB_PER_GIB if pinned is not None else (estimate.get('kv_cache_gib') or 0) * MIB_PER_GIB
+    reserve = (estimate.get('reserve_gib') or 0) * MIB_PER_GIB
+    return {'weights_mib': estimate['weights_mib'], 'kv_cache_mib': round(kv, 1), 'compute_mib': round(reserve, 1),
+            'total_mib': round(estimate['weights_mib'] + kv + reserve, 1), 'kv_pinned': pinned is not None}
+
+
+def vllm_against_measured(vllm, rows):
+    """Each GPU vLLM holds memory on, its plan next to what vLLM's processes hold there; one
+    unmeasured row when no GPU shows vLLM (the residency was not read, or vLLM was not up)."""
+    planned = vllm_planned_per_gpu(vllm)
+    if planned is None:
+        return []
+    serving = [row for row in rows if row['by_process_mib'].get('vllm')]
+    targets = [(row['host'], row['index'], row['by_process_mib']['vllm']) for row in serving] or [(None, None, None)]
+    return [{'device': 'GPU%s' % index if index is not None else 'each GPU', 'host': host, 'gpu_index': index,
+             'process': 'vllm', 'layers': vllm.get('label'),
+             'planned_weights_mib': planned['weights_mib'], 'planned_kv_cache_mib': planned['kv_cache_mib'],
+             'planned_compute_mib': planned['compute_mib'], 'planned_context_mib': None,
+             'planned_mib': planned['total_mib'], 'measured_mib': measured,
+             'error_percent': _error_percent(planned['total_mib'], measured)} for host, index, measured in targets]
+
+
+def _split_text(split):
+    return ','.join('%g' % v for v in split) if isinstance(split, list) else str(split)
+
+
+def layout_choices(memory_plan=None, vllm=None):
+    """The layout each engine runs, why, and what it turned down with the findings (report.json
+    `layouts`): llama.cpp's from memory-plan.json (its `choice`, null when the operator set the
+    split and the context), vLLM's from plan.json's `choice`."""
+    out = []
+    if memory_plan:
+        choice = memory_plan.get('choice') or None
+        options = memory_plan.get('options') or {}
+        layout = 'tensor split %s (%s), context %s, %s GPU layers' % (
+            _split_text(memory_plan.get('tensor_split')),
+            ', '.join('%s %s' % (d.get('name'), d.get('layer_range') or '-') for d in memory_plan.get('devices') or []),
+            options.get('ctx_size', 'n/a'), memory_plan.get('n_gpu_layers', 'n/a'))
+        if choice:
+            reasons = [choice.get('ctx_reason'), choice.get('split_reason')]
+        else:
+            reasons = ['llama_server_tensor_split %s and llama_server_ctx_size %s as set' % (
+                _split_text(options.get('tensor_split')), options.get('ctx_size', 'n/a'))]
+        rejected = [{'label': '%s %s' % (r.get('label'), _split_text(r.get('tensor_split'))),
+                     'findings': [str(f) for f in r.get('findings') or []]} for r in (choice or {}).get('rejected') or []]
+        out.append({'engine': 'llama_cpp', 'layout': layout, 'reasons': [r for r in reasons if r],
+                    'rejected': rejected, 'alternatives': []})
+    if vllm:
+        choice = vllm.get('choice') or {}
+        pinned = vllm.get('kv_cache_memory_bytes')
+        layout = '%s, max_model_len %s, KV cache %s' % (
+            vllm.get('label') or 'n/a', vllm.get('max_model_len', 'n/a'),
+            'pinned at %d bytes per GPU' % pinned if pinned is not None else "sized by vLLM's profiling")
+        out.append({'engine': 'vllm', 'layout': layout, 'reasons': [choice['reason']] if choice.get('reason') else [],
+                    'rejected': [{'label': r.get('label'), 'findings': [str(f) for f in r.get('findings') or []]}
+                                 for r in choice.get('rejected') or []],
+                    'alternatives': [{'label': r.get('label'), 'findings': [str(f) for f in r.get('findings') or []]}
+                                     for r in choice.get('alternatives') or []]})
+    return out
+
+
+def plan_against_measured(memory_plan, rows, vllm=None):
     """Each planned device next to what its process holds on its GPU after the start.
 
     memory_plan: memory-plan.json (devices with host, kind, gpu_index and the planned MiB);
-    rows: residency_table's rows. measured_mib is None where the device has no GPU (a CPU RPC
-    server) or its GPU was not read; error_percent is (measured - planned) / planned.
+    rows: residency_table's rows; vllm: plan.json (vllm_against_measured, after llama.cpp's).
+    measured_mib is None where the device has no GPU (a CPU RPC server) or its GPU was not read;
+    error_percent is (measured - planned) / planned.
     """
     by_gpu = dict(((row['host'], row['index']), row) for row in rows)
     result = []
@@ -144,9 +220,7 @@ def plan_against_measured(memory_plan, rows):
         if row is not None and process is not None and device.get('gpu_index') is not None:
             measured = row['by_process_mib'].get(process)
         planned = device.get('total_mib')
-        error = None
-        if measured is not None and planned:
-            error = round(100.0 * (measured - planned) / planned, 1)
+        error = _error_percent(planned, measured)
         result.append({
             'device': device.get('name'), 'host': device.get('host'), 'gpu_index': device.get('gpu_index'),
             'process': process, 'layers': device.get('layer_range'),
@@ -154,7 +228,7 @@ def plan_against_measured(memory_plan, rows):
             'planned_compute_mib': device.get('compute_mib_estimate'), 'planned_context_mib': device.get('context_mib'),
             'planned_mib': planned, 'measured_mib': measured, 'error_percent': error,
         })
-    return result
+    return result + vllm_against_measured(vllm, rows)
 
 
 def rpc_transport_table(transport_by_host):
@@ -397,7 +471,8 @@ def build_document(inventory, created, benchmark=None, residency=None, sampler=N
         'energy_omitted': energy_omitted,
         'bandwidth': bandwidth_limit((head or {}).get('decode_tok_s'), weights.get('bytes_read_per_token'), rows),
         'memory_plan': memory_plan or None,
-        'plan_against_measured': plan_against_measured(memory_plan, rows),
+        'layouts': layout_choices(memory_plan, vllm),
+        'plan_against_measured': plan_against_measured(memory_plan, rows, vllm),
         'rpc_transport': rpc_transport_table(rpc_transport),
         'vllm': vllm or None,
         'llama_bench': llama_bench_against_served(llama_bench, (head or {}).get('decode_tok_s')),
@@ -683,8 +758,11 @@ def render_markdown(doc, images):
                     weights.get('architecture'), weights.get('parameters'), weights.get('weights_bytes', 0) / 2.0 ** 30,
                     weights.get('bits_per_weight'), weights.get('bytes_read_per_token', 0) / 1e9,
                     weights.get('expert_used_count') or '-', weights.get('expert_count') or '-')]
+    out += ['', '## Layout', '']
+    out += layout_lines(doc)
     out += ['', '## Memory plan against measured', '']
     plan = doc.get('memory_plan')
+    planned_vllm = vllm_planned_per_gpu(doc.get('vllm'))
     if plan:
         options = plan.get('options') or {}
         out += ['Planned for %s: context %s over %s slots (%s KV cells x %s streams), tensor split %s, '
@@ -692,6 +770,13 @@ def render_markdown(doc, images):
                     plan.get('model_path') or 'n/a', options.get('ctx_size', 'n/a'), options.get('parallel', 'n/a'),
                     plan.get('kv_cells', 'n/a'), plan.get('kv_streams', 'n/a'), plan.get('tensor_split', 'n/a'),
                     plan.get('n_gpu_layers', 'n/a')), '']
+    if planned_vllm:
+        out += ['Planned for vLLM %s: per GPU the weights of the largest stage, the KV cache (%s) and the reserve for '
+                'activations, CUDA graphs and communication. Measured: what vLLM\'s processes hold on the GPU.' % (
+                    doc['vllm'].get('label') or 'n/a',
+                    'pinned with --kv-cache-memory-bytes' if planned_vllm['kv_pinned'] else "vLLM's profiling, estimated"),
+                '']
+    if plan or planned_vllm:
         out += _table(('device', 'host', 'GPU', 'process', 'layers', 'weights MiB', 'KV MiB', 'compute MiB (est.)',
                        'context MiB', 'planned MiB', 'measured MiB', 'error %'),
                       [(r['device'], r['host'] or '-', '-' if r['gpu_index'] is None else r['gpu_index'],
@@ -729,6 +814,23 @@ def render_markdown(doc, images):
     else:
         out.append('No command lines were read.')
     return '\n'.join(out) + '\n'
+
+
+def layout_lines(doc):
+    """The chosen layout of each engine, its reasons, and the alternatives turned down or ranked lower."""
+    layouts = doc.get('layouts') or []
+    if not layouts:
+        return ['No layout was recorded (no memory-plan.json or vLLM plan.json was read).']
+    out = []
+    for entry in layouts:
+        out += ['%s: %s.' % ('llama.cpp' if entry['engine'] == 'llama_cpp' else 'vLLM', entry['layout']), '']
+        out += ['- why: %s' % reason for reason in entry['reasons']]
+        for label, items in (('turned down', entry['rejected']), ('valid, ranked lower', entry['alternatives'])):
+            out += ['- %s: %s: %s' % (label, item['label'], '; '.join(item['findings']) or 'n/a') for item in items]
+        if not entry['rejected'] and not entry['alternatives']:
+            out.append('- no alternative was weighed')
+        out.append('')
+    return out[:-1]
 
 
 def _pretty(value):

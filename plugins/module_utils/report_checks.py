@@ -68,7 +68,16 @@ BENCHMARK = {'engine': ('str', False), 'compare': (('list', COMPARED), False), '
 PLANNED_DEVICE = {'name': ('str', False), 'host': ('str', False), 'kind': ('str', False), 'gpu_index': ('int', False),
                   'total_mib': ('number', False), 'weights_mib': ('number', False), 'kv_cache_mib': ('number', False),
                   'compute_mib_estimate': ('number', False), 'context_mib': ('number', False)}
-MEMORY_PLAN = {'devices': (('list', PLANNED_DEVICE), False), 'options': ('map', False), 'model_path': ('str', False)}
+# a layout turned down or ranked lower, with what was found against it
+ALTERNATIVE = {'label': ('str', False), 'findings': ('list', False)}
+LLAMA_CHOICE = {'ctx_reason': ('str', False), 'split_reason': ('str', False), 'rejected': (('list', ALTERNATIVE), False)}
+MEMORY_PLAN = {'devices': (('list', PLANNED_DEVICE), False), 'options': ('map', False), 'model_path': ('str', False),
+               'n_gpu_layers': ('int', False), 'choice': (('map', LLAMA_CHOICE), False)}
+VLLM_ESTIMATE = {'weights_mib': ('number', False), 'kv_cache_gib': ('number', False), 'reserve_gib': ('number', False)}
+VLLM_CHOICE = {'reason': ('str', False), 'rejected': (('list', ALTERNATIVE), False),
+               'alternatives': (('list', ALTERNATIVE), False)}
+VLLM_PLAN = {'label': ('str', False), 'estimate': (('map', VLLM_ESTIMATE), False),
+             'kv_cache_memory_bytes': ('int', False), 'choice': (('map', VLLM_CHOICE), False)}
 
 BUILD_INFO = {'build_id': ('str', False)}
 
@@ -218,7 +227,7 @@ def check_inputs(params):
     if params.get('build_info') is not None:
         check_record(params['build_info'], BUILD_INFO, 'build_info (BUILD_INFO.json)', 'the file', FIX_FILE)
     if params.get('vllm'):
-        check_value(params['vllm'], 'map', 'vllm (the vLLM plan file)', 'the file', FIX_FILE)
+        check_record(params['vllm'], VLLM_PLAN, 'vllm (the vLLM plan file)', 'the file', FIX_FILE)
     check_commands(params.get('commands'))
     check_rpc_transport(params.get('rpc_transport'))
     check_llama_bench(params.get('llama_bench'))

@@ -257,7 +257,8 @@ choice:
 record:
   description:
     - The prediction to keep for the report (C(/var/lib/gpulab/memory-plan.json)), with model facts,
-      options, split, and per device the layers, weights, KV cache, compute estimate and total.
+      options, split, and per device the layers, weights, KV cache, compute estimate and total;
+      C(choice) is RV(choice) without its lines (its figures on free memory in 256 MiB steps).
       Live free memory is left out, so the record changes only when the prediction does.
   returned: success
   type: dict
@@ -363,7 +364,7 @@ def main():
         single_node=single,
         no_single_node_fits=bool(known) and len(known) == len(single) and not any(known),
         record=gguf_plan.plan_record(params["path"], facts, plan, dict(options, tensor_split=params["tensor_split"]),
-                                     smallest, single),
+                                     smallest, single, choice),
         choice=None if choice is None else {
             "ctx_size": choice["ctx_size"], "tensor_split": choice["tensor_split"], "ctx_reason": choice["ctx_reason"],
             "split_reason": choice["split_reason"], "rejected": choice["rejected"],

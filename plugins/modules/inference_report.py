@@ -82,10 +82,14 @@ options:
   memory_plan:
     description:
       - The memory plan (C(memory-plan.json)), when one was made; the report puts each planned
-        device next to what its process holds on its GPU (MiB and error %).
+        device next to what its process holds on its GPU (MiB and error %), and shows the layout
+        with its C(choice) - the reasons and the splits turned down with their findings.
     type: raw
   vllm:
-    description: Facts of a vLLM deployment, when there is one.
+    description:
+      - The vLLM plan (C(/etc/gpulab/vllm/plan.json)), when vLLM serves; the report shows the layout
+        with its C(choice) - the reason, the layouts turned down and those ranked lower - and each
+        GPU's planned weights, KV cache (the pinned bytes) and reserve next to what vLLM holds there.
     type: raw
   llama_bench:
     description:

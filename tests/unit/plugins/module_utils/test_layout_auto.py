@@ -363,3 +363,20 @@ def test_auto_values_come_from_the_memory_plan():
 def test_a_memory_plan_that_cannot_resolve_auto_is_named(record, message):
     with pytest.raises(la.AutoError, match=re.escape(message)):
         la.resolve_from_memory_plan("auto", "auto", record, "/m/x.gguf", "/var/lib/gpulab/memory-plan.json")
+
+
+def test_the_memory_plan_keeps_the_choice_and_drift_does_not_rewrite_it(minimax):
+    devs = seed_devices()
+    first = la.choose_ctx_and_split(minimax, devs, **OPTIONS)
+    drifted = la.choose_ctx_and_split(minimax, [dict(d, free_mib=d["free_mib"] - 3) for d in devs], **OPTIONS)
+    record = gp.choice_record(first)
+    assert record == gp.choice_record(drifted)
+    assert (record["ctx_size"], record["tensor_split"]) == (first["ctx_size"], first["tensor_split"])
+    assert record["split_reason"].startswith("auto: whole-layer split")
+    equal = [r for r in record["rejected"] if r["label"] == "equal"][0]
+    assert sorted(equal) == sorted(gp.CHOICE_REJECTED_FIELDS)
+    assert "MiB less on its tightest device than auto" in equal["findings"][-1]
+    json.dumps(record)  # memory-plan.json holds it as it is
+    plan = gp.plan_record("/m.gguf", {"architecture": "minimax-m2"}, first["plan"], dict(OPTIONS), choice=first)
+    assert plan["choice"] == record
+    assert gp.plan_record("/m.gguf", {}, first["plan"], dict(OPTIONS))["choice"] is None

@@ -339,3 +339,85 @@ def test_reports_to_prune_keeps_the_newest_of_the_inventory_only():
     assert report.reports_to_prune(names, 'lab', 1) == ['lab-20261101T080000Z', 'lab-20261102T080000Z']
     assert report.reports_to_prune(names, 'lab', 3) == []
     assert report.reports_to_prune(names, 'lab/ x', 1) == []
+
+
+# ---------------------------------------------------------------- the layout each engine runs
+
+LLAMA_CHOICE = {'ctx_size': 8192, 'tensor_split': [19.0, 22.0, 22.0],
+                'ctx_reason': 'auto: 8192 tokens, the largest context that fits with the margin (trained 196608)',
+                'split_reason': 'auto: whole-layer split 19,22,22 (RPC0 0-18, CUDA0 19-40, CUDA1 41-61+out) keeps at '
+                                'least 2300 MiB beyond the margin on every device (tightest RPC0)',
+                'rejected': [{'label': 'equal', 'tensor_split': [1.0, 1.0, 1.0], 'layer_ranges': ['0-20', '21-41', '42-61+out'],
+                              'fits': False, 'smallest_headroom_mib': -900.0, 'tightest': 'RPC0',
+                              'findings': ['RPC0 would overflow by 900 MiB (79000 MiB planned, 86000 MiB free, 1024 MiB margin)',
+                                           '3200 MiB less on its tightest device than auto']}]}
+VLLM_PLAN = {'label': 'TP=8+EP', 'max_model_len': 196608, 'kv_cache_memory_bytes': 20 * 1024 ** 3,
+             'estimate': {'weights_mib': 27800.0, 'kv_cache_gib': 21.5, 'reserve_gib': 4.0},
+             'choice': {'reason': 'auto: TP=8+EP uses all 8 GPUs and passes vLLM\'s rules',
+                        'rejected': [{'label': 'TP=8', 'layout': {}, 'rules': ['expert_shard_vs_block'],
+                                      'findings': ['1536 / 8 = 192 is not a multiple of the FP8 block size 128']},
+                                     {'label': 'TP=4', 'layout': {}, 'rules': ['gpus'], 'findings': ['4 GPUs stay idle']}],
+                        'alternatives': [{'label': 'TP=4+DP=2+EP', 'findings': ['valid, ranked lower: 3 requests']}]}}
+VLLM_RESIDENCY = {'node-a': {'gpus': [{'index': i, 'name': 'NVIDIA H200', 'memory_used_mib': 58000,
+                                       'memory_total_mib': 143771} for i in range(2)],
+                             'processes': [{'pid': 10 + i, 'process_name': '/opt/gpulab/vllm/venv-0.24.0/bin/python3.12',
+                                            'gpu_index': i, 'used_memory_mib': 53000 + 1000 * i} for i in range(2)]}}
+
+
+def test_llama_cpp_layout_gives_the_reasons_and_what_was_turned_down():
+    layouts = report.layout_choices(dict(PLAN, tensor_split=[19.0, 22.0, 22.0], choice=LLAMA_CHOICE))
+    assert len(layouts) == 1 and layouts[0]['engine'] == 'llama_cpp'
+    assert layouts[0]['layout'] == ('tensor split 19,22,22 (RPC0 0-30, RPC1 31-40, CUDA0 41-61), context 8192, '
+                                    '63 GPU layers')
+    assert layouts[0]['reasons'] == [LLAMA_CHOICE['ctx_reason'], LLAMA_CHOICE['split_reason']]
+    assert layouts[0]['rejected'] == [{'label': 'equal 1,1,1', 'findings': LLAMA_CHOICE['rejected'][0]['findings']}]
+    # the operator set both: the plan has no choice, and the report says they were set
+    plain = report.layout_choices(dict(PLAN, options=dict(PLAN['options'], tensor_split='3,2,2')))[0]
+    assert plain['reasons'] == ['llama_server_tensor_split 3,2,2 and llama_server_ctx_size 8192 as set']
+    assert plain['rejected'] == [] and report.layout_choices() == []
+
+
+def test_vllm_layout_gives_the_reason_the_rejected_and_the_lower_ranked():
+    layout = report.layout_choices(vllm=VLLM_PLAN)[0]
+    assert layout['engine'] == 'vllm'
+    assert layout['layout'] == 'TP=8+EP, max_model_len 196608, KV cache pinned at 21474836480 bytes per GPU'
+    assert [r['label'] for r in layout['rejected']] == ['TP=8', 'TP=4']
+    assert layout['rejected'][0]['findings'] == ['1536 / 8 = 192 is not a multiple of the FP8 block size 128']
+    assert layout['alternatives'] == [{'label': 'TP=4+DP=2+EP', 'findings': ['valid, ranked lower: 3 requests']}]
+    unpinned = report.layout_choices(vllm=dict(VLLM_PLAN, kv_cache_memory_bytes=None, choice={}))[0]
+    assert unpinned['layout'].endswith("KV cache sized by vLLM's profiling") and unpinned['reasons'] == []
+
+
+def test_vllm_planned_against_measured_per_gpu():
+    rows = report.residency_table(VLLM_RESIDENCY)
+    compared = report.plan_against_measured(None, rows, VLLM_PLAN)
+    # 27800 MiB of weights + the pinned 20480 MiB of KV cache + 4096 MiB of reserve
+    assert [(c['device'], c['host'], c['planned_mib'], c['measured_mib'], c['error_percent']) for c in compared] == [
+        ('GPU0', 'node-a', 52376.0, 53000, 1.2), ('GPU1', 'node-a', 52376.0, 54000, 3.1)]
+    assert compared[0]['planned_kv_cache_mib'] == 20480.0 and compared[0]['process'] == 'vllm'
+    # without pinning the estimate's KV cache counts
+    assert report.vllm_planned_per_gpu(dict(VLLM_PLAN, kv_cache_memory_bytes=None))['total_mib'] == 27800.0 + 22016 + 4096
+    # vLLM seen on no GPU: one row, planned and not measured
+    assert [(c['device'], c['measured_mib']) for c in report.plan_against_measured(None, [], VLLM_PLAN)] == [
+        ('each GPU', None)]
+    assert report.plan_against_measured(None, rows, {'label': 'TP=1'}) == []
+
+
+def test_markdown_shows_the_layout_and_vllm_planned_next_to_measured():
+    doc = report.build_document('lab', 'now', residency=VLLM_RESIDENCY, vllm=VLLM_PLAN)
+    text = report.render_markdown(doc, {'residency': 'r.png', 'utilisation': 'u.png', 'throughput': 't.png'})
+    section = text.split('## Layout\n')[1].split('## Memory plan against measured')[0]
+    assert 'vLLM: TP=8+EP, max_model_len 196608, KV cache pinned at 21474836480 bytes per GPU.' in section
+    assert "- why: auto: TP=8+EP uses all 8 GPUs and passes vLLM's rules" in section
+    assert '- turned down: TP=8: 1536 / 8 = 192 is not a multiple of the FP8 block size 128' in section
+    assert '- valid, ranked lower: TP=4+DP=2+EP: valid, ranked lower: 3 requests' in section
+    assert 'Planned for vLLM TP=8+EP' in text and 'pinned with --kv-cache-memory-bytes' in text
+    assert '| GPU1 | node-a | 1 | vllm | TP=8+EP | 27800 | 20480 | 4096 | n/a | 52376 | 54000 | 3.1 |' in text
+    assert doc['layouts'][0]['engine'] == 'vllm'
+    llama = report.render_markdown(report.build_document('lab', 'now', memory_plan=dict(PLAN, choice=LLAMA_CHOICE)),
+                                   {'residency': 'r.png', 'utilisation': 'u.png', 'throughput': 't.png'})
+    assert '- turned down: equal 1,1,1: RPC0 would overflow by 900 MiB' in llama
+    assert '- why: %s' % LLAMA_CHOICE['split_reason'] in llama
+    bare = report.render_markdown(report.build_document('lab', 'now'), {'residency': 'r.png', 'utilisation': 'u.png',
+                                                                        'throughput': 't.png'})
+    assert 'No layout was recorded' in bare
