@@ -4,14 +4,18 @@
 
 # ---- inventories -------------------------------------------------------------------------------
 # The head takes GPU 0; `split` adds one RPC server on GPU 0, `rpc` one per other GPU, each on its
-# own port (llama_rpc_server_port_base + index). Everything on loopback.
+# own port (llama_rpc_server_port_base + index). Everything on loopback. `auto` has the servers of
+# `split` on one GPU and of `rpc` on more, and sets no layout value (tensor split, context): the
+# memory plan chooses them. A context of `auto` leaves llama_server_ctx_size unset in any layout.
 write_inventory() { # LAYOUT CTX FILE [EXTRA_JSON]
   "$python" - "$@" <<PY
 import json, sys
-layout, ctx, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+layout, ctx, path = sys.argv[1], sys.argv[2], sys.argv[3]
 extra = json.loads(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[4] else {}
 gpus = json.load(open("$out/gpu_facts.json"))["ansible_facts"]["gpulab_gpus"]
 indices = sorted(g["index"] for g in gpus)
+if layout == "auto":
+    layout = "rpc" if len(indices) > 1 else "split"
 if layout == "rpc" and len(indices) < 2:
     sys.exit("layout rpc needs 2 or more GPUs, this host has %d" % len(indices))
 model = dict(json.loads('''$model_options'''), path="$model_dir/$model_stem.gguf")
@@ -32,7 +36,6 @@ hostvars = {
     "model_vocab_archive": "$archive",
     "model_vocab_archive_member": "llama.cpp/models/ggml-vocab-qwen2.gguf",
     "llama_server_model_path": "$model_path",
-    "llama_server_ctx_size": ctx,
     "llama_server_supervisor_environment": {"CUDA_VISIBLE_DEVICES": str(indices[0])},
     "gpulab_bench_profile": "short",
     "bench_report_dir": "$out/reports",
@@ -41,6 +44,8 @@ if layout == "split":
     hostvars["llama_rpc_server_gpu_indices"] = [indices[0]]
 elif layout == "rpc":
     hostvars["llama_rpc_server_gpu_indices"] = indices[1:]
+if ctx != "auto":
+    hostvars["llama_server_ctx_size"] = int(ctx)
 hostvars.update(extra)
 inventory = {"gpu_nodes": {"children": {
     "inference_head": {"hosts": {"$host": hostvars}},
@@ -70,14 +75,22 @@ measure() { # LAYOUT CTX INVENTORY DIR
 import json, sys
 gpus = json.load(open("$out/gpu_facts.json"))["ansible_facts"]["gpulab_gpus"]
 layout = sys.argv[1]
+topology = {"auto": "rpc" if len(gpus) > 1 else "split"}.get(layout, layout)
 by_index = {g["index"]: g for g in gpus}
 first = min(by_index)
-rpc = {"local": [], "split": [first], "rpc": sorted(by_index)[1:]}[layout]
+rpc = {"local": [], "split": [first], "rpc": sorted(by_index)[1:]}[topology]
 devices = [{"name": "RPC%d" % i, "host": "$host", "free_mib": by_index[g]["memory_total_mib"]} for i, g in enumerate(rpc)]
 devices.append({"name": "CUDA0", "host": "$host", "free_mib": by_index[first]["memory_total_mib"]})
 print(json.dumps(devices))
 PY
 )
+  if [ "$ctx" = auto ] || [ "$layout" = auto ]; then
+    # What the deployment planned and pinned (memory-plan.json) against the process list and nvidia-smi.
+    cp /var/lib/gpulab/memory-plan.json "$dir/memory-plan-ctx$ctx.json" 2>/dev/null || true
+    "$python" "$repo/scripts/gpu-e2e-planned.py" llama >"$dir/planned-ctx$ctx.txt" 2>&1 || true
+    grep -v '^{' "$dir/planned-ctx$ctx.txt" | while read -r line; do log "  ${line:0:400}"; done
+    return 0
+  fi
   module "$inv" gpulab.inference.gguf_plan \
     "{\"path\": \"$model_path\", \"devices\": $devices, \"tensor_split\": \"equal\", \"ctx_size\": $ctx, \"parallel\": 4, \"flash_attn\": \"auto\"}" \
     "$dir/plan-ctx$ctx.json"
@@ -127,6 +140,7 @@ rpc_gpus() {
     local) ;;
     split) gpu_index 0 ;;
     rpc) for ((n = 1; n < gpus; n++)); do gpu_index "$n"; done ;;
+    auto) if [ "$gpus" -gt 1 ]; then rpc_gpus rpc; else rpc_gpus split; fi ;;
   esac
 }
 
@@ -134,12 +148,22 @@ rpc_gpus() {
 prepare_inv=$out/$(echo "$layouts" | awk '{print $1}')/hosts.json
 if [ "${GPULAB_E2E_PREPARE:-1}" = 1 ]; then
   start=$SECONDS
+  # GPULAB_E2E_PREPARE_PARALLEL=1: the model is written while the build compiles (both CPU-bound,
+  # neither needs the other), instead of after it.
+  model_pid=
+  if [ "${GPULAB_E2E_PREPARE_PARALLEL:-0}" = 1 ]; then
+    playbook -i "$prepare_inv" "$repo/playbooks/model.yml" >"$out/model.log" 2>&1 &
+    model_pid=$!
+  fi
   playbook -i "$prepare_inv" "$repo/playbooks/build.yml" >"$out/build.log" 2>&1 || { log "build.yml failed"; tail -n 30 "$out/build.log" >&2; exit 1; }
   log "build.yml: $((SECONDS - start)) s, $(recap "$out/build.log")"
   cp /opt/gpulab/llama.cpp/current/BUILD_INFO.json "$out/"
-  start=$SECONDS
-  playbook -i "$prepare_inv" "$repo/playbooks/model.yml" >"$out/model.log" 2>&1 || { log "model.yml failed"; tail -n 30 "$out/model.log" >&2; exit 1; }
-  log "model.yml: $((SECONDS - start)) s, $(recap "$out/model.log"), $(du -cb "$model_dir/$model_stem"-*.gguf | tail -n 1 | cut -f1) bytes"
+  if [ -n "$model_pid" ]; then
+    wait "$model_pid" || { log "model.yml failed"; tail -n 30 "$out/model.log" >&2; exit 1; }
+  else
+    playbook -i "$prepare_inv" "$repo/playbooks/model.yml" >"$out/model.log" 2>&1 || { log "model.yml failed"; tail -n 30 "$out/model.log" >&2; exit 1; }
+  fi
+  log "model.yml: done $((SECONDS - start)) s after the build started, $(recap "$out/model.log"), $(du -cb "$model_dir/$model_stem"-*.gguf | tail -n 1 | cut -f1) bytes"
 fi
 # GPULAB_E2E_LLAMA_BENCH=0 leaves the GPU alone in this phase (a prepare run beside other GPU work).
 if [ "${GPULAB_E2E_LLAMA_BENCH:-1}" = 1 ]; then
@@ -172,8 +196,10 @@ print("  second deploy: programs %s, restarted: %s" % (sorted(before), restarted
 PY
   fi
   measure "$layout" "${ctx_sizes[0]}" "$inv" "$dir"
-  served "$inv" "$dir/served-c1-default.json" false "[1]"
-  served "$inv" "$dir/served-c1-greedy.json" true "[1]"
+  if [ "${GPULAB_E2E_SERVED:-1}" = 1 ]; then
+    served "$inv" "$dir/served-c1-default.json" false "[1]"
+    served "$inv" "$dir/served-c1-greedy.json" true "[1]"
+  fi
   if [[ " $bench_playbook_layouts " == *" $layout "* ]]; then
     # The report puts llama-bench's figure for this layout beside the served one (docs/CONTRACTS.md).
     [ ! -s "$dir/llama-bench.json" ] || install -D -m 0644 "$dir/llama-bench.json" /var/lib/gpulab/llama-bench.json

@@ -6,6 +6,11 @@
 # planned against measured (vllm_plan, vLLM's own log, nvidia-smi per process), playbooks/stop.yml.
 # vLLM runs as the role deploys it, with CUDA graphs (vllm_server_enforce_eager false);
 # GPULAB_E2E_VLLM_EAGER=1 runs it with --enforce-eager instead (faster start, slower decode).
+# GPULAB_E2E_VLLM_LAYOUT=auto leaves every layout value unset (parallel sizes, the context, the KV
+# cache: the plan chooses and pins them) and compares what vLLM runs with against the plan
+# (scripts/gpu-e2e-planned.py); GPULAB_E2E_VLLM_BENCH=0 skips playbooks/bench.yml.
+# GPULAB_E2E_VLLM_STASH=DIR: the wheelhouse arrives in parts (scripts/vllm-wheelhouse.sh stash) while
+# the checkpoint is written; the harness waits for DIR/READY, then joins them into the wheelhouse.
 # Needs a wheelhouse (GPULAB_E2E_VLLM_WHEELHOUSE, default /tmp/gpulab-wheelhouse: vLLM's wheel and
 # the wheels it needs beyond the Python's own packages; scripts/vllm-wheelhouse.sh makes one), and
 # a Python that already holds the torch vLLM pins (the venv sees it: vllm_server_venv_site_packages).
@@ -28,6 +33,13 @@ log "synthetic_hf: $((SECONDS - start)) s, $("$python" -c 'import json,sys; r=js
 if [ "${GPULAB_E2E_PHASE:-all}" = prepare ]; then
   return 0
 fi
+if [ -n "${GPULAB_E2E_VLLM_STASH:-}" ]; then
+  log "waiting for the wheelhouse parts in $GPULAB_E2E_VLLM_STASH"
+  while [ ! -e "$GPULAB_E2E_VLLM_STASH/READY" ]; do sleep 2; done
+  rm -f "$GPULAB_E2E_VLLM_STASH/READY"
+  "$repo/scripts/vllm-wheelhouse.sh" join "$GPULAB_E2E_VLLM_STASH" "$vllm_wheelhouse" 2>&1 | while read -r line; do log "  $line"; done
+fi
+vllm_layout=${GPULAB_E2E_VLLM_LAYOUT:-fixed}
 
 # The wheelhouse's other packages are installed beside vLLM (--no-deps: the set is complete), each
 # at its wheel's version, so one that the Python already holds at another version is installed too.
@@ -38,7 +50,7 @@ pins = sorted(set("%s==%s" % tuple(os.path.basename(w).split("-")[:2])
 print(json.dumps([p for p in pins if not p.startswith("vllm==")]))
 PY
 )
-"$python" - "$vdir/hosts.json" "$vllm_packages" "$vllm_eager" <<PY
+"$python" - "$vdir/hosts.json" "$vllm_packages" "$vllm_eager" "$vllm_layout" <<PY
 import json, sys
 gpus = json.load(open("$out/gpu_facts.json"))["ansible_facts"]["gpulab_gpus"]
 first = str(min(g["index"] for g in gpus))
@@ -72,6 +84,8 @@ hostvars = {
     "bench_max_tokens": 64,
     "bench_report_dir": "$out/reports",
 }
+if sys.argv[4] == "auto":
+    del hostvars["vllm_server_max_model_len"]
 inventory = {"gpu_nodes": {"children": {"inference_head": {"hosts": {"$host": hostvars}}, "rpc_workers": {"hosts": {}}}}}
 json.dump(inventory, open(sys.argv[1], "w"), indent=2)
 PY
@@ -85,10 +99,18 @@ if deploy "$vinv" "$vdir/deploy-1.log"; then
   deploy "$vinv" "$vdir/deploy-2.log" || true
   after=$(vpid)
   log "  second deploy: vLLM $before before, $after after: $( [ "$before" = "$after" ] && echo 'not restarted' || echo 'RESTARTED')"
-  start=$SECONDS
-  playbook -i "$vinv" "$repo/playbooks/bench.yml" >"$vdir/bench-playbook.log" 2>&1 || log "bench.yml failed: $(tail -n 5 "$vdir/bench-playbook.log")"
-  log "bench.yml: $((SECONDS - start)) s, $(recap "$vdir/bench-playbook.log")"
-  grep -E 'tok/s|TTFT|ITL' "$vdir/bench-playbook.log" | sed 's/^ *//' | head -n 12 | while read -r line; do log "  $line"; done || true
+  # pgrep alone would not show each command line whole.
+  # shellcheck disable=SC2009
+  ps -eo pid,args | grep -E 'vllm|VLLM' | grep -v grep >"$vdir/processes.txt" || true
+  cp /etc/gpulab/vllm/plan.json "$vdir/vllm-plan.json" 2>/dev/null || true
+  "$python" "$repo/scripts/gpu-e2e-planned.py" vllm >"$vdir/planned.txt" 2>&1 || true
+  grep -v '^{' "$vdir/planned.txt" | while read -r line; do log "  ${line:0:400}"; done
+  if [ "${GPULAB_E2E_VLLM_BENCH:-1}" = 1 ]; then
+    start=$SECONDS
+    playbook -i "$vinv" "$repo/playbooks/bench.yml" >"$vdir/bench-playbook.log" 2>&1 || log "bench.yml failed: $(tail -n 5 "$vdir/bench-playbook.log")"
+    log "bench.yml: $((SECONDS - start)) s, $(recap "$vdir/bench-playbook.log")"
+    grep -E 'tok/s|TTFT|ITL' "$vdir/bench-playbook.log" | sed 's/^ *//' | head -n 12 | while read -r line; do log "  $line"; done || true
+  fi
   module "$vinv" gpulab.inference.gpu_residency '{}' "$vdir/residency.json"
   gpus_json=$("$python" -c 'import json,sys; print(json.dumps([{"index": g["index"], "memory_total_mib": g["memory_total_mib"]} for g in json.load(open(sys.argv[1]))["ansible_facts"]["gpulab_gpus"]][:1]))' "$out/gpu_facts.json")
   module "$vinv" gpulab.inference.vllm_plan \
