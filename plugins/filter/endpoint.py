@@ -15,7 +15,7 @@ description:
   - Builds C(HOST:PORT) for a server bound to O(_input) and O(port), as llama.cpp's C(--rpc), C(ss)
     and Ray's C(--address) write it; an IPv6 address is put in brackets (C([fd00::11]:50052)).
   - The one endpoint rule of the collection, C(format_endpoint) in
-    C(plugins/module_utils/llama_server.py); filter C(gpulab.inference.server_url) builds a client's URL on it.
+    C(plugins/module_utils/endpoint_rule.py); filter C(gpulab.inference.server_url) builds a client's URL on it.
   - The host must be an IP address that can be listened on or a DNS name, the port 1-65535;
     anything else fails naming the value.
 author:
@@ -46,8 +46,8 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import (
-    LlamaServerError,
+from ansible_collections.gpulab.inference.plugins.module_utils.endpoint_rule import (
+    EndpointError,
     endpoint as checked_endpoint,
 )
 
@@ -55,7 +55,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.llama_server impo
 def endpoint(host, port):
     try:
         return checked_endpoint(host, port)
-    except LlamaServerError as exc:
+    except EndpointError as exc:
         raise AnsibleFilterError("gpulab.inference.endpoint: %s" % exc)
 
 

@@ -18,7 +18,7 @@ description:
     address is put in brackets (C(http://[fd00::10]:8080)).
   - The host must be an IP address that can be listened on or a DNS name, the port 1-65535;
     anything else fails naming the value.
-  - The rule lives in C(plugins/module_utils/llama_server.py) (C(client_url), C(format_endpoint)).
+  - The rule lives in C(plugins/module_utils/endpoint_rule.py) (C(client_url), C(format_endpoint)).
 author:
   - gpulab.inference contributors (@gpulab)
 options:
@@ -51,8 +51,8 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import (
-    LlamaServerError,
+from ansible_collections.gpulab.inference.plugins.module_utils.endpoint_rule import (
+    EndpointError,
     client_url,
 )
 
@@ -60,7 +60,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.llama_server impo
 def server_url(host, port, scheme="http"):
     try:
         return client_url(host, port, scheme)
-    except LlamaServerError as exc:
+    except EndpointError as exc:
         raise AnsibleFilterError("gpulab.inference.server_url: %s" % exc)
 
 

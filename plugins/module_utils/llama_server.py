@@ -1,11 +1,14 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, gpulab.inference contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Pure functions behind the llama_rpc_server and llama_server roles.
+"""Pure functions behind the llama_server role, the head: the workers' manifests and their lockstep,
+llama.cpp's device order and split, the model's shards and access, the deployed build, and
+llama-server's command line and memory options.
 
-Nothing here runs a command, and only read_deployed_build reads a file: the modules
-stat the model files and hand sizes and texts in, so every rule is unit-tested with
-plain values.
+The RPC worker is in rpc_worker.py, the services' wrapper and unit lines in llama_service.py and
+the endpoint rule in endpoint_rule.py. Nothing here runs a command, and only read_deployed_build
+reads a file: the modules stat the model files and hand sizes and texts in, so every rule is
+unit-tested with plain values.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -26,8 +29,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.llama_cpp import 
 )
 # --cache-type-k/-v values llama.cpp accepts (common/arg.cpp kv_cache_types), one table for both plans
 from ansible_collections.gpulab.inference.plugins.module_utils.gguf_plan import CACHE_TYPES
-from ansible_collections.gpulab.inference.plugins.module_utils import service_files
-from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import ServiceManagerError, service_names
+from ansible_collections.gpulab.inference.plugins.module_utils.endpoint_rule import format_endpoint, port_number
 
 # llama.cpp's llama_max_devices() is 16 and common/arg.cpp rejects a --tensor-split
 # with `split_arg.size() >= llama_max_devices()`, so at most 15 entries are accepted.
@@ -44,17 +46,8 @@ class LlamaServerError(ValueError):
     """Bad input: the message names the offending value and what to do."""
 
 
-# --- RPC worker side ---------------------------------------------------------
-
-def _gpu_index(gpu, position):
-    """A gpulab_gpus entry's nvidia-smi index, or an error naming the entry."""
-    if not isinstance(gpu, dict) or "index" not in gpu:
-        raise LlamaServerError(
-            "gpus entry %d (%r) has no index; pass the gpulab_gpus facts of gpu_preflight" % (position, gpu))
-    return _non_negative_int(gpu["index"], "gpus entry %d index" % position)
-
-
-def _non_negative_int(value, what):
+def non_negative_int(value, what):
+    """A whole number >= 0 from an int or a decimal string; what names it in the error."""
     if isinstance(value, bool):
         raise LlamaServerError("%s %r is not a whole number" % (what, value))
     try:
@@ -64,114 +57,6 @@ def _non_negative_int(value, what):
     if number < 0:
         raise LlamaServerError("%s %r is negative" % (what, value))
     return number
-
-
-def rpc_devices(cuda, gpus, gpu_indices=None):
-    """Devices a worker exposes, one RPC server each.
-
-    cuda: whether the build has CUDA. gpus: gpulab_gpus facts (dicts with index and
-    memory_total_mib). gpu_indices: optional subset of nvidia-smi indices to expose.
-    A CUDA build exposes one server per GPU (CUDA_VISIBLE_DEVICES=<index>, the
-    server then sees it as CUDA0); a CPU build exposes the CPU device once.
-    Returns a list of dicts: instance (0..n-1, the port offset), device (the
-    rpc-server --device name), gpu_index (or None), memory_mib (or None).
-    """
-    if not cuda:
-        return [{"instance": 0, "device": "CPU", "gpu_index": None, "memory_mib": None}]
-    by_index = {}
-    for position, gpu in enumerate(gpus or []):
-        index = _gpu_index(gpu, position)
-        if index in by_index:
-            raise LlamaServerError("gpus entries list GPU index %d twice; pass the gpulab_gpus facts unchanged" % index)
-        by_index[index] = gpu
-    if not by_index:
-        raise LlamaServerError(
-            "the llama.cpp build has CUDA but no GPU was found on this node (gpulab_gpus is empty); "
-            "run gpu_preflight first or deploy a CPU build here")
-    if gpu_indices:
-        selected = [_non_negative_int(i, "llama_rpc_server_gpu_indices entry") for i in gpu_indices]
-        twice = sorted(set(i for i in selected if selected.count(i) > 1))
-        if twice:
-            raise LlamaServerError(
-                "llama_rpc_server_gpu_indices names GPU %s more than once; list each GPU once"
-                % ", ".join(str(i) for i in twice))
-        missing = [i for i in selected if i not in by_index]
-        if missing:
-            raise LlamaServerError(
-                "GPU indices %s are not present on this node (found %s); fix llama_rpc_server_gpu_indices"
-                % (missing, sorted(by_index)))
-    else:
-        selected = sorted(by_index)
-    devices = []
-    for instance, index in enumerate(selected):
-        devices.append({
-            "instance": instance,
-            "device": "CUDA0",
-            "gpu_index": index,
-            "memory_mib": memory_mib(by_index[index].get("memory_total_mib"), "gpus entry for GPU %d memory_total_mib" % index),
-        })
-    return devices
-
-
-def memory_mib(value, what):
-    """A memory figure in MiB: None (unknown) or a whole number >= 0; a negative or odd one is refused."""
-    if value is None:
-        return None
-    return _non_negative_int(value, what)
-
-
-def check_bind_address(address, allow_any=False):
-    """Refuse a wildcard bind unless explicitly allowed: the RPC protocol has no authentication."""
-    if address in (None, ""):
-        raise LlamaServerError(
-            "no bind address: set gpulab_fabric_address for this host (the node's fabric address)")
-    try:
-        parsed = ipaddress.ip_address(str(address))
-    except ValueError:
-        raise LlamaServerError(
-            "bind address %r is not an IP address; use the node's fabric address" % (address,))
-    if parsed.is_unspecified and not allow_any:
-        raise LlamaServerError(
-            "refusing to bind the RPC server to %s: the ggml RPC protocol has no authentication and "
-            "anyone who reaches the port can run code on the device; bind to the fabric address, or set "
-            "llama_rpc_server_allow_any_address: true if a firewall protects every interface"
-            % (address,))
-    _refuse_unbindable(parsed, "bind address %r" % (address,))
-    return str(parsed)
-
-
-def _refuse_unbindable(parsed, what):
-    # Multicast, the broadcast address and IPv4's reserved 240/4 cannot be listened on.
-    if parsed.is_multicast or (parsed.version == 4 and parsed.is_reserved):
-        raise LlamaServerError(
-            "%s is a multicast, broadcast or reserved address, which no server can listen on; use the node's "
-            "own address (e.g. its gpulab_fabric_address) or 127.0.0.1" % what)
-
-
-# A DNS name (RFC 1123 labels); an all-numeric name is a mistyped IPv4 address, not a name.
-DNS_NAME_PATTERN = re.compile(r"\A(?=.{1,253}\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-                              r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\Z")
-
-
-def listen_address(value, what):
-    """A host a server listens on or is reached at: an IP address that can be bound, or a DNS name.
-
-    Returns the normalised address or the name; what names the option in messages. Shell
-    metacharacters, spaces, newlines, multicast and broadcast addresses are refused.
-    """
-    if not isinstance(value, str) or not value.strip():
-        raise LlamaServerError("%s %r is empty or not text; give an IP address or a host name" % (what, value))
-    try:
-        parsed = ipaddress.ip_address(value)
-    except ValueError:
-        parsed = None
-    if parsed is not None:
-        _refuse_unbindable(parsed, "%s %s" % (what, value))
-        return str(parsed)
-    if not DNS_NAME_PATTERN.match(value) or re.match(r"\A[0-9.]+\Z", value):
-        raise LlamaServerError("%s %r is neither an IP address nor a host name (letters, digits, - and . only); "
-                               "give e.g. 127.0.0.1, the node's fabric address or its DNS name" % (what, value))
-    return value
 
 
 # --- Head side ---------------------------------------------------------------
@@ -186,16 +71,6 @@ BUILD_ID_PATTERN = re.compile(r"\A[0-9a-f]{12}\Z")
 # An inventory host name: a DNS name or an IP address (IPv6 with its colons, a zone after %).
 HOST_PATTERN = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_.:%-]{0,252}\Z")
 FILE_NAME_PATTERN = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,254}\Z")
-
-
-def port_number(value, what):
-    """A TCP port 1..65535 from an int or a decimal string; booleans and 'abc' are refused."""
-    if isinstance(value, bool) or not re.match(r"\A[0-9]{1,5}\Z", str(value).strip()):
-        raise LlamaServerError("%s %r is not a port number (1-65535)" % (what, value))
-    port = int(str(value).strip())
-    if not 0 < port < 65536:
-        raise LlamaServerError("%s %r is out of range (1-65535)" % (what, port))
-    return port
 
 
 def worker_manifest(manifest, source="a worker"):
@@ -241,14 +116,14 @@ def worker_manifest(manifest, source="a worker"):
     for position, item in enumerate(items):
         if not isinstance(item, dict):
             raise LlamaServerError("%s: endpoints entry %d is not an object" % (where, position))
-        port = port_number(item.get("port"), "%s: endpoints entry %d port" % (where, position))
-        instance = _non_negative_int(item.get("instance", position), "%s: endpoints entry %d instance" % (where, position))
+        port = port_number(item.get("port"), "%s: endpoints entry %d port" % (where, position), LlamaServerError)
+        instance = non_negative_int(item.get("instance", position), "%s: endpoints entry %d instance" % (where, position))
         device = item.get("device") or ""
         if not isinstance(device, str) or not DEVICE_PATTERN.match(device):
             raise LlamaServerError("%s: endpoints entry %d device %r is not a ggml device name" % (where, position, device))
         memory = item.get("memory_mib")
         if memory is not None:
-            memory = _non_negative_int(memory, "%s: endpoints entry %d memory_mib" % (where, position))
+            memory = non_negative_int(memory, "%s: endpoints entry %d memory_mib" % (where, position))
         endpoints.append({"instance": instance, "port": port, "device": device, "memory_mib": memory})
     return {"host": host, "address": address, "unit": unit, "build_id": build_id, "build_info": build_info,
             "endpoints": endpoints}
@@ -314,37 +189,6 @@ def rpc_endpoints(workers):
                 "instance": item["instance"],
             })
     return flat
-
-
-def format_endpoint(address, port):
-    """'10.0.0.2:50052', '[fd00::2]:50052': how llama.cpp's --rpc and ss print an endpoint.
-
-    The collection's one endpoint rule (host:port, an IPv6 address in brackets); filter
-    gpulab.inference.endpoint is this function with its inputs checked (endpoint below)."""
-    address = str(address)
-    return "%s:%s" % ("[%s]" % address if ":" in address else address, port)
-
-
-def endpoint(host, port):
-    """host:port of a server bound to host, both checked first (listen_address, port_number).
-
-    Unlike client_url a wildcard stays as it is: this is where the server listens."""
-    return format_endpoint(listen_address(host, "endpoint host"), port_number(port, "endpoint port"))
-
-
-def client_url(host, port, scheme="http"):
-    """Where a client on the server's node reaches a server bound to host:port.
-
-    A server bound to every address (0.0.0.0, ::) is reached over loopback; an IPv6 address is
-    put in brackets (format_endpoint). host and port are checked first (listen_address,
-    port_number), so nothing odd reaches a URL.
-    """
-    if scheme not in ("http", "https"):
-        raise LlamaServerError("scheme %r is not http or https" % (scheme,))
-    address = listen_address(host, "server host")
-    if address in ("0.0.0.0", "::"):
-        address = "127.0.0.1"
-    return "%s://%s" % (scheme, format_endpoint(address, port_number(port, "server port")))
 
 
 def cuda_device_access(build, local_gpus):
@@ -552,280 +396,7 @@ def read_deployed_build(link):
     return deployed_build(link, os.path.realpath(link), text)
 
 
-# --- Firewall ------------------------------------------------------------------
-
-def firewall_sources(sources):
-    """Split the allowed sources into IPv4 and IPv6 prefixes, each checked with ipaddress.
-
-    Returns {'ipv4': [...], 'ipv6': [...], 'all': [...]} in the given order, duplicates dropped.
-    """
-    if not sources:
-        raise LlamaServerError(
-            "llama_rpc_server_allowed_sources is empty: the firewall would let nobody in; give the head a "
-            "gpulab_fabric_address (group inference_head) or list the allowed addresses")
-    split = {"ipv4": [], "ipv6": [], "all": []}
-    for source in sources:
-        try:
-            network = ipaddress.ip_network(str(source).strip(), strict=False)
-        except ValueError:
-            raise LlamaServerError(
-                "llama_rpc_server_allowed_sources entry %r is not an IP address or prefix" % (source,))
-        text = str(network.network_address) if network.num_addresses == 1 else str(network)
-        family = "ipv4" if network.version == 4 else "ipv6"
-        if text not in split[family]:
-            split[family].append(text)
-            split["all"].append(text)
-    return split
-
-
-def foreign_firewall_problem(active_units, ports, sources):
-    """A message when firewalld or ufw is active: they drop what our table accepts, or flush it.
-
-    Both keep rules of their own that a packet must pass too (nftables evaluates every base
-    chain of a hook), so the RPC ports must be opened there for the head. Returns None when
-    neither runs.
-    """
-    active = [unit for unit in active_units or [] if unit]
-    if not active:
-        return None
-    commands = []
-    for source in sources:
-        family = "ipv6" if ":" in source else "ipv4"
-        for port in ports:
-            if any(unit.startswith("firewalld") for unit in active):
-                commands.append("firewall-cmd --permanent --add-rich-rule='rule family=\"%s\" source address=\"%s\" "
-                                "port port=\"%d\" protocol=\"tcp\" accept'" % (family, source, port))
-            if any(unit.startswith("ufw") for unit in active):
-                commands.append("ufw allow proto tcp from %s to any port %d" % (source, port))
-    if any(unit.startswith("firewalld") for unit in active):
-        commands.append("firewall-cmd --reload")
-    return ("%s is active on this node and keeps rules of its own that the RPC ports must pass too; open them "
-            "for the head only (%s), then set llama_rpc_server_other_firewall: opened"
-            % (" and ".join(active), "; ".join(commands)))
-
-
-# --- The RPC server's wrapper and unit -----------------------------------------------
-
-CUDA_ORDER_WHY = "nvidia-smi numbers GPUs by PCI bus; make CUDA use the same order."
-RDMA_WHY = "RDMA transport of llama.cpp RPC (role roce, fabric.json): the verbs device and RoCE v2 GID."
-
-
-def rdma_exports(environment, variable):
-    """The GGML_RDMA_* exports of a wrapper, the comment above the first."""
-    return [service_files.env(name, value, variable, LlamaServerError, RDMA_WHY if position == 0 else "")
-            for position, (name, value) in enumerate((environment or {}).items())]
-
-
-def rpc_server_wrapper(server, build, address, settings, rdma_environment=None):
-    """The wrapper of one RPC server (service_files.wrapper): its comments, environment and rpc-server argv.
-
-    server: a rpc_devices entry with its port; build: read_deployed_build with the binary's path;
-    settings: host (inventory name), user, unit, bin_dir, threads (0: rpc-server's default),
-    cache_dir (empty: no weight cache); rdma_environment: GGML_RDMA_* of the fabric (empty: TCP).
-    """
-    error = LlamaServerError
-    user = service_files.checked(settings["user"], "llama_rpc_server_user", error)
-    unit = service_files.checked(settings["unit"], "llama_rpc_server_unit_name", error)
-    bin_dir = service_files.checked(settings["bin_dir"], "llama_rpc_server_bin_dir", error)
-    cache_dir = service_files.checked(settings.get("cache_dir"), "llama_rpc_server_cache_dir", error)
-    threads = _non_negative_int(settings.get("threads") or 0, "llama_rpc_server_threads")
-    host = service_files.checked(settings.get("host") or "this node", "inventory_hostname", error)
-    instance = server["instance"]
-    gpu = "" if server["gpu_index"] is None else " = nvidia-smi GPU %s" % server["gpu_index"]
-    comments = [
-        "ggml RPC server %s of %s, build %s:" % (instance, host, build["build_id"]),
-        "device %s%s, listening on %s." % (server["device"], gpu, endpoint(address, server["port"])),
-        "The service manager runs it as %s (%s@%s.service under systemd);" % (user, unit, instance),
-        "to run it by hand, stop the unit and: sudo -u %s %s/%s-%s" % (user, bin_dir, unit, instance),
-    ]
-    environment = [service_files.env("CUDA_DEVICE_ORDER", "PCI_BUS_ID", "CUDA_DEVICE_ORDER", error, CUDA_ORDER_WHY)]
-    if server["gpu_index"] is not None:
-        environment.append(service_files.env("CUDA_VISIBLE_DEVICES", server["gpu_index"], "gpus", error,
-                                             "This server sees only its own GPU, as CUDA0."))
-    environment += rdma_exports(rdma_environment, "fabric.json")
-    if cache_dir:
-        environment.append(service_files.env("LLAMA_CACHE", cache_dir, "llama_rpc_server_cache_dir", error,
-                                             "-c keeps received tensors under $LLAMA_CACHE/rpc."))
-    argv = [[build["rpc_server_binary"]], ["--host", address], ["--port", str(server["port"])],
-            ["--device", server["device"]]]
-    if threads > 0:
-        argv.append(["--threads", str(threads)])
-    if cache_dir:
-        argv.append(["--cache"])
-    result = service_files.wrapper(comments, environment, argv, error)
-    result.update(instance=instance, name="%s-%s" % (unit, instance))
-    return result
-
-
-def rpc_server_unit(settings, servers, firewall, unit_directives, service_directives):
-    """The template unit <unit>@.service of the RPC servers (service_files.unit_file).
-
-    settings: user, group, unit, bin_dir, cache_dir (empty: none), firewall_unit (empty: no
-    firewall), hardening (directive: value, None leaves it out), cuda_devices (opened only when a
-    server has a GPU); firewall: the plan's (ip_address_allow); *_directives: [key, value] pairs.
-    """
-    error = LlamaServerError
-    user = service_files.checked(settings["user"], "llama_rpc_server_user", error)
-    group = service_files.checked(settings["group"], "llama_rpc_server_group", error)
-    unit = service_files.checked(settings["unit"], "llama_rpc_server_unit_name", error)
-    bin_dir = service_files.checked(settings["bin_dir"], "llama_rpc_server_bin_dir", error)
-    cache_dir = service_files.checked(settings.get("cache_dir"), "llama_rpc_server_cache_dir", error)
-    firewall_unit = service_files.checked(settings.get("firewall_unit"), "llama_rpc_server_unit_name", error)
-    section_unit = ["Description=ggml RPC server %i for the llama-server head (gpulab.inference)",
-                    "Wants=network-online.target", "After=network-online.target"]
-    if firewall_unit:
-        section_unit += ["# No rules, no server: the instance does not start unless the firewall unit loaded its table.",
-                         "Requires=%s" % firewall_unit, "After=%s" % firewall_unit]
-    section_unit += service_files.directives(unit_directives, "the restart directives", error)
-    section_service = ["Type=simple", "User=%s" % user, "Group=%s" % group,
-                       "ExecStart=%s/%s-%%i" % (bin_dir, unit)]
-    section_service += service_files.directives(service_directives, "the restart and fabric directives", error)
-    if cache_dir:
-        section_service.append("ReadWritePaths=%s" % cache_dir)
-    if firewall_unit:
-        section_service += [
-            "# Second layer, independent of nftables: the kernel drops the servers' packets to and from any",
-            "# other address (cgroup BPF; systemd.resource-control(5)).",
-            "IPAddressDeny=any",
-            service_files.directive("IPAddressAllow", " ".join(firewall["ip_address_allow"]),
-                                    "llama_rpc_server_allowed_sources", error)]
-    section_service.append("# Hardening: gpulab_service_hardening, with llama_rpc_server_hardening_overrides applied.")
-    section_service += service_files.hardening(settings.get("hardening") or {}, "llama_rpc_server_hardening_overrides", error)
-    if any(server["gpu_index"] is not None for server in servers):
-        section_service += service_files.device_allow(settings.get("cuda_devices"), "llama_rpc_server_cuda_devices", error)
-    if firewall_unit:
-        section_install = ["# Started again with the firewall unit when nftables.service comes back after a stop.",
-                           "WantedBy=multi-user.target %s" % firewall_unit]
-    else:
-        section_install = ["WantedBy=multi-user.target"]
-    comments = ["ggml RPC server %%i: runs %s/%s-%%i (one instance per exposed device)." % (bin_dir, unit)]
-    return service_files.unit_file(comments, section_unit, section_service, section_install, error)
-
-
-def rpc_guard_wrapper(guard, servers, unit, firewall_unit):
-    """The RPC guard's wrapper (service_files.wrapper): module_utils/rpc_guard.py run with the table, every
-    server's port and unit (instances under systemd, programs under supervisord) and the firewall unit.
-
-    guard: name (the program in bin_dir), python, code (the guard's copied code), table, service_manager,
-    supervisor_config, interval_s; servers: the plan's; unit: the servers' unit name.
-    """
-    error = LlamaServerError
-    table = service_files.checked(guard["table"], "llama_rpc_server_nft_table", error)
-    manager = guard["service_manager"]
-    if manager not in ("systemd", "supervisor"):
-        raise LlamaServerError("llama_rpc_server_service_manager is %r; use systemd or supervisor" % (manager,))
-    try:
-        # The servers' names as role service gives them to the service manager.
-        units = service_names([s["instance"] for s in servers], unit, manager)
-    except ServiceManagerError as exc:
-        raise LlamaServerError("llama_rpc_server_unit_name: %s" % exc)
-    comments = [
-        "Stops this node's ggml RPC servers while table %s no longer drops their ports from" % table,
-        "other hosts (`nft flush ruleset`, the table deleted), and starts the ones it stopped when the table is back.",
-        "By hand: `--once` looks once and acts; `--check` exits 1 without the table (the servers' pre-start check).",
-    ]
-    environment = [service_files.env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin", "PATH", error)]
-    argv = [[guard["python"], guard["code"]], ["--table", table],
-            ["--ports", ",".join(str(s["port"]) for s in servers)], ["--manager", manager]]
-    if manager == "supervisor":
-        config = service_files.checked(guard["supervisor_config"], "gpulab_supervisor_config", error)
-        argv.append(["--supervisor-config", config])
-    argv += [["--firewall-unit", firewall_unit], ["--interval-s", str(guard["interval_s"])], ["--units"] + units]
-    result = service_files.wrapper(comments, environment, argv, error)
-    result["name"] = service_files.checked(guard["name"], "llama_rpc_server_unit_name", error)
-    return result
-
-
-# --- The head's wrapper and unit ----------------------------------------------------
-
-def head_wrapper_lines(devices, split, rdma_environment=None, backend_sampling=None):
-    """What the head's wrapper renders besides its fixed script: `devices`, a comment line per device in
-    llama.cpp's order with its split; `sampling`, the backend-sampling choice (none without one);
-    `environment`, the exports (CUDA order, RDMA)."""
-    error = LlamaServerError
-    lines = []
-    for device, share in zip(devices, split):
-        where = "%s (%s)" % (device["endpoint"], device["host"]) if device["kind"] == "rpc" else "local GPU"
-        lines.append(service_files.checked("  %s: %s, split %s" % (device["name"], where, share),
-                                           "a device of the workers' servers.json", error))
-    sampling = []
-    if backend_sampling:
-        sampling.append(service_files.checked(
-            "Backend sampling: %s (%s)." % ("on" if backend_sampling["enabled"] else "off",
-                                            " ".join(str(backend_sampling["reason"]).split("\n"))),
-            "the backend-sampling reason", error))
-    environment = [service_files.env("CUDA_DEVICE_ORDER", "PCI_BUS_ID", "CUDA_DEVICE_ORDER", error, CUDA_ORDER_WHY)]
-    return {"devices": lines, "sampling": sampling,
-            "environment": environment + rdma_exports(rdma_environment, "fabric.json")}
-
-
-def head_unit_sandbox(hardening, cuda_access, cuda_devices):
-    """The head's hardening lines (None leaves a directive out) and DeviceAllow= where it uses CUDA."""
-    error = LlamaServerError
-    lines = service_files.hardening(hardening or {}, "llama_server_hardening_overrides", error)
-    if cuda_access:
-        lines += service_files.device_allow(cuda_devices, "llama_server_cuda_devices", error)
-    return lines
-
-
-# --- Services ------------------------------------------------------------------
-
-def parse_systemd_version(text):
-    """The major version from `systemctl --version` ('systemd 252 (252.30-1~deb12u2)' -> 252); 0 when unknown."""
-    match = re.search(r"^systemd ([0-9]+)", str(text or "").strip(), re.MULTILINE)
-    return int(match.group(1)) if match else 0
-
-
-# RestartSteps= and RestartMaxDelaySec= appeared in systemd 254 (NEWS of v254); Debian 12 has 252,
-# where they would be unknown keys (a warning at every load and in systemd-analyze verify).
-RESTART_BACKOFF_SYSTEMD = 254
-
-
-def restart_directives(systemd_version, restart_sec, max_delay_s, steps=5):
-    """systemd directives that restart a service forever, with backoff where systemd has it.
-
-    Returns (unit, service): lists of (key, value). StartLimitIntervalSec=0 turns the start
-    limit off, so a long outage never leaves the unit failed for good.
-    """
-    if restart_sec <= 0:
-        raise LlamaServerError("restart_sec is %r; give the first restart delay in seconds, > 0" % (restart_sec,))
-    if max_delay_s < restart_sec:
-        raise LlamaServerError("restart_max_delay_s (%r s) is below restart_sec (%r s): the largest restart delay "
-                               "cannot be shorter than the first" % (max_delay_s, restart_sec))
-    unit = [("StartLimitIntervalSec", "0")]
-    service = [("Restart", "always"), ("RestartSec", str(restart_sec))]
-    if systemd_version >= RESTART_BACKOFF_SYSTEMD and max_delay_s > restart_sec:
-        service += [("RestartSteps", str(steps)), ("RestartMaxDelaySec", str(max_delay_s))]
-    return unit, service
-
-
-NFTABLES_UNIT = "nftables.service"
-
-
-def firewall_unit_directives(nftables_unit=NFTABLES_UNIT):
-    """[Unit] directives that tie the RPC firewall unit, and so the servers that require it, to
-    nftables.service: Debian's unit flushes the whole ruleset when it stops, our table with it.
-
-    PartOf= passes on a stop and a restart: `systemctl stop nftables` stops the servers, and a
-    restart (a flush, then /etc/nftables.conf with our table) stops them for the moment the
-    ruleset is empty and starts them again after it is loaded, so no RPC port is ever open
-    without its rules. (StopPropagatedFrom= would not do better: a restart is propagated too.)
-    Returns a list of (key, value).
-    """
-    return [("PartOf", nftables_unit)]
-
-
-def stale_units(unit_names, unit, planned_instances):
-    """Instances of the template unit <unit>@<i>.service that exist but are no longer planned, sorted."""
-    pattern = re.compile(r"\A%s@([0-9]+)\.service\Z" % re.escape(unit))
-    planned = set(int(i) for i in planned_instances)
-    stale = []
-    for name in unit_names or []:
-        match = pattern.match(str(name))
-        if match and int(match.group(1)) not in planned:
-            stale.append(str(name))
-    return sorted(stale, key=lambda n: int(pattern.match(n).group(1)))
-
+# --- The head's connections and the model's access -------------------------------
 
 def established_peers(ss_text):
     """Peer endpoints of `ss -Htn state established` (columns Recv-Q Send-Q Local Peer), in order.
@@ -894,40 +465,6 @@ def access_problem(chain, uid, gids, user):
                     "(e.g. chmod o+%s %s, or a group the account is in)"
                     % (user, "read" if last else "enter", path, mode & 0o7777, owner, group,
                        "readable" if last else "searchable", "r" if last else "x", path))
-    return None
-
-
-def parse_unit_properties(text):
-    """`systemctl show -p A -p B unit` output -> {A: value, B: value}."""
-    props = {}
-    for line in str(text or "").splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            props[key.strip()] = value.strip()
-    return props
-
-
-def unit_failure(props, restarts_before=0):
-    """Why a unit that should be loading a model is not, or None while it may still come up.
-
-    props: parse_unit_properties of ActiveState, SubState, NRestarts, Result, ExecMainStatus.
-    A unit that failed, sits in auto-restart, or restarted since the wait began has failed.
-    """
-    state = props.get("ActiveState", "")
-    sub = props.get("SubState", "")
-    try:
-        restarts = int(props.get("NRestarts") or 0)
-    except ValueError:
-        restarts = 0
-    detail = "result %s, exit status %s" % (props.get("Result", "?"), props.get("ExecMainStatus", "?"))
-    if state == "failed":
-        return "the unit failed (%s)" % detail
-    if sub == "auto-restart":
-        return "the service exited and waits to be restarted (%s)" % detail
-    if restarts > restarts_before:
-        return "the service was restarted %d time(s) while loading (%s)" % (restarts - restarts_before, detail)
-    if state in ("inactive", "deactivating"):
-        return "the unit is %s (%s)" % (state, detail)
     return None
 
 
@@ -1108,7 +645,8 @@ def server_argv(binary, model, options, rpc, split_arg, backend_sampling):
     unknown = sorted(set(opts) - set(SERVER_OPTION_DEFAULTS))
     if unknown:
         raise LlamaServerError("unknown llama-server option(s) %s" % ", ".join(unknown))
-    argv = [binary, "--model", model, "--host", str(opts["host"]), "--port", str(port_number(opts["port"], "llama_server_port"))]
+    port = port_number(opts["port"], "llama_server_port", LlamaServerError)
+    argv = [binary, "--model", model, "--host", str(opts["host"]), "--port", str(port)]
     if rpc:
         argv += ["--rpc", rpc]
     if memory_options(opts)["ctx_size"] == "auto":  # the values the memory plan reads, refused here the same way

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The shapes of the wrapper scripts and systemd units the serving roles render.
 
-The plans (llama_server.py for the RPC servers and llama-server, vllm_plan.py for vLLM) decide
+The plans (rpc_worker.py and llama_service.py for llama.cpp, vllm_service.py for vLLM) decide
 every line; the templates only loop over what these functions return:
 
 - a wrapper: comment lines, exports (name, value, why: the comment above it, may be empty),

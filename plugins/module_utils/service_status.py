@@ -14,7 +14,7 @@ __metaclass__ = type
 import fnmatch
 import re
 
-from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import format_endpoint
+from ansible_collections.gpulab.inference.plugins.module_utils.endpoint_rule import format_endpoint
 
 # What `systemctl show` is asked for, per unit.
 SHOW_PROPERTIES = ("Id", "ActiveState", "SubState", "Result", "NRestarts", "MainPID",

@@ -29,8 +29,8 @@ import struct
 
 from ansible_collections.gpulab.inference.plugins.module_utils import service_files
 from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import MANAGERS
-from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import (
-    LlamaServerError,
+from ansible_collections.gpulab.inference.plugins.module_utils.endpoint_rule import (
+    EndpointError,
     endpoint,
     listen_address,
     port_number,
@@ -906,7 +906,7 @@ def check_launch(launch):
     """Refuse launch settings vLLM would reject or a node could not use, before anything is read.
 
     launch: host, port, master_addr, master_port, dp_rpc_port, served_model_name (the module's
-    options). The address and port rules are llama_server's (listen_address, port_number).
+    options). The address and port rules are the endpoint rule's (listen_address, port_number).
     """
     try:
         listen_address(launch.get("host"), "host")
@@ -914,7 +914,7 @@ def check_launch(launch):
             listen_address(launch["master_addr"], "master_addr")
         for key in ("port", "master_port", "dp_rpc_port"):
             port_number(launch.get(key), key)
-    except LlamaServerError as exc:
+    except EndpointError as exc:
         raise VllmPlanError(str(exc))
     name = launch.get("served_model_name")
     if name not in (None, "") and not (isinstance(name, str) and SERVED_MODEL_NAME_PATTERN.match(name)):
@@ -1143,5 +1143,5 @@ def service_files_of(service, plan_info, node_role, serve_args):
             "unit_file": service_unit(service, plan_info, node_role),
             "program_user": "" if service["install"] == "container" else _service_value(service, "user", "vllm_server_user"),
         }
-    except LlamaServerError as exc:  # the shared address and port rules
+    except EndpointError as exc:  # the shared address and port rules
         raise VllmPlanError(str(exc))

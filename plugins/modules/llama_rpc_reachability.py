@@ -63,13 +63,13 @@ import socket
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpulab.inference.plugins.module_utils.bounded_command import BoundedRunner
-from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import (
-    LlamaServerError,
-    established_peers,
+from ansible_collections.gpulab.inference.plugins.module_utils.endpoint_rule import (
+    EndpointError,
     format_endpoint,
     listen_address,
     port_number,
 )
+from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import LlamaServerError, established_peers
 
 
 def connects(address, port, timeout_s):
@@ -105,7 +105,7 @@ def main():
             port = port_number(item.get("port"), "endpoints entry %d port" % position)
             address = listen_address(item.get("address"), "endpoints entry %d address" % position)
             targets.append((str(item.get("host") or address), address, port, format_endpoint(address, port)))
-    except LlamaServerError as exc:
+    except (LlamaServerError, EndpointError) as exc:
         module.fail_json(msg=str(exc))
     attached, probed, unreachable = [], [], []
     for host, address, port, endpoint in targets:

@@ -300,16 +300,14 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpulab.inference.plugins.module_utils.bounded_command import BoundedRunner
 from ansible_collections.gpulab.inference.plugins.module_utils.exposure import ExposureError, clear_of_ssh
 from ansible_collections.gpulab.inference.plugins.module_utils.roce import RoceError, rpc_rdma_settings
-from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import (
-    LlamaServerError,
+from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import LlamaServerError, read_deployed_build
+from ansible_collections.gpulab.inference.plugins.module_utils.llama_service import parse_systemd_version, restart_directives
+from ansible_collections.gpulab.inference.plugins.module_utils.rpc_worker import (
     check_bind_address,
     firewall_sources,
     firewall_unit_directives,
     foreign_firewall_problem,
     memory_mib,
-    parse_systemd_version,
-    read_deployed_build,
-    restart_directives,
     rpc_devices,
     rpc_guard_wrapper,
     rpc_server_unit,

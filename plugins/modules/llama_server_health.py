@@ -71,7 +71,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
 from ansible_collections.gpulab.inference.plugins.module_utils.bench_stats import BenchInputError, parse_base_url
 from ansible_collections.gpulab.inference.plugins.module_utils.bounded_command import BoundedRunner, timed_out
-from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import (
+from ansible_collections.gpulab.inference.plugins.module_utils.llama_service import (
     parse_unit_properties,
     unit_failure,
 )

@@ -270,6 +270,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils import layout_aut
 from ansible_collections.gpulab.inference.plugins.module_utils.bounded_command import BoundedRunner
 from ansible_collections.gpulab.inference.plugins.module_utils.roce import RoceError, rpc_rdma_settings
 from ansible_collections.gpulab.inference.plugins.module_utils.gguf import GGUFError, read_gguf
+from ansible_collections.gpulab.inference.plugins.module_utils.endpoint_rule import EndpointError, listen_address
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import (
     backend_sampling_choice,
     server_argv,
@@ -277,23 +278,24 @@ from ansible_collections.gpulab.inference.plugins.module_utils.llama_server impo
     access_problem,
     check_health_settings,
     cuda_device_access,
-    head_unit_sandbox,
-    head_wrapper_lines,
     device_order,
     format_tensor_split,
     gguf_magic_problem,
     health_timeout_s,
-    listen_address,
     lockstep_problems,
     missing_shards,
     model_shards,
-    parse_systemd_version,
     read_deployed_build,
-    restart_directives,
     rpc_endpoints,
     sandbox_problem,
     tensor_split,
     worker_manifest,
+)
+from ansible_collections.gpulab.inference.plugins.module_utils.llama_service import (
+    head_unit_sandbox,
+    head_wrapper_lines,
+    parse_systemd_version,
+    restart_directives,
 )
 
 
@@ -507,7 +509,7 @@ def main():
     plan = LlamaServerPlan(module)
     try:
         plan.run()
-    except (LlamaServerError, RoceError) as exc:
+    except (LlamaServerError, EndpointError, RoceError) as exc:
         module.fail_json(msg=str(exc))
     for warning in plan.warnings:
         module.warn(warning)

@@ -10,7 +10,7 @@ import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 COMMON_DEFAULTS = REPO_ROOT / 'roles' / 'common' / 'defaults' / 'main.yml'
-ENDPOINT_RULE = REPO_ROOT / 'plugins' / 'module_utils' / 'llama_server.py'
+ENDPOINT_RULE = REPO_ROOT / 'plugins' / 'module_utils' / 'endpoint_rule.py'
 
 
 def sources(suffixes=('.yml', '.yaml', '.j2', '.py', '.sh')):
@@ -46,6 +46,17 @@ def test_the_endpoint_rule_is_written_once():
     found = hits(HAND_MADE_ENDPOINT, skip=(ENDPOINT_RULE,))
     assert not found, 'use gpulab.inference.endpoint / server_url or format_endpoint:\n' + '\n'.join(found)
     assert len(hits(re.compile(r'"\[%s\]"'))) == 1
+
+
+def test_the_endpoint_rule_lives_in_its_own_module_utils_file():
+    # The functions that make up the rule are defined in endpoint_rule.py only; everything else
+    # imports them (vLLM's plan and the filters too), so the brackets cannot drift between copies.
+    definition = re.compile(r'^def (format_endpoint|endpoint|client_url|listen_address|port_number)\(')
+    assert definition.search('def client_url(host, port, scheme="http"):')
+    assert not definition.search('def endpoint_list(items):')
+    found = [hit for hit in hits(definition) if not hit.startswith('plugins/filter/')]
+    assert found and all(hit.startswith('plugins/module_utils/endpoint_rule.py:') for hit in found), '\n'.join(found)
+    assert len(found) == 5
 
 
 def test_the_own_units_are_listed_once():

@@ -15,7 +15,7 @@ import jinja2
 import yaml
 from ansible.plugins.filter.core import FilterModule
 
-from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import rpc_guard_wrapper
+from ansible_collections.gpulab.inference.plugins.module_utils.rpc_worker import rpc_guard_wrapper
 from ansible_collections.gpulab.inference.plugins.module_utils.rpc_guard import parse_args
 
 REPO = Path(__file__).resolve().parents[3]

@@ -10,7 +10,7 @@ from pathlib import Path
 import jinja2
 from ansible.plugins.filter.core import FilterModule
 
-from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import firewall_unit_directives, rpc_server_unit
+from ansible_collections.gpulab.inference.plugins.module_utils.rpc_worker import firewall_unit_directives, rpc_server_unit
 
 REPO = Path(__file__).resolve().parents[3]
 TEMPLATES = REPO / 'roles' / 'llama_rpc_server' / 'templates'

@@ -17,7 +17,7 @@ import jinja2
 import pytest
 from ansible.plugins.filter.core import FilterModule
 
-from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import head_wrapper_lines
+from ansible_collections.gpulab.inference.plugins.module_utils.llama_service import head_wrapper_lines
 
 REPO = Path(__file__).resolve().parents[3]
 TEMPLATE = REPO / 'roles' / 'llama_server' / 'templates' / 'gpulab-llama-server.sh.j2'

@@ -12,7 +12,7 @@ from pathlib import Path
 import jinja2
 from ansible.plugins.filter.core import FilterModule
 
-from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import rpc_server_wrapper
+from ansible_collections.gpulab.inference.plugins.module_utils.rpc_worker import rpc_server_wrapper
 from ansible_collections.gpulab.inference.plugins.module_utils.vllm_plan import service_files_of
 
 REPO = Path(__file__).resolve().parents[3]

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to gpulab.inference
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Rules of the llama_rpc_server and llama_server roles: devices, endpoints, split, shards."""
+"""Rules of the llama_server role, the head: workers' manifests, device order, split, shards, command line."""
 
 import re
 
@@ -10,35 +10,24 @@ import pytest
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import (
     LlamaServerError,
     access_problem,
-    check_bind_address,
     check_health_settings,
     deployed_build,
     established_peers,
-    firewall_sources,
-    foreign_firewall_problem,
     gguf_magic_problem,
     lockstep_problems,
-    parse_systemd_version,
-    parse_unit_properties,
-    port_number,
     read_deployed_build,
-    restart_directives,
     sandbox_problem,
-    stale_units,
-    unit_failure,
     worker_manifest,
     device_order,
     format_tensor_split,
     health_timeout_s,
     missing_shards,
     model_shards,
-    rpc_devices,
     rpc_endpoints,
     tensor_split,
 )
 from ansible_collections.gpulab.inference.plugins.module_utils import llama_server as ls
 
-H200 = {"index": 0, "name": "NVIDIA H200", "memory_total_mib": 143156}
 RTX_A = {"index": 0, "name": "RTX PRO 6000", "memory_total_mib": 97000}
 RTX_B = {"index": 1, "name": "RTX PRO 6000", "memory_total_mib": 96000}
 
@@ -48,60 +37,6 @@ def worker(host, address, *ports, **kwargs):
     return {"host": host, "address": address, "unit": "gpulab-rpc-server",
             "endpoints": [{"port": p, "device": "CUDA0", "memory_mib": mem, "instance": i}
                           for i, p in enumerate(ports)]}
-
-
-# --- worker devices ----------------------------------------------------------
-
-def test_cpu_build_exposes_one_cpu_device_even_with_gpus():
-    assert rpc_devices(False, [H200]) == [
-        {"instance": 0, "device": "CPU", "gpu_index": None, "memory_mib": None}]
-
-
-def test_cuda_build_exposes_one_server_per_gpu_each_seeing_cuda0():
-    devices = rpc_devices(True, [RTX_B, RTX_A])
-    assert [(d["instance"], d["device"], d["gpu_index"]) for d in devices] == [
-        (0, "CUDA0", 0), (1, "CUDA0", 1)]
-    assert devices[1]["memory_mib"] == 96000
-
-
-def test_cuda_build_with_selected_indices():
-    devices = rpc_devices(True, [RTX_A, RTX_B], [1])
-    assert [(d["instance"], d["gpu_index"]) for d in devices] == [(0, 1)]
-
-
-def test_cuda_build_with_absent_index_names_it():
-    with pytest.raises(LlamaServerError, match=r"\[3\] are not present.*\[0, 1\]"):
-        rpc_devices(True, [RTX_A, RTX_B], [3])
-
-
-def test_cuda_build_without_gpus_fails():
-    with pytest.raises(LlamaServerError, match="no GPU was found"):
-        rpc_devices(True, [])
-
-
-@pytest.mark.parametrize("address", ["0.0.0.0", "::"])
-def test_wildcard_bind_refused_unless_allowed(address):
-    with pytest.raises(LlamaServerError, match="no authentication"):
-        check_bind_address(address)
-    assert check_bind_address(address, allow_any=True) == address
-
-
-@pytest.mark.parametrize("address", ["255.255.255.255", "224.0.0.251", "ff02::1", "240.0.0.1"])
-def test_bind_address_that_nothing_can_listen_on_is_refused(address):
-    with pytest.raises(LlamaServerError, match="is a multicast, broadcast or reserved address"):
-        check_bind_address(address)
-
-
-@pytest.mark.parametrize("address", ["10.0.0.1;id", "10.0.0.1 ", "10.0.0.1\n", "$(id)", "`id`", "a|b"])
-def test_bind_address_with_shell_metacharacters_is_refused(address):
-    with pytest.raises(LlamaServerError, match="is not an IP address"):
-        check_bind_address(address)
-
-
-def test_bind_address_must_be_an_ip():
-    with pytest.raises(LlamaServerError, match="'node-b' is not an IP address"):
-        check_bind_address("node-b")
-    assert check_bind_address("10.231.77.11") == "10.231.77.11"
 
 
 # --- endpoints ---------------------------------------------------------------
@@ -259,28 +194,6 @@ def test_health_timeout_rejects_zero_rate():
         health_timeout_s(1, load_rate_mib_s=0)
 
 
-# --- bad GPU input -----------------------------------------------------------
-
-def test_gpu_entry_without_index_is_named():
-    with pytest.raises(LlamaServerError, match=r"gpus entry 1 .* has no index"):
-        rpc_devices(True, [RTX_A, {"name": "RTX PRO 6000"}])
-
-
-def test_gpu_listed_twice_in_facts_is_refused():
-    with pytest.raises(LlamaServerError, match="GPU index 0 twice"):
-        rpc_devices(True, [RTX_A, dict(RTX_A)])
-
-
-def test_gpu_indices_twice_are_refused():
-    with pytest.raises(LlamaServerError, match="names GPU 0 more than once"):
-        rpc_devices(True, [RTX_A, RTX_B], [0, 0])
-
-
-def test_gpu_index_that_is_not_a_number():
-    with pytest.raises(LlamaServerError, match="llama_rpc_server_gpu_indices entry 'x' is not a whole number"):
-        rpc_devices(True, [RTX_A], ["x"])
-
-
 # --- worker manifests ----------------------------------------------------------
 
 MANIFEST = {"managed_by": "gpulab.inference", "host": "node-b", "address": "10.231.77.11", "build_id": "0123456789ab",
@@ -371,12 +284,6 @@ def test_manifest_host_names_that_inventories_use_are_accepted(host):
 def test_manifest_that_is_not_an_object():
     with pytest.raises(LlamaServerError, match="workers entry 2: servers.json must hold a JSON object, not list"):
         worker_manifest([], "workers entry 2")
-
-
-def test_port_number_accepts_digits_only():
-    assert port_number(" 8080 ", "port") == 8080
-    with pytest.raises(LlamaServerError, match="'80 80' is not a port number"):
-        port_number("80 80", "port")
 
 
 # What lockstep_summary keeps of a BUILD_INFO.json (the fields of the lab's CPU build).
@@ -495,84 +402,6 @@ def test_read_deployed_build_names_what_is_missing(tmp_path):
         read_deployed_build(str(tmp_path))
 
 
-# --- firewall ------------------------------------------------------------------
-
-def test_firewall_sources_split_by_family_and_normalised():
-    assert firewall_sources(["10.231.77.10", "fd00::10/128", "10.231.77.0/24", "10.231.77.10"]) == {
-        "ipv4": ["10.231.77.10", "10.231.77.0/24"], "ipv6": ["fd00::10"],
-        "all": ["10.231.77.10", "fd00::10", "10.231.77.0/24"]}
-
-
-@pytest.mark.parametrize("sources, message", [
-    ([], "llama_rpc_server_allowed_sources is empty"),
-    (["head.lab"], "entry 'head.lab' is not an IP address or prefix"),
-    (["10.0.0.1; accept"], "entry '10.0.0.1; accept' is not an IP address"),
-])
-def test_firewall_sources_refused(sources, message):
-    with pytest.raises(LlamaServerError, match=re.escape(message)):
-        firewall_sources(sources)
-
-
-def test_no_other_firewall_no_problem():
-    assert foreign_firewall_problem([], [50052], ["10.0.0.1"]) is None
-
-
-def test_firewalld_problem_gives_the_commands():
-    message = foreign_firewall_problem(["firewalld.service"], [50052, 50053], ["10.0.0.1"])
-    assert message.startswith("firewalld.service is active on this node")
-    assert ("firewall-cmd --permanent --add-rich-rule='rule family=\"ipv4\" source address=\"10.0.0.1\" "
-            "port port=\"50053\" protocol=\"tcp\" accept'") in message
-    assert message.count("firewall-cmd --reload") == 1
-    assert "llama_rpc_server_other_firewall: opened" in message
-
-
-def test_ufw_problem_gives_the_commands():
-    message = foreign_firewall_problem(["ufw.service"], [50052], ["fd00::10"])
-    assert "ufw allow proto tcp from fd00::10 to any port 50052" in message
-    assert "firewall-cmd" not in message
-
-
-# --- services ------------------------------------------------------------------
-
-@pytest.mark.parametrize("text, version", [
-    ("systemd 252 (252.30-1~deb12u2)\n+PAM +AUDIT +SELINUX", 252),
-    ("systemd 255 (255.4-1ubuntu8)\n+PAM", 255),
-    ("", 0),
-    ("not systemd", 0),
-])
-def test_systemd_version(text, version):
-    assert parse_systemd_version(text) == version
-
-
-def test_restart_forever_without_backoff_on_debian_12():
-    assert restart_directives(252, 5, 30) == (
-        [("StartLimitIntervalSec", "0")], [("Restart", "always"), ("RestartSec", "5")])
-
-
-def test_restart_with_backoff_from_systemd_254():
-    unit, service = restart_directives(254, 5, 30)
-    assert unit == [("StartLimitIntervalSec", "0")]
-    assert service == [("Restart", "always"), ("RestartSec", "5"), ("RestartSteps", "5"), ("RestartMaxDelaySec", "30")]
-
-
-def test_restart_settings_refused():
-    with pytest.raises(LlamaServerError, match="restart_sec is 0"):
-        restart_directives(252, 0, 30)
-    with pytest.raises(LlamaServerError, match=re.escape("restart_max_delay_s (2 s) is below restart_sec (5 s)")):
-        restart_directives(252, 5, 2)
-
-
-def test_stale_units_are_instances_beyond_the_plan():
-    names = ["gpulab-rpc-server@2.service", "gpulab-rpc-server@0.service", "gpulab-rpc-server@10.service",
-             "gpulab-rpc-server-firewall.service", "gpulab-rpc-server@.service", "other@1.service", "ssh.service"]
-    assert stale_units(names, "gpulab-rpc-server", [0, 1]) == ["gpulab-rpc-server@2.service", "gpulab-rpc-server@10.service"]
-    assert stale_units(names, "gpulab-rpc-server", [0, 2, 10]) == []
-
-
-def test_stale_units_escape_the_unit_name():
-    assert stale_units(["gpulabXrpc@1.service"], "gpulab.rpc", [0]) == []
-
-
 # `ss -Htn state established` of iproute2 6.1 (Debian 12): the two first lines as a lab head prints
 # them while llama-server holds both workers; the last two in ss's form for IPv4-mapped and IPv6 peers.
 SS_ESTABLISHED = """\
@@ -652,30 +481,6 @@ def test_access_of_the_owner_and_of_root():
     assert access_problem(private, 5, {5}, "owner") is None
     assert access_problem(private, 0, {0}, "root") is None
     assert "cannot read /m.gguf" in access_problem(private, 6, {6}, "other")
-
-
-SHOW_RUNNING = "ActiveState=active\nSubState=running\nNRestarts=2\nResult=success\nExecMainStatus=0\n"
-
-
-def test_unit_properties():
-    assert parse_unit_properties(SHOW_RUNNING)["NRestarts"] == "2"
-
-
-@pytest.mark.parametrize("text, restarts_before, reason", [
-    (SHOW_RUNNING, 2, None),
-    ("ActiveState=activating\nSubState=auto-restart\nNRestarts=2\nResult=exit-code\nExecMainStatus=69", 2,
-     "the service exited and waits to be restarted (result exit-code, exit status 69)"),
-    ("ActiveState=failed\nSubState=failed\nNRestarts=0\nResult=exit-code\nExecMainStatus=1", 0,
-     "the unit failed (result exit-code, exit status 1)"),
-    (SHOW_RUNNING, 1, "the service was restarted 1 time(s) while loading"),
-    ("ActiveState=inactive\nSubState=dead\nNRestarts=0", 0, "the unit is inactive"),
-])
-def test_unit_failure(text, restarts_before, reason):
-    found = unit_failure(parse_unit_properties(text), restarts_before)
-    if reason is None:
-        assert found is None
-    else:
-        assert found.startswith(reason)
 
 
 # --- llama-server's command line and backend sampling ------------------------------------------

@@ -1,18 +1,23 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to gpulab.inference
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The RPC servers' and the head's wrappers and units as the plans decide them (llama_server.rpc_server_wrapper,
-rpc_server_unit, head_wrapper_lines, head_unit_sandbox): the templates only render these lists."""
+"""The ggml RPC worker (rpc_worker): the devices it exposes, its bind address and firewall, and its servers'
+wrappers, unit and guard as the plan decides them (the templates only render these lists)."""
+
+import re
 
 import pytest
 
-from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import (
-    LlamaServerError,
-    head_unit_sandbox,
-    head_wrapper_lines,
+from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import LlamaServerError
+from ansible_collections.gpulab.inference.plugins.module_utils.rpc_worker import (
+    check_bind_address,
+    firewall_sources,
+    foreign_firewall_problem,
+    rpc_devices,
     rpc_guard_wrapper,
     rpc_server_unit,
     rpc_server_wrapper,
+    stale_units,
 )
 
 BUILD = {"build_id": "0123456789ab", "rpc_server_binary": "/opt/gpulab/llama.cpp/0123456789ab/bin/rpc-server"}
@@ -137,40 +142,6 @@ def test_a_value_that_breaks_the_unit_is_refused_naming_the_variable(changes, va
     assert variable in str(raised.value)
 
 
-# --- the head ----------------------------------------------------------------------
-
-DEVICES = [{"name": "RPC0", "kind": "rpc", "host": "node-b", "endpoint": "[fd00::2]:50052"},
-           {"name": "CUDA0", "kind": "cuda", "host": "node-a", "endpoint": None}]
-
-
-def test_head_wrapper_lines_name_each_device_the_sampling_and_the_rdma_exports():
-    lines = head_wrapper_lines(DEVICES, [3, 1], RDMA, {"enabled": False, "reason": "llama_server_backend_sampling\nis false"})
-    assert lines == {
-        "devices": ["  RPC0: [fd00::2]:50052 (node-b), split 3", "  CUDA0: local GPU, split 1"],
-        "sampling": ["Backend sampling: off (llama_server_backend_sampling is false)."],
-        "environment": [
-            ORDER,
-            {"name": "GGML_RDMA_DEV", "value": "mlx5_0",
-             "why": "RDMA transport of llama.cpp RPC (role roce, fabric.json): the verbs device and RoCE v2 GID."},
-            {"name": "GGML_RDMA_GID", "value": "3", "why": ""}],
-    }
-
-
-def test_head_wrapper_lines_over_tcp_without_a_server_plan():
-    assert head_wrapper_lines([], [], {}, None) == {"devices": [], "sampling": [], "environment": [ORDER]}
-
-
-def test_head_unit_sandbox_opens_cuda_only_where_the_head_uses_it():
-    hardening = {"NoNewPrivileges": "yes", "PrivateTmp": None}
-    assert head_unit_sandbox(hardening, True, ["char-nvidia", "char-nvidia-uvm"]) == [
-        "NoNewPrivileges=yes", "DeviceAllow=char-nvidia rw", "DeviceAllow=char-nvidia-uvm rw"]
-    assert head_unit_sandbox(hardening, False, ["char-nvidia"]) == ["NoNewPrivileges=yes"]
-    with pytest.raises(LlamaServerError, match="^llama_server_hardening_overrides 'yes\\\\n' holds a newline"):
-        head_unit_sandbox({"ProtectHome": "yes\n"}, False, [])
-    with pytest.raises(LlamaServerError, match="^llama_server_cuda_devices"):
-        head_unit_sandbox({}, True, ["char-nvidia\nExecStartPre=/bin/sh"])
-
-
 # --- the RPC guard -------------------------------------------------------------------
 
 GUARD = {"name": "gpulab-rpc-guard", "python": "/usr/bin/python3", "code": "/opt/gpulab/bin/gpulab-rpc-guard.py",
@@ -200,3 +171,130 @@ def test_guard_wrapper_under_supervisord_names_the_programs_and_the_config():
 def test_guard_wrapper_refuses_a_table_with_a_newline():
     with pytest.raises(LlamaServerError, match="^llama_rpc_server_nft_table 'gpulab_rpc\\\\n' holds a newline"):
         rpc_guard_wrapper(dict(GUARD, table="gpulab_rpc\n"), [CPU], "gpulab-rpc-server", FIREWALL_UNIT)
+
+
+H200 = {"index": 0, "name": "NVIDIA H200", "memory_total_mib": 143156}
+
+
+RTX_A = {"index": 0, "name": "RTX PRO 6000", "memory_total_mib": 97000}
+
+
+RTX_B = {"index": 1, "name": "RTX PRO 6000", "memory_total_mib": 96000}
+
+
+def test_cpu_build_exposes_one_cpu_device_even_with_gpus():
+    assert rpc_devices(False, [H200]) == [
+        {"instance": 0, "device": "CPU", "gpu_index": None, "memory_mib": None}]
+
+
+def test_cuda_build_exposes_one_server_per_gpu_each_seeing_cuda0():
+    devices = rpc_devices(True, [RTX_B, RTX_A])
+    assert [(d["instance"], d["device"], d["gpu_index"]) for d in devices] == [
+        (0, "CUDA0", 0), (1, "CUDA0", 1)]
+    assert devices[1]["memory_mib"] == 96000
+
+
+def test_cuda_build_with_selected_indices():
+    devices = rpc_devices(True, [RTX_A, RTX_B], [1])
+    assert [(d["instance"], d["gpu_index"]) for d in devices] == [(0, 1)]
+
+
+def test_cuda_build_with_absent_index_names_it():
+    with pytest.raises(LlamaServerError, match=r"\[3\] are not present.*\[0, 1\]"):
+        rpc_devices(True, [RTX_A, RTX_B], [3])
+
+
+def test_cuda_build_without_gpus_fails():
+    with pytest.raises(LlamaServerError, match="no GPU was found"):
+        rpc_devices(True, [])
+
+
+@pytest.mark.parametrize("address", ["0.0.0.0", "::"])
+def test_wildcard_bind_refused_unless_allowed(address):
+    with pytest.raises(LlamaServerError, match="no authentication"):
+        check_bind_address(address)
+    assert check_bind_address(address, allow_any=True) == address
+
+
+@pytest.mark.parametrize("address", ["255.255.255.255", "224.0.0.251", "ff02::1", "240.0.0.1"])
+def test_bind_address_that_nothing_can_listen_on_is_refused(address):
+    with pytest.raises(LlamaServerError, match="is a multicast, broadcast or reserved address"):
+        check_bind_address(address)
+
+
+@pytest.mark.parametrize("address", ["10.0.0.1;id", "10.0.0.1 ", "10.0.0.1\n", "$(id)", "`id`", "a|b"])
+def test_bind_address_with_shell_metacharacters_is_refused(address):
+    with pytest.raises(LlamaServerError, match="is not an IP address"):
+        check_bind_address(address)
+
+
+def test_bind_address_must_be_an_ip():
+    with pytest.raises(LlamaServerError, match="'node-b' is not an IP address"):
+        check_bind_address("node-b")
+    assert check_bind_address("10.231.77.11") == "10.231.77.11"
+
+
+def test_gpu_entry_without_index_is_named():
+    with pytest.raises(LlamaServerError, match=r"gpus entry 1 .* has no index"):
+        rpc_devices(True, [RTX_A, {"name": "RTX PRO 6000"}])
+
+
+def test_gpu_listed_twice_in_facts_is_refused():
+    with pytest.raises(LlamaServerError, match="GPU index 0 twice"):
+        rpc_devices(True, [RTX_A, dict(RTX_A)])
+
+
+def test_gpu_indices_twice_are_refused():
+    with pytest.raises(LlamaServerError, match="names GPU 0 more than once"):
+        rpc_devices(True, [RTX_A, RTX_B], [0, 0])
+
+
+def test_gpu_index_that_is_not_a_number():
+    with pytest.raises(LlamaServerError, match="llama_rpc_server_gpu_indices entry 'x' is not a whole number"):
+        rpc_devices(True, [RTX_A], ["x"])
+
+
+def test_firewall_sources_split_by_family_and_normalised():
+    assert firewall_sources(["10.231.77.10", "fd00::10/128", "10.231.77.0/24", "10.231.77.10"]) == {
+        "ipv4": ["10.231.77.10", "10.231.77.0/24"], "ipv6": ["fd00::10"],
+        "all": ["10.231.77.10", "fd00::10", "10.231.77.0/24"]}
+
+
+@pytest.mark.parametrize("sources, message", [
+    ([], "llama_rpc_server_allowed_sources is empty"),
+    (["head.lab"], "entry 'head.lab' is not an IP address or prefix"),
+    (["10.0.0.1; accept"], "entry '10.0.0.1; accept' is not an IP address"),
+])
+def test_firewall_sources_refused(sources, message):
+    with pytest.raises(LlamaServerError, match=re.escape(message)):
+        firewall_sources(sources)
+
+
+def test_no_other_firewall_no_problem():
+    assert foreign_firewall_problem([], [50052], ["10.0.0.1"]) is None
+
+
+def test_firewalld_problem_gives_the_commands():
+    message = foreign_firewall_problem(["firewalld.service"], [50052, 50053], ["10.0.0.1"])
+    assert message.startswith("firewalld.service is active on this node")
+    assert ("firewall-cmd --permanent --add-rich-rule='rule family=\"ipv4\" source address=\"10.0.0.1\" "
+            "port port=\"50053\" protocol=\"tcp\" accept'") in message
+    assert message.count("firewall-cmd --reload") == 1
+    assert "llama_rpc_server_other_firewall: opened" in message
+
+
+def test_ufw_problem_gives_the_commands():
+    message = foreign_firewall_problem(["ufw.service"], [50052], ["fd00::10"])
+    assert "ufw allow proto tcp from fd00::10 to any port 50052" in message
+    assert "firewall-cmd" not in message
+
+
+def test_stale_units_are_instances_beyond_the_plan():
+    names = ["gpulab-rpc-server@2.service", "gpulab-rpc-server@0.service", "gpulab-rpc-server@10.service",
+             "gpulab-rpc-server-firewall.service", "gpulab-rpc-server@.service", "other@1.service", "ssh.service"]
+    assert stale_units(names, "gpulab-rpc-server", [0, 1]) == ["gpulab-rpc-server@2.service", "gpulab-rpc-server@10.service"]
+    assert stale_units(names, "gpulab-rpc-server", [0, 2, 10]) == []
+
+
+def test_stale_units_escape_the_unit_name():
+    assert stale_units(["gpulabXrpc@1.service"], "gpulab.rpc", [0]) == []
