@@ -116,6 +116,45 @@ def steady_devices(devices, step_mib=STEADY_STEP_MIB):
     return steady
 
 
+def kept_mib(gpu, processes, own_units=(), drained=None, total_mib=None, step_mib=STEADY_STEP_MIB):
+    """MiB a GPU keeps for services that stay beside the collection's: its memory less what is
+    available (gguf_plan.available_mib, the memory_plan rule: free, plus the collection's own
+    units, plus what the drain frees), the available memory seen in whole steps so that drift does
+    not change a pinned plan. gpu: gpu_residency's GPU; None when it reports no free memory."""
+    total = gpu.get("memory_total_mib") if total_mib is None else total_mib
+    available = gp.available_mib(gpu, processes, own_units, drained)
+    if total is None or available is None:
+        return None
+    if step_mib:
+        available = int(available // step_mib) * step_mib
+    return int(max(0, min(total, total - available)))
+
+
+def nodes_with_kept(nodes, residency, own_units=(), drained=None):
+    """vllm_plan's nodes, each GPU given the kept_mib its node's residency shows (kept_mib).
+
+    nodes: [{name, gpus: [{index, memory_total_mib, ...}]}] (the GPU inventory); residency:
+    {host: gpu_residency's residency}; drained: {host: gpu_drain's consumers in check mode}. A GPU
+    the residency does not report, or reports without free memory, keeps what it had."""
+    residency = residency or {}
+    drained = drained or {}
+    out = []
+    for node in nodes:
+        found = residency.get(node.get("name")) or {}
+        by_index = dict((g.get("index"), g) for g in found.get("gpus") or [])
+        gpus = []
+        for gpu in node.get("gpus") or []:
+            gpu = dict(gpu)
+            seen = by_index.get(gpu.get("index"))
+            kept = None if seen is None else kept_mib(seen, found.get("processes"), own_units,
+                                                      drained.get(node.get("name")), gpu.get("memory_total_mib"))
+            if kept is not None:
+                gpu["kept_mib"] = kept
+            gpus.append(gpu)
+        out.append(dict(node, gpus=gpus))
+    return out
+
+
 def _capacities(devices):
     """MiB each device may fill: its free memory (kept services already out of it), else its total
     (an RPC server of a CPU build with -m), else None."""

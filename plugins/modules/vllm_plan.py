@@ -53,6 +53,21 @@ options:
     description: The GPUs of a single node (C(gpulab_gpus) facts); shorthand for one entry in O(nodes).
     type: list
     elements: dict
+  residency:
+    description:
+      - Per node name, what M(gpulab.inference.gpu_residency) reports there (C(residency)). Each GPU it
+        lists gets as C(kept_mib) its memory less what is available - free, plus what O(own_units)
+        hold, plus what O(drained) frees - in whole 256 MiB steps, so that a few MiB of drift leave the
+        plan and the pinned KV cache as they were.
+    type: dict
+  own_units:
+    description: The collection's serving units (shell patterns); their memory counts as available, since a redeploy replaces them.
+    type: list
+    elements: str
+    default: []
+  drained:
+    description: Per node name, M(gpulab.inference.gpu_drain)'s C(consumers) in check mode; what it would stop counts as available.
+    type: dict
   tensor_parallel_size:
     description:
       - C(--tensor-parallel-size), or V(auto).
@@ -465,6 +480,9 @@ def build_module():
             pipeline_parallel_size=dict(type="raw", default=1),
             data_parallel_size=dict(type="raw", default=1),
             enable_expert_parallel=dict(type="raw", default=False),
+            residency=dict(type="dict"),
+            own_units=dict(type="list", elements="str", default=[]),
+            drained=dict(type="dict"),
             pin_kv_cache=dict(type="bool", default=True),
             gpu_memory_utilization=dict(type="float", default=0.9),
             max_model_len=dict(type="int"),
@@ -521,6 +539,8 @@ def run(module):
         module.warn("the index names shard(s) missing from %s (%s): sizes are estimated from config.json"
                     % (p["model_path"], ", ".join(missing[:3]) + (" ..." if len(missing) > 3 else "")))
     nodes = p["nodes"] if p["nodes"] is not None else [{"name": "this node", "gpus": p["gpus"]}]
+    if p["residency"]:
+        nodes = la.nodes_with_kept(nodes, p["residency"], p["own_units"], p["drained"])
     given = layout_values(p)
     opts = {"gpu_memory_utilization": p["gpu_memory_utilization"], "max_model_len": p["max_model_len"],
             "kv_cache_dtype": p["kv_cache_dtype"], "reserve_mib": p["reserve_mib"]}

@@ -4,6 +4,8 @@ with a message naming it. Only validate.yml runs (never main.yml, which would cr
 units here should a check regress); one playbook holds every case, one play per case."""
 
 import json
+import os
+import shutil
 import stat
 
 import yaml
@@ -16,10 +18,11 @@ FAKE_SMI = LAB_FILES / "fake-nvidia-smi"
 VALIDATED = "Fail with the planner's findings when vLLM could not run this layout"
 
 
-def smi_for(tmp_path, profile):
-    """A per-node nvidia-smi: the fake one with that node's profile."""
-    path = tmp_path / ("nvidia-smi-" + profile)
-    path.write_text('#!/bin/sh\nGPULAB_FAKE_NVIDIA_SMI_DIR=%s exec %s "$@"\n' % (LAB_FILES / "nvidia-smi" / profile, FAKE_SMI))
+def smi_for(tmp_path, profile, answers=None):
+    """A per-node nvidia-smi: the fake one with that node's profile (or the answers directory given)."""
+    path = tmp_path / ("nvidia-smi-" + (answers.name if answers else profile))
+    path.write_text('#!/bin/sh\nGPULAB_FAKE_NVIDIA_SMI_DIR=%s exec %s "$@"\n'
+                    % (answers or LAB_FILES / "nvidia-smi" / profile, FAKE_SMI))
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
     return str(path)
 
@@ -34,9 +37,21 @@ def inventory_for(tmp_path, host, profile):
     return str(path)
 
 
-def node(tmp_path, host, profile, **hostvars):
+def kept_answers(tmp_path, profile, mib):
+    """The profile's answers with a live consumer (this test's own process, through a pid file)
+    holding `mib` on the first GPU: a service kept beside vLLM, as the fake nvidia-smi reports it."""
+    answers = tmp_path / ("kept-" + profile)
+    shutil.copytree(LAB_FILES / "nvidia-smi" / profile, answers)
+    pid_file = tmp_path / "kept.pid"
+    pid_file.write_text("%d\n" % os.getpid())
+    first = nvidia_smi.parse_gpu_query((answers / "query-gpu.csv").read_text())[0]
+    (answers / "consumers").write_text("%s,%s,%d\n" % (pid_file, first["uuid"], mib))
+    return answers, first
+
+
+def node(tmp_path, host, profile, answers=None, **hostvars):
     return local_host(gpulab_gpu_inventory_file=inventory_for(tmp_path, host, profile),
-                      vllm_server_nvidia_smi_path=smi_for(tmp_path, profile),
+                      vllm_server_nvidia_smi_path=smi_for(tmp_path, profile, answers),
                       vllm_server_driver_version_file=str(LAB_FILES / "nvidia-smi" / profile / "proc-driver-nvidia-version"),
                       gpulab_fabric_address="127.0.0.1", **hostvars)
 
@@ -54,7 +69,10 @@ CASES = {
     "toobig": ({"toobig-a": "rtx-pro-6000-x2"}, {"vllm_server_tensor_parallel_size": 4, "vllm_server_enable_expert_parallel": True}),
     "parser": ({"parser-a": "rtx-pro-6000-x2"}, {"vllm_server_reasoning_parser": "minimax_m2_think"}),
     "mixed": ({"mixed-a": "rtx-pro-6000-x2", "mixed-b": "h200"}, {"vllm_server_tensor_parallel_size": 2}),
+    # a service kept beside vLLM holds 24 GiB on GPU 0 (not drained): every layout value auto
+    "kept": ({"kept-a": "rtx-pro-6000-x2"}, {"gpu_drain_enabled": False}),
 }
+KEPT_MIB = 24576
 
 
 def test_validation_cases(tmp_path):
@@ -68,7 +86,9 @@ def test_validation_cases(tmp_path):
         role_vars = dict({"vllm_server_model_path": str(model), "vllm_server_nodes_group": group}, **role_vars)
         if role_vars["vllm_server_model_path"] == "EMPTY":
             role_vars["vllm_server_model_path"] = str(empty)
-        groups[group] = {"hosts": dict((name, node(tmp_path, name, profile, **role_vars)) for name, profile in hosts.items())}
+        answers = kept_answers(tmp_path, "rtx-pro-6000-x2", KEPT_MIB)[0] if group == "kept" else None
+        groups[group] = {"hosts": dict((name, node(tmp_path, name, profile, answers, **role_vars))
+                                       for name, profile in hosts.items())}
     inventory = {"all": {"children": groups}}
     # one play over every host, so a failing case does not end the others
     plays = [{"name": "Validation cases", "hosts": "all", "gather_facts": False, "tasks": [
@@ -97,3 +117,23 @@ def test_validation_cases(tmp_path):
     assert "Turned down: TP=2 (expert FFN 384 / 2 = 192" in auto[0]["choice"]["summary"]
     args = auto[0]["serve_args"]
     assert int(args[args.index("--kv-cache-memory-bytes") + 1]) == auto[0]["kv_cache_memory_bytes"] > 0
+    # the kept service's memory, seen by the plan: the GPU's memory less its free memory in whole
+    # 256 MiB steps (the idle card's own reserve counts, as nvidia-smi reports it used)
+    first = nvidia_smi.parse_gpu_query((LAB_FILES / "nvidia-smi" / "rtx-pro-6000-x2" / "query-gpu.csv").read_text())[0]
+    kept_mib = first["memory_total_mib"] - (first["memory_free_mib"] - KEPT_MIB) // 256 * 256
+    kept = [e["event_data"]["res"] for e in run.events if e.get("event") == "runner_on_ok"
+            and e["event_data"].get("host") == "kept-a" and e["event_data"].get("task", "").startswith("Plan the layout")]
+    assert len(kept) == 1 and kept[0]["hardware"]["kept_mib"] == kept_mib > KEPT_MIB
+    assert "up to %d MiB kept for other services" % kept_mib in kept[0]["hardware"]["label"]
+    # the budget is what the kept service leaves, and vLLM is started with a fraction that passes its check
+    assert kept[0]["estimate"]["budget_gib"] == round((first["memory_total_mib"] - kept_mib) / 1024.0, 2)
+    kept_args = kept[0]["serve_args"]
+    room = (first["memory_total_mib"] - kept_mib) * 1000 // first["memory_total_mib"] / 1000.0
+    assert float(kept_args[kept_args.index("--gpu-memory-utilization") + 1]) == room < 0.9
+    # the pinned KV cache shrinks by what the budget lost (the weights and the reserve stay)
+    lost_mib = (auto[0]["estimate"]["budget_gib"] - kept[0]["estimate"]["budget_gib"]) * 1024
+    gained_mib = (auto[0]["kv_cache_memory_bytes"] - kept[0]["kv_cache_memory_bytes"]) / 1048576.0
+    assert lost_mib > 10000 and abs(gained_mib - lost_mib) < 16
+    # an idle node keeps only the card's reserve: the operator's fraction stands
+    assert auto[0]["hardware"]["kept_mib"] < 1024
+    assert float(args[args.index("--gpu-memory-utilization") + 1]) == 0.9

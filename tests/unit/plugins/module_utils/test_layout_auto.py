@@ -380,3 +380,22 @@ def test_the_memory_plan_keeps_the_choice_and_drift_does_not_rewrite_it(minimax)
     plan = gp.plan_record("/m.gguf", {"architecture": "minimax-m2"}, first["plan"], dict(OPTIONS), choice=first)
     assert plan["choice"] == record
     assert gp.plan_record("/m.gguf", {}, first["plan"], dict(OPTIONS))["choice"] is None
+
+
+def test_kept_memory_per_gpu_follows_the_memory_plan_rule():
+    gpu = {"index": 1, "uuid": "GPU-b", "memory_total_mib": 97887, "memory_free_mib": 60000}
+    processes = [{"gpu_index": 1, "used_memory_mib": 20000, "systemd_unit": "gpulab-vllm.service"},
+                 {"gpu_index": 1, "used_memory_mib": 17000, "systemd_unit": "kept.service"},
+                 {"gpu_index": 0, "used_memory_mib": 5000, "systemd_unit": "gpulab-vllm.service"}]
+    # free 60000 + own 20000 = 80000 available, 79872 in whole steps
+    assert la.kept_mib(gpu, processes, ["gpulab-vllm.service"]) == 97887 - 79872
+    assert la.kept_mib(gpu, processes, ["gpulab-vllm.service"], step_mib=0) == 97887 - 80000
+    assert la.kept_mib(gpu, processes, [], drained=[{"action": "stop", "gpus": {"GPU-b": 17000}}],
+                       step_mib=0) == 97887 - 77000
+    assert la.kept_mib(dict(gpu, memory_free_mib=None), processes) is None
+    nodes = [{"name": "b", "gpus": [{"index": 0, "memory_total_mib": 97887}, {"index": 1, "memory_total_mib": 97887}]}]
+    found = la.nodes_with_kept(nodes, {"b": {"gpus": [gpu], "processes": processes}}, ["gpulab-vllm.service"])
+    # GPU 0 is not in the residency: it keeps what it had; the inventory's nodes are not changed
+    assert [g.get("kept_mib") for g in found[0]["gpus"]] == [None, 97887 - 79872]
+    assert "kept_mib" not in nodes[0]["gpus"][1]
+    assert la.nodes_with_kept(nodes, None) == nodes

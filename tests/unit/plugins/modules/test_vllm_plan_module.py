@@ -326,3 +326,34 @@ def test_auto_with_nothing_that_fits_names_the_smallest_layout(tmp_path):
     assert run.kind is FailJson
     assert run.result["msg"].startswith("no layout of 1 node(s) x 1 GPUs of 64 MiB runs the model on every GPU "
                                         "(with data_parallel_size=1, enable_expert_parallel=False, pipeline_parallel_size=1)")
+
+
+def test_kept_services_from_the_residency_shrink_the_budget_and_drift_does_not(tmp_path):
+    model = str(tmp_path / "mm2")
+    written = write_model(model)
+
+    def residency(kept_mib, own_mib=0, drift_mib=0):
+        # a kept service (a stranger's unit) and the collection's own vLLM from the last deploy
+        return {"node-a": {"gpus": [{"index": 0, "uuid": "GPU-a", "memory_total_mib": 143771,
+                                     "memory_free_mib": 143771 - 600 - kept_mib - own_mib - drift_mib}],
+                           "processes": [{"gpu_index": 0, "used_memory_mib": kept_mib, "systemd_unit": "other.service"},
+                                         {"gpu_index": 0, "used_memory_mib": own_mib, "systemd_unit": "gpulab-vllm.service"}]}}
+
+    args = {"model_path": model, "nodes": [{"name": "node-a", "gpus": H200}], "own_units": ["gpulab-vllm.service"]}
+    run = plan_module(dict(args, residency=residency(40960, own_mib=100000)))
+    assert run.kind is ExitJson, run.result
+    # free in whole 256 MiB steps: 143771 - 600 - 40960 = 102211 -> 102144; vLLM's own memory counts as free
+    kept = 143771 - 102144
+    assert run.result["hardware"]["kept_mib"] == kept
+    pinned = ((143771 - kept) * MIB - written.weights_bytes - 4096 * MIB) // MIB * MIB
+    assert run.result["kv_cache_memory_bytes"] == pinned
+    assert run.result["serve_args"][run.result["serve_args"].index("--gpu-memory-utilization") + 1] == "0.71"
+    # a few MiB of drift: the same plan, the same argv
+    drifted = plan_module(dict(args, residency=residency(40960, drift_mib=3)))
+    assert drifted.result["serve_args"] == run.result["serve_args"]
+    # what the drain will stop counts as free too
+    drained = plan_module(dict(args, residency=residency(40960), drained={"node-a": [
+        {"action": "stop", "gpus": {"GPU-a": 40960}}]}))
+    assert drained.result["hardware"]["kept_mib"] == 143771 - (143771 - 600) // 256 * 256
+    # without a residency the GPUs keep what they say (nothing)
+    assert plan_module(args).result["hardware"]["kept_mib"] == 0
