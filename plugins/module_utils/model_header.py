@@ -21,7 +21,7 @@ import struct
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf
 from ansible_collections.gpulab.inference.plugins.module_utils import model_io
 from ansible_collections.gpulab.inference.plugins.module_utils import model_transfer as mt
-from ansible_collections.gpulab.inference.plugins.module_utils import vllm_plan as vp
+from ansible_collections.gpulab.inference.plugins.module_utils import hf_checkpoint as hf
 
 # First ranged read of a file, doubled on every further read up to the cap: a GGUF header with a
 # 200k-token vocabulary is a few MiB, a safetensors header a few hundred KiB.
@@ -215,8 +215,8 @@ class Source:
                 raise HeaderError("%s is not a safetensors file: its header length %d does not fit the file's %d bytes"
                                   % (self.where(name), length, size))
             try:
-                return vp.parse_safetensors_header(head + stream.read(length), self.where(name))
-            except vp.VllmPlanError as exc:
+                return hf.parse_safetensors_header(head + stream.read(length), self.where(name))
+            except hf.CheckpointError as exc:
                 raise HeaderError(str(exc))
 
 

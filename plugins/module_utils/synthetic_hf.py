@@ -8,7 +8,7 @@ A directory holds config.json, generation_config.json, the weights as safetensor
 shards with model.safetensors.index.json), and an offline byte-level BPE tokenizer
 (tokenizer.json + tokenizer_config.json with a ChatML chat template).
 
-The tensor names and shapes come from vllm_plan.checkpoint_tensors, the same table the planner
+The tensor names and shapes come from hf_checkpoint.checkpoint_tensors, the same table the planner
 estimates memory from. FP8 block quantisation follows the layout of real FP8 checkpoints
 (DeepSeek-V3, MiniMax-M2): config `quantization_config` {quant_method: fp8, fmt: e4m3,
 activation_scheme: dynamic, weight_block_size: [128, 128]}, linear weights stored as F8_E4M3 with
@@ -30,7 +30,7 @@ import os
 import random
 import struct
 
-from ansible_collections.gpulab.inference.plugins.module_utils import vllm_plan as vp
+from ansible_collections.gpulab.inference.plugins.module_utils import hf_checkpoint as hf
 from ansible_collections.gpulab.inference.plugins.module_utils.atomic_file import atomic_write
 from ansible_collections.gpulab.inference.plugins.module_utils.synthetic_model import free_space_problem
 
@@ -336,7 +336,7 @@ def safetensors_header(entries, metadata=None):
     header = {"__metadata__": dict(metadata or {"format": "pt"})}
     offset = 0
     for name, dtype, dims in entries:
-        size = vp.tensor_nbytes(dtype, dims)
+        size = hf.tensor_nbytes(dtype, dims)
         header[name] = {"dtype": dtype, "shape": list(dims), "data_offsets": [offset, offset + size]}
         offset += size
     raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
@@ -351,7 +351,7 @@ def shard_tensors(tensors, shard_max_bytes):
         return [("model.safetensors", list(tensors))]
     groups, current, size = [], [], 0
     for entry in tensors:
-        nbytes = vp.tensor_nbytes(entry[1], entry[2])
+        nbytes = hf.tensor_nbytes(entry[1], entry[2])
         if current and size + nbytes > shard_max_bytes:
             groups.append(current)
             current, size = [], 0
@@ -372,11 +372,11 @@ class ModelPlan:
         self.opts = opts
         self.tokenizer, self.n_tokens = tokenizer_files(opts["architecture"])
         self.config = model_config(opts, self.n_tokens)
-        self.shape = vp.model_shape(self.config)
-        self.tensors = vp.checkpoint_tensors(self.shape)
+        self.shape = hf.model_shape(self.config)
+        self.tensors = hf.checkpoint_tensors(self.shape)
         self.shards = shard_tensors(self.tensors, opts["shard_max_mib"] << 20)
         self.options_sha256 = options_digest(opts)
-        self.weights_bytes = sum(vp.tensor_nbytes(dt, dims) for _n, dt, dims in self.tensors)
+        self.weights_bytes = sum(hf.tensor_nbytes(dt, dims) for _n, dt, dims in self.tensors)
         self.n_params = sum(_count(dims) for name, _dt, dims in self.tensors if not name.endswith("_scale_inv"))
 
     def json_files(self):

@@ -5,7 +5,8 @@
 the given GPUs, before anything starts, and rank the layouts that can.
 
 Everything here is a pure function over plain values: the plan module reads config.json and the
-safetensors headers and hands them in. The rules are in one table, RULES, each with the vLLM
+safetensors headers (hf_checkpoint reads the shape and the tensors) and hands them in; the service
+files it leads to are vllm_service's. The rules are in one table, RULES, each with the vLLM
 source file (vLLM 0.24.0) that enforces it or trips over it.
 
 Memory arithmetic, per GPU:
@@ -22,18 +23,16 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import json
 import math
 import re
-import struct
 
-from ansible_collections.gpulab.inference.plugins.module_utils import service_files
-from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import MANAGERS
-from ansible_collections.gpulab.inference.plugins.module_utils.endpoint_rule import (
-    EndpointError,
-    endpoint,
-    listen_address,
-    port_number,
+from ansible_collections.gpulab.inference.plugins.module_utils.endpoint_rule import EndpointError, listen_address, port_number
+from ansible_collections.gpulab.inference.plugins.module_utils.hf_checkpoint import (
+    DTYPE_BYTES,
+    CheckpointError,
+    checkpoint_tensors,
+    model_shape,
+    tensor_nbytes,
 )
 
 MIB = 1 << 20
@@ -67,13 +66,6 @@ MODEL_PARSERS = {
     "llama": (None, "llama3_json"),
 }
 
-# safetensors dtype names -> bytes per element (safetensors/src/tensor.rs Dtype)
-DTYPE_BYTES = {
-    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
-    "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8,
-}
-TORCH_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "half": 2, "float": 4}
-TORCH_DTYPE_SAFETENSORS = {"bfloat16": "BF16", "float16": "F16", "float32": "F32", "half": "F16", "float": "F32"}
 # --kv-cache-dtype values (vllm/config/cache.py CacheDType) -> bytes; auto = the model's dtype.
 KV_CACHE_DTYPE_BYTES = {"auto": None, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 
@@ -83,242 +75,9 @@ VOCAB_PADDING = 64
 
 DEFAULT_RESERVE_MIB = 4096
 
-# Architectures whose checkpoint layout is known (config.json `architectures[0]`).
-MOE_ARCHITECTURES = ("MiniMaxM2ForCausalLM", "Qwen3MoeForCausalLM", "MixtralForCausalLM")
-DENSE_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM")
-
 
 class VllmPlanError(ValueError):
     """Bad input: the message names the offending value and what to do."""
-
-
-# --- the model --------------------------------------------------------------------------------
-
-def _int(config, key, where, default=None):
-    value = config.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise VllmPlanError("config.json of %s: %s is %r, expected a positive integer" % (where, key, value))
-    return value
-
-
-def model_shape(config, where="the model"):
-    """The numbers the rules need, from a parsed config.json (dict).
-
-    Returns a dict: architecture, model_type, layers, hidden_size, heads, kv_heads, head_dim,
-    vocab_size, experts (0 for a dense model), experts_used, expert_ffn_size, ffn_size (dense MLP),
-    tie_word_embeddings, dtype (torch name), dtype_bytes, quant (None or dict method, block [n, k],
-    modules_to_not_convert), max_position_embeddings.
-    """
-    if not isinstance(config, dict):
-        raise VllmPlanError("config.json of %s is not a JSON object" % where)
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
-    architectures = config.get("architectures") or []
-    if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
-        raise VllmPlanError("config.json of %s: architectures is %r, expected a list of class names such as "
-                            "[\"MiniMaxM2ForCausalLM\"]" % (where, architectures))
-    architecture = architectures[0] if architectures else ""
-    heads = _int(text, "num_attention_heads", where)
-    hidden = _int(text, "hidden_size", where)
-    shape = {
-        "architecture": architecture,
-        "model_type": config.get("model_type", ""),
-        "layers": _int(text, "num_hidden_layers", where),
-        "hidden_size": hidden,
-        "heads": heads,
-        "kv_heads": _int(text, "num_key_value_heads", where, heads),
-        "head_dim": _int(text, "head_dim", where, hidden // heads if hidden % heads == 0 else None),
-        "vocab_size": _int(text, "vocab_size", where),
-        "tie_word_embeddings": bool(config.get("tie_word_embeddings", text.get("tie_word_embeddings", False))),
-        "max_position_embeddings": _int(text, "max_position_embeddings", where) if text.get("max_position_embeddings")
-        is not None else None,
-        "attention_bias": bool(text.get("attention_bias", architecture == "Qwen2ForCausalLM")),
-        "qk_norm": architecture in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "MiniMaxM2ForCausalLM"),
-    }
-    dtype = text.get("torch_dtype") or text.get("dtype") or config.get("torch_dtype") or "bfloat16"
-    if dtype not in TORCH_DTYPE_BYTES:
-        raise VllmPlanError("config.json of %s: torch_dtype %r is not one of %s" % (where, dtype, sorted(TORCH_DTYPE_BYTES)))
-    shape["dtype"] = dtype
-    shape["dtype_bytes"] = TORCH_DTYPE_BYTES[dtype]
-    # Experts: MiniMax-M2 and Mixtral name them num_local_experts with intermediate_size per
-    # expert; Qwen3-MoE names them num_experts with moe_intermediate_size.
-    experts = text.get("num_local_experts") or text.get("num_experts") or 0
-    if isinstance(experts, bool) or not isinstance(experts, int) or experts < 0:
-        # A count in quotes would otherwise plan an MoE model as a dense one.
-        raise VllmPlanError("config.json of %s: num_local_experts / num_experts is %r, expected a whole number "
-                            "(0 or absent for a dense model)" % (where, experts))
-    shape["experts"] = experts
-    if shape["experts"]:
-        shape["experts_used"] = _int(text, "num_experts_per_tok", where)
-        key = "moe_intermediate_size" if "moe_intermediate_size" in text else "intermediate_size"
-        shape["expert_ffn_size"] = _int(text, key, where)
-        shape["ffn_size"] = 0
-    else:
-        shape["experts_used"] = 0
-        shape["expert_ffn_size"] = 0
-        shape["ffn_size"] = _int(text, "intermediate_size", where)
-    shape["quant"] = quantization(config.get("quantization_config"), where)
-    return shape
-
-
-def quantization(qconfig, where="the model"):
-    """The quantisation that matters to the rules: method and FP8 block [n, k], or None."""
-    if not qconfig:
-        return None
-    if not isinstance(qconfig, dict):
-        raise VllmPlanError("config.json of %s: quantization_config is not an object" % where)
-    method = qconfig.get("quant_method")
-    block = qconfig.get("weight_block_size")
-    if block is not None:
-        if (not isinstance(block, list) or len(block) != 2
-                or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
-            raise VllmPlanError("config.json of %s: quantization_config.weight_block_size is %r, "
-                                "expected two positive integers [n, k]" % (where, block))
-    return {
-        "method": method,
-        "block": list(block) if block else None,
-        "modules_to_not_convert": list(qconfig.get("modules_to_not_convert") or qconfig.get("ignored_layers") or []),
-    }
-
-
-# --- the checkpoint's tensors -----------------------------------------------------------------
-
-def checkpoint_tensors(shape):
-    """The tensors a Hugging Face checkpoint of this shape holds: a list of (name, dtype, dims).
-
-    Used to estimate per-GPU weights when no safetensors are present, and by synthetic_hf to
-    write them. FP8 block checkpoints (quant method fp8 with weight_block_size) store the linear
-    weights of the decoder layers as F8_E4M3 with a float32 `<name>_scale_inv` per [n, k] block
-    (vllm/model_executor/layers/quantization/fp8.py registers `weight_scale_inv`); embeddings,
-    norms, the router and lm_head stay in the model's dtype.
-    """
-    architecture = shape["architecture"]
-    if architecture not in MOE_ARCHITECTURES + DENSE_ARCHITECTURES:
-        raise VllmPlanError(
-            "architecture %r has no known checkpoint layout (known: %s); give the model's safetensors files "
-            "so their headers are read instead" % (architecture, ", ".join(MOE_ARCHITECTURES + DENSE_ARCHITECTURES)))
-    dt = TORCH_DTYPE_SAFETENSORS[shape["dtype"]]
-    hidden, heads, kv_heads, head_dim = shape["hidden_size"], shape["heads"], shape["kv_heads"], shape["head_dim"]
-    quant = shape.get("quant") or {}
-    block = quant.get("block") if quant.get("method") == "fp8" else None
-    skipped = quant.get("modules_to_not_convert") or []
-    tensors = [("model.embed_tokens.weight", dt, [shape["vocab_size"], hidden])]
-
-    def linear(name, out_features, in_features):
-        module = name.rsplit(".", 1)[0]
-        if block and not any(s and (module.endswith("." + s) or ("." + s + ".") in module) for s in skipped):
-            tensors.append((name, "F8_E4M3", [out_features, in_features]))
-            tensors.append((name + "_scale_inv", "F32",
-                            [-(-out_features // block[0]), -(-in_features // block[1])]))
-        else:
-            tensors.append((name, dt, [out_features, in_features]))
-
-    for layer in range(shape["layers"]):
-        p = "model.layers.%d." % layer
-        tensors.append((p + "input_layernorm.weight", dt, [hidden]))
-        tensors.append((p + "post_attention_layernorm.weight", dt, [hidden]))
-        linear(p + "self_attn.q_proj.weight", heads * head_dim, hidden)
-        linear(p + "self_attn.k_proj.weight", kv_heads * head_dim, hidden)
-        linear(p + "self_attn.v_proj.weight", kv_heads * head_dim, hidden)
-        linear(p + "self_attn.o_proj.weight", hidden, heads * head_dim)
-        if shape["attention_bias"]:
-            for proj, width in (("q_proj", heads), ("k_proj", kv_heads), ("v_proj", kv_heads)):
-                tensors.append((p + "self_attn.%s.bias" % proj, dt, [width * head_dim]))
-        if architecture == "MiniMaxM2ForCausalLM":
-            # per-layer Q/K norms over every head (vllm/model_executor/models/minimax_m2.py)
-            tensors.append((p + "self_attn.q_norm.weight", dt, [heads * head_dim]))
-            tensors.append((p + "self_attn.k_norm.weight", dt, [kv_heads * head_dim]))
-        elif shape["qk_norm"]:
-            tensors.append((p + "self_attn.q_norm.weight", dt, [head_dim]))
-            tensors.append((p + "self_attn.k_norm.weight", dt, [head_dim]))
-        experts, ffn = shape["experts"], shape["expert_ffn_size"]
-        if architecture in ("MiniMaxM2ForCausalLM", "MixtralForCausalLM"):
-            moe = p + "block_sparse_moe."
-            tensors.append((moe + "gate.weight", dt, [experts, hidden]))
-            if architecture == "MiniMaxM2ForCausalLM":
-                tensors.append((moe + "e_score_correction_bias", "F32", [experts]))
-            for e in range(experts):
-                linear(moe + "experts.%d.w1.weight" % e, ffn, hidden)
-                linear(moe + "experts.%d.w2.weight" % e, hidden, ffn)
-                linear(moe + "experts.%d.w3.weight" % e, ffn, hidden)
-        elif architecture == "Qwen3MoeForCausalLM":
-            tensors.append((p + "mlp.gate.weight", dt, [experts, hidden]))
-            for e in range(experts):
-                linear(p + "mlp.experts.%d.gate_proj.weight" % e, ffn, hidden)
-                linear(p + "mlp.experts.%d.up_proj.weight" % e, ffn, hidden)
-                linear(p + "mlp.experts.%d.down_proj.weight" % e, hidden, ffn)
-        else:
-            linear(p + "mlp.gate_proj.weight", shape["ffn_size"], hidden)
-            linear(p + "mlp.up_proj.weight", shape["ffn_size"], hidden)
-            linear(p + "mlp.down_proj.weight", hidden, shape["ffn_size"])
-    tensors.append(("model.norm.weight", dt, [hidden]))
-    if not shape["tie_word_embeddings"]:
-        tensors.append(("lm_head.weight", dt, [shape["vocab_size"], hidden]))
-    return tensors
-
-
-def tensor_nbytes(dtype, dims):
-    count = 1
-    for d in dims:
-        count *= d
-    return count * DTYPE_BYTES[dtype]
-
-
-SAFETENSORS_NAME_PATTERN = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.+-]{0,250}\.safetensors\Z")
-
-
-def index_files(index, where):
-    """The weight files a model.safetensors.index.json names, sorted; each must be a plain file name
-    in the model directory (the index comes with a download: no path, no ../)."""
-    weight_map = index.get("weight_map") if isinstance(index, dict) else None
-    if not isinstance(weight_map, dict) or not weight_map:
-        raise VllmPlanError("%s has no weight_map" % where)
-    files = set()
-    for tensor, name in weight_map.items():
-        if not isinstance(name, str) or not SAFETENSORS_NAME_PATTERN.match(name):
-            raise VllmPlanError("%s: weight_map names %r for tensor %r, which is not a .safetensors file name in the "
-                                "model directory; re-download the model" % (where, name, tensor))
-        files.add(name)
-    return sorted(files)
-
-
-def parse_safetensors_header(data, where):
-    """Parse a safetensors header: 8 bytes little-endian length, then that much JSON.
-
-    `data` holds at least the first 8 + length bytes. Returns {name: (dtype, dims, nbytes)};
-    nbytes comes from data_offsets, so it is exact whatever the dtype.
-    """
-    if len(data) < 8:
-        raise VllmPlanError("%s is not a safetensors file: shorter than its 8-byte header length" % where)
-    (length,) = struct.unpack("<Q", data[:8])
-    if length > len(data) - 8:
-        raise VllmPlanError("%s: safetensors header says %d bytes of JSON but the file has %d" % (where, length, len(data) - 8))
-    try:
-        header = json.loads(data[8:8 + length].decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise VllmPlanError("%s: safetensors header is not JSON: %s" % (where, exc))
-    if not isinstance(header, dict):
-        raise VllmPlanError("%s: safetensors header is a JSON %s, not an object of tensors; the file is not a "
-                            "safetensors checkpoint (re-download it)" % (where, type(header).__name__))
-    tensors = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            start, end = info["data_offsets"]
-            dtype, dims = info["dtype"], list(info["shape"])
-        except (KeyError, TypeError, ValueError):
-            raise VllmPlanError("%s: safetensors entry %r lacks dtype, shape or data_offsets" % (where, name))
-        whole = [v for v in [start, end] + dims if isinstance(v, int) and not isinstance(v, bool) and v >= 0]
-        if len(whole) != 2 + len(dims) or end < start:
-            raise VllmPlanError(
-                "%s: safetensors entry %r has shape %r and data_offsets %r; expected whole numbers "
-                ">= 0 with end >= start (re-download the file)" % (where, name, info["shape"], info["data_offsets"]))
-        # Any dtype name (newer safetensors has F8_E8M0, F4, ...): sizes come from data_offsets.
-        if not isinstance(dtype, str) or not re.match(r"\A[A-Z][A-Z0-9_]{0,15}\Z", dtype):
-            raise VllmPlanError("%s: safetensors entry %r has dtype %r, not a safetensors dtype name (e.g. BF16, "
-                                "F8_E4M3); re-download the file" % (where, name, dtype))
-        tensors[name] = (dtype, dims, end - start)
-    return tensors
 
 
 # --- the layout -------------------------------------------------------------------------------
@@ -848,7 +607,10 @@ def rank_layouts(summary, shape, hardware, opts, limit=10):
 def plan_inputs(config, tensors, nodes, opts, where="the model"):
     """What every layout is judged on: (shape, summary, hardware, opts, tensors), each checked;
     opts' max_model_len defaults to the model's context, tensors to config.json's estimate."""
-    shape = model_shape(config, where)
+    try:
+        shape = model_shape(config, where)
+    except CheckpointError as exc:  # the checkpoint reader's errors are the plan's
+        raise VllmPlanError(str(exc))
     opts = dict(opts)
     if opts.get("max_model_len") is None:
         # vLLM's default: the model's own context (vllm/config/model.py get_and_verify_max_len)
@@ -856,7 +618,10 @@ def plan_inputs(config, tensors, nodes, opts, where="the model"):
     opts = check_opts(opts)
     hw = hardware(nodes)
     if tensors is None:
-        tensors = dict((name, (dt, dims, tensor_nbytes(dt, dims))) for name, dt, dims in checkpoint_tensors(shape))
+        try:
+            tensors = dict((name, (dt, dims, tensor_nbytes(dt, dims))) for name, dt, dims in checkpoint_tensors(shape))
+        except CheckpointError as exc:
+            raise VllmPlanError(str(exc))
     return shape, summarize(tensors, shape), hw, opts, tensors
 
 
@@ -1001,147 +766,3 @@ def serve_arguments(model_path, layout, opts, hardware_info, launch):
         args.append("--enforce-eager")
     args += [str(a) for a in launch.get("extra_args") or []]
     return {"role": role, "args": args}
-
-
-# --- the service: wrapper, environment file and unit -----------------------------------------------
-
-INSTALLS = ("pip", "preinstalled", "container")
-# What the service always gets; HOME holds the Hugging Face, torch.compile and Triton caches.
-SERVICE_ENVIRONMENT = (("CUDA_DEVICE_ORDER", "PCI_BUS_ID"), ("HF_HUB_OFFLINE", "1"), ("VLLM_NO_USAGE_STATS", "1"),
-                       ("DO_NOT_TRACK", "1"))
-
-
-def _service_value(service, key, variable):
-    return service_files.checked(service.get(key), variable, VllmPlanError)
-
-
-def service_environment(service):
-    """The service's environment, in the environment file's order: the fixed settings, HOME (the cache
-    directory, /root inside the container), VLLM_HOST_IP (the node's fabric address, where it has one),
-    then vllm_server_environment sorted by name. systemd reads it from the file, supervisord from the
-    program (later entries win there, as in the file)."""
-    error = VllmPlanError
-    home = "/root" if service["install"] == "container" else _service_value(service, "cache_dir", "vllm_server_cache_dir")
-    fixed = list(SERVICE_ENVIRONMENT[:1]) + [("HOME", home)] + list(SERVICE_ENVIRONMENT[1:])
-    entries = [service_files.env(name, value, "vllm_server_cache_dir", error) for name, value in fixed]
-    if service.get("fabric_address"):
-        entries.append(service_files.env("VLLM_HOST_IP", service["fabric_address"], "gpulab_fabric_address", error))
-    user = service.get("environment") or {}
-    entries += [service_files.env(name, user[name], "vllm_server_environment", error) for name in sorted(user)]
-    return entries
-
-
-def _node_address(service, what):
-    address = service.get("fabric_address")
-    if not address:
-        raise VllmPlanError("%s needs this node's address on the fabric: set gpulab_fabric_address for %s"
-                            % (what, service.get("node_name") or "this node"))
-    return _service_value(service, "fabric_address", "gpulab_fabric_address")
-
-
-def service_wrapper(service, plan_info, node_role, serve_args):
-    """The wrapper (service_files.wrapper): comments, the API key read from its file, Ray's head
-    started first where the nodes meet over Ray, and the last command exec'd with "$@": `vllm serve`
-    on the head and its followers, `ray start --block` (joining the head's cluster) on a Ray worker.
-
-    service: the module's service option; plan_info: label, nodes, estimate and model_path.
-    """
-    error = VllmPlanError
-    user = _service_value(service, "user", "vllm_server_user")
-    unit = _service_value(service, "unit", "vllm_server_unit_name")
-    bin_dir = _service_value(service, "bin_dir", "vllm_server_bin_dir")
-    env_file = _service_value(service, "env_file", "vllm_server_config_dir")
-    key_file = _service_value(service, "api_key_file", "vllm_server_config_dir")
-    vllm = [service_files.checked(arg, "the vLLM command of vllm_server_install", error) for arg in service["vllm_command"]]
-    ray = [service_files.checked(arg, "the Ray command of vllm_server_install", error) for arg in service["ray_command"]]
-    estimate = plan_info.get("estimate") or {}
-    node = service.get("node_name") or "this node"
-    comments = [
-        "vLLM on %s, %s of %s node(s): %s of %s" % (node, node_role, plan_info["nodes"], plan_info["label"], plan_info["model_path"]),
-        "planned per GPU: %s GiB of weights, %s GiB of KV cache (%s tokens)"
-        % (estimate.get("weights_gib"), estimate.get("kv_cache_gib"), estimate.get("kv_tokens_per_gpu")),
-    ]
-    by_hand = "sudo -u %s env $(grep -v '^#' %s) %s/%s" % (user, env_file, bin_dir, unit)
-    if service["service_manager"] == "supervisor":
-        comments += ["supervisord runs it as %s (program %s) with the environment of %s;" % (user, unit, env_file),
-                     "to run it by hand, stop the program and: " + by_hand]
-    else:
-        comments += ["systemd runs it as %s (%s.service) with %s;" % (user, unit, env_file),
-                     "to run it by hand, stop the unit and: " + by_hand]
-    secrets = [{"name": "VLLM_API_KEY", "path": key_file, "why": ""}] if key_file else []
-    preludes = []
-    ray_port = str(port_number(service.get("ray_port"), "vllm_server_ray_port"))
-    if node_role == "ray-worker":
-        head = service.get("master_addr")
-        if not head:
-            raise VllmPlanError("a Ray worker needs the head's address (master_addr): set gpulab_fabric_address on the head")
-        argv = [ray + ["start", "--block", "--disable-usage-stats"], ["--address", endpoint(head, ray_port)],
-                ["--node-ip-address", _node_address(service, "a Ray worker")]]
-    else:
-        if service["distributed_backend"] == "ray" and plan_info["nodes"] > 1:
-            preludes.append([ray + ["start", "--head", "--disable-usage-stats"],
-                             ["--port", ray_port, "--node-ip-address", _node_address(service, "the Ray head")]])
-        argv = [vllm] + service_files.argument_lines(serve_args)
-    result = service_files.wrapper(comments, [], argv, error, preludes=preludes, file_environment=secrets)
-    result["name"] = unit
-    return result
-
-
-def service_unit(service, plan_info, node_role):
-    """The unit (service_files.unit_file): restarts after a crash within a start limit, the environment
-    files, and outside a container the account, the hardening (None leaves a directive out), the
-    cache directory and the NVIDIA devices."""
-    error = VllmPlanError
-    unit = _service_value(service, "unit", "vllm_server_unit_name")
-    bin_dir = _service_value(service, "bin_dir", "vllm_server_bin_dir")
-    numbers = {}
-    for key, variable in (("start_limit_interval_s", "vllm_server_start_limit_interval_s"),
-                          ("start_limit_burst", "vllm_server_start_limit_burst"),
-                          ("restart_sec", "vllm_server_restart_sec")):
-        value = service.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise VllmPlanError("%s %r is not a whole number of 0 or more" % (variable, value))
-        numbers[key] = value
-    in_container = service["install"] == "container"
-    section_unit = ["Description=vLLM %s (gpulab.inference)" % node_role, "Wants=network-online.target",
-                    "After=network-online.target", "StartLimitIntervalSec=%d" % numbers["start_limit_interval_s"],
-                    "StartLimitBurst=%d" % numbers["start_limit_burst"]]
-    section_service = ["Type=simple"]
-    if not in_container:
-        section_service += ["User=%s" % _service_value(service, "user", "vllm_server_user"),
-                            "Group=%s" % _service_value(service, "group", "vllm_server_group")]
-    section_service += [
-        "EnvironmentFile=%s" % _service_value(service, "env_file", "vllm_server_config_dir"),
-        "EnvironmentFile=-%s" % _service_value(service, "rdma_env_file", "vllm_server_rdma_env_file"),
-        "ExecStart=%s/%s" % (bin_dir, unit),
-        "Restart=on-failure",
-        "RestartSec=%d" % numbers["restart_sec"],
-        "# vLLM's engine cores and workers are child processes: stop them all, give them time to free the GPUs.",
-        "KillMode=mixed",
-        "TimeoutStopSec=120",
-    ]
-    if not in_container:
-        section_service.append("# Hardening: gpulab_service_hardening with vllm_server_hardening_overrides applied.")
-        section_service += service_files.hardening(service.get("hardening") or {}, "vllm_server_hardening_overrides", error)
-        section_service.append("ReadWritePaths=%s" % _service_value(service, "cache_dir", "vllm_server_cache_dir"))
-        section_service += service_files.device_allow(service.get("cuda_devices"), "vllm_server_cuda_devices", error)
-    comments = ["vLLM (%s, %s): runs %s/%s." % (plan_info["label"], node_role, bin_dir, unit)]
-    return service_files.unit_file(comments, section_unit, section_service, ["WantedBy=multi-user.target"], error)
-
-
-def service_files_of(service, plan_info, node_role, serve_args):
-    """Everything the role renders for this node's service: wrapper, environment (file and program),
-    unit, and the account supervisord runs the program as (none inside the container: root there)."""
-    if service.get("service_manager") not in MANAGERS:
-        raise VllmPlanError("vllm_server_service_manager is %r; use systemd or supervisor" % (service.get("service_manager"),))
-    if service.get("install") not in INSTALLS:
-        raise VllmPlanError("vllm_server_install is %r; use pip, preinstalled or container" % (service.get("install"),))
-    try:
-        return {
-            "wrapper": service_wrapper(service, plan_info, node_role, serve_args),
-            "environment": service_environment(service),
-            "unit_file": service_unit(service, plan_info, node_role),
-            "program_user": "" if service["install"] == "container" else _service_value(service, "user", "vllm_server_user"),
-        }
-    except EndpointError as exc:  # the shared address and port rules
-        raise VllmPlanError(str(exc))

@@ -409,8 +409,11 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.parsing.convert_bool import boolean
+from ansible_collections.gpulab.inference.plugins.module_utils import hf_checkpoint as hf
 from ansible_collections.gpulab.inference.plugins.module_utils import layout_auto as la
 from ansible_collections.gpulab.inference.plugins.module_utils import vllm_plan as vp
+from ansible_collections.gpulab.inference.plugins.module_utils import vllm_service as vs
+from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import MANAGERS
 
 INDEX_NAME = "model.safetensors.index.json"
 # a safetensors header larger than this is not one (the format caps it at 100 MB)
@@ -437,7 +440,7 @@ def read_safetensors_header(path):
             length = int.from_bytes(head, "little")
             if length > MAX_HEADER_BYTES:
                 raise vp.VllmPlanError("%s is not a safetensors file: header length %d" % (path, length))
-            return vp.parse_safetensors_header(head + handle.read(length), path)
+            return hf.parse_safetensors_header(head + handle.read(length), path)
     except (IOError, OSError) as exc:
         raise vp.VllmPlanError("cannot read %s: %s" % (path, exc))
 
@@ -454,7 +457,7 @@ def read_model(model_path):
     index_path = os.path.join(model_path, INDEX_NAME)
     if os.path.isfile(index_path):
         index = read_json(index_path, "safetensors index")
-        files = vp.index_files(index, index_path)
+        files = hf.index_files(index, index_path)
         missing = [f for f in files if not os.path.isfile(os.path.join(model_path, f))]
         if missing:
             metadata = index.get("metadata")
@@ -503,8 +506,8 @@ def build_module():
             distributed_backend=dict(type="str", default="mp", choices=list(vp.DISTRIBUTED_BACKENDS)),
             service=dict(type="dict", options=dict(
                 node_name=dict(type="str"),
-                install=dict(type="str", choices=list(vp.INSTALLS), required=True),
-                service_manager=dict(type="str", choices=list(vp.MANAGERS), required=True),
+                install=dict(type="str", choices=list(vs.INSTALLS), required=True),
+                service_manager=dict(type="str", choices=list(MANAGERS), required=True),
                 vllm_command=dict(type="list", elements="str", required=True),
                 ray_command=dict(type="list", elements="str", required=True),
                 ray_port=dict(type="int", default=6379),
@@ -581,7 +584,7 @@ def run(module):
             service = dict(p["service"], master_addr=p["master_addr"], distributed_backend=p["distributed_backend"])
             plan_info = {"label": result["label"], "nodes": result["hardware"]["nodes"], "estimate": result["estimate"],
                          "model_path": p["model_path"]}
-            result.update(vp.service_files_of(service, plan_info, command["role"], command["args"]))
+            result.update(vs.service_files_of(service, plan_info, command["role"], command["args"]))
     return result
 
 
@@ -610,7 +613,7 @@ def main():
     module = build_module()
     try:
         result = run(module)
-    except (vp.VllmPlanError, la.AutoError) as exc:
+    except (vp.VllmPlanError, hf.CheckpointError, la.AutoError) as exc:
         module.fail_json(msg=str(exc))
     for warning in result["warnings"]:
         module.warn(warning)

@@ -13,7 +13,7 @@ import jinja2
 from ansible.plugins.filter.core import FilterModule
 
 from ansible_collections.gpulab.inference.plugins.module_utils.rpc_worker import rpc_server_wrapper
-from ansible_collections.gpulab.inference.plugins.module_utils.vllm_plan import service_files_of
+from ansible_collections.gpulab.inference.plugins.module_utils.vllm_service import service_files_of
 
 REPO = Path(__file__).resolve().parents[3]
 TEMPLATE = REPO / 'roles' / 'service' / 'templates' / 'wrapper.sh.j2'

@@ -16,6 +16,7 @@ from test_gguf_plan import MINIMAX_M2, ShapedModel
 
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf_plan as gp
 from ansible_collections.gpulab.inference.plugins.module_utils import layout_auto as la
+from ansible_collections.gpulab.inference.plugins.module_utils import hf_checkpoint as hf
 from ansible_collections.gpulab.inference.plugins.module_utils import vllm_plan as vp
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "vllm"
@@ -187,8 +188,8 @@ def test_unknown_memory_takes_the_trained_context_capped(minimax):
 
 def seed_vllm(nodes=None, opts=None):
     config = json.loads((FIXTURES / "minimax-m2.5-config.json").read_text())
-    shape = vp.model_shape(config)
-    tensors = dict((n, (dt, dims, vp.tensor_nbytes(dt, dims))) for n, dt, dims in vp.checkpoint_tensors(shape))
+    shape = hf.model_shape(config)
+    tensors = dict((n, (dt, dims, hf.tensor_nbytes(dt, dims))) for n, dt, dims in hf.checkpoint_tensors(shape))
     hw = vp.hardware(nodes or [{"name": "seed", "gpus": [{"index": i, "memory_total_mib": 97887} for i in range(8)]}])
     options = opts or {"gpu_memory_utilization": 0.9, "max_model_len": 196608, "kv_cache_dtype": "auto",
                        "reserve_mib": 4096}

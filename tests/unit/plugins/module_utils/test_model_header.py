@@ -20,7 +20,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils import model_head
 from ansible_collections.gpulab.inference.plugins.module_utils import model_io
 from ansible_collections.gpulab.inference.plugins.module_utils import synthetic_hf as sh
 from ansible_collections.gpulab.inference.plugins.module_utils import synthetic_model as sm
-from ansible_collections.gpulab.inference.plugins.module_utils import vllm_plan as vp
+from ansible_collections.gpulab.inference.plugins.module_utils import hf_checkpoint as hf
 
 GGUF_OPTIONS = {"shards": 2, "layers": 8, "hidden_size": 1024, "expert_ffn_size": 512}
 
@@ -67,7 +67,7 @@ def test_a_checkpoint_on_a_mirror_is_read_from_config_and_headers(mirror):
             with open(str(mirror["root"] / "hf" / name), "rb") as stream:
                 length = int.from_bytes(stream.read(8), "little")
                 stream.seek(0)
-                local.update(vp.parse_safetensors_header(stream.read(8 + length), name))
+                local.update(hf.parse_safetensors_header(stream.read(8 + length), name))
     assert tensors == local
     assert source.counter.bytes_read < source.size_bytes / 2
 

@@ -14,7 +14,7 @@ from test_gguf_plan import MINIMAX_M2, ShapedModel
 
 from ansible_collections.gpulab.inference.plugins.module_utils import model_header as mh
 from ansible_collections.gpulab.inference.plugins.module_utils import model_plan as mp
-from ansible_collections.gpulab.inference.plugins.module_utils import vllm_plan as vp
+from ansible_collections.gpulab.inference.plugins.module_utils import hf_checkpoint as hf
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "vllm"
 OPTIONS = {"parallel": 1, "ctx_size": "auto", "margin_mib": 1024, "cuda_context_mib": 720}
@@ -60,8 +60,8 @@ def test_a_model_that_fits_nowhere_names_the_smallest_hardware(minimax):
 
 def seed_checkpoint():
     config = json.loads((FIXTURES / "minimax-m2.5-config.json").read_text())
-    shape = vp.model_shape(config)
-    tensors = dict((n, (dt, dims, vp.tensor_nbytes(dt, dims))) for n, dt, dims in vp.checkpoint_tensors(shape))
+    shape = hf.model_shape(config)
+    tensors = dict((n, (dt, dims, hf.tensor_nbytes(dt, dims))) for n, dt, dims in hf.checkpoint_tensors(shape))
     return config, tensors
 
 

@@ -4,11 +4,9 @@ unquantised models, the memory arithmetic, bad input."""
 import json
 from pathlib import Path
 
-import struct
-
 import pytest
 
-from ansible_collections.gpulab.inference.plugins.module_utils import synthetic_hf as sh
+from ansible_collections.gpulab.inference.plugins.module_utils import hf_checkpoint as hf
 from ansible_collections.gpulab.inference.plugins.module_utils import vllm_plan as vp
 
 FIXTURES = Path(__file__).resolve().parents[2] / 'fixtures' / 'vllm'
@@ -186,8 +184,8 @@ def test_uneven_experts_over_ep_is_a_warning_and_counts_the_fullest_gpu():
     result = seed_plan(vp.Layout(8, ep=True), cfg=cfg, nodes=nodes, opts=dict(OPTS, max_model_len=8192))
     assert rules(result, 'warning') == ['experts_vs_ep']
     assert 'the fullest GPU holds 2' in result['warnings'][0]
-    shape = vp.model_shape(cfg)
-    tensors = dict((n, (d, s, vp.tensor_nbytes(d, s))) for n, d, s in vp.checkpoint_tensors(shape))
+    shape = hf.model_shape(cfg)
+    tensors = dict((n, (d, s, hf.tensor_nbytes(d, s))) for n, d, s in hf.checkpoint_tensors(shape))
     summary = vp.summarize(tensors, shape)
     _w, by_role, _stages = vp.weights_per_gpu(summary, shape, vp.Layout(8, ep=True))
     experts_total = sum(b for (role, _p), b in summary.items() if role == 'expert')
@@ -242,7 +240,7 @@ def test_parsers_default_from_the_model_table():
 
 
 def test_parsers_override_and_off():
-    shape = vp.model_shape(config('minimax-m2.5-config.json'))
+    shape = hf.model_shape(config('minimax-m2.5-config.json'))
     assert vp.parsers(shape, 'minimax_m2', '') == ('minimax_m2', None)
 
 
@@ -301,26 +299,6 @@ def test_bad_layout_sizes():
         seed_plan(vp.Layout(0))
 
 
-@pytest.mark.parametrize('change,match', [
-    ({'num_attention_heads': 0}, 'num_attention_heads is 0'),
-    ({'num_hidden_layers': 'x'}, "num_hidden_layers is 'x'"),
-    ({'torch_dtype': 'int8'}, "torch_dtype 'int8'"),
-    ({'quantization_config': {'quant_method': 'fp8', 'weight_block_size': [128]}}, 'weight_block_size is \\[128\\]'),
-    ({'num_attention_heads': -48}, 'num_attention_heads is -48'),
-    ({'hidden_size': 3072.5}, 'hidden_size is 3072.5'),
-    ({'num_local_experts': '256'}, "num_local_experts / num_experts is '256'"),
-    ({'num_local_experts': -1}, 'num_local_experts / num_experts is -1'),
-    ({'architectures': 'MiniMaxM2ForCausalLM'}, "architectures is 'MiniMaxM2ForCausalLM', expected a list"),
-    ({'architectures': [7]}, 'architectures is \\[7\\]'),
-    ({'max_position_embeddings': '196608'}, "max_position_embeddings is '196608'"),
-    ({'max_position_embeddings': 0}, 'max_position_embeddings is 0'),
-])
-def test_bad_config_values_name_the_key(change, match):
-    cfg = dict(config('minimax-m2.5-config.json'), **change)
-    with pytest.raises(vp.VllmPlanError, match=match):
-        vp.model_shape(cfg, 'model')
-
-
 def test_unknown_architecture_without_safetensors():
     cfg = dict(config('llama-3.1-8b-config.json'), architectures=['GptOssForCausalLM'])
     with pytest.raises(vp.VllmPlanError, match="architecture 'GptOssForCausalLM' has no known checkpoint layout"):
@@ -335,14 +313,14 @@ def test_pp_partitions_as_vllm_get_pp_indices():
 
 def test_pipeline_puts_embedding_first_and_lm_head_last():
     cfg = config('llama-3.1-8b-config.json')
-    shape = vp.model_shape(cfg)
-    tensors = dict((n, (d, s, vp.tensor_nbytes(d, s))) for n, d, s in vp.checkpoint_tensors(shape))
+    shape = hf.model_shape(cfg)
+    tensors = dict((n, (d, s, hf.tensor_nbytes(d, s))) for n, d, s in hf.checkpoint_tensors(shape))
     _w, _r, stages = vp.weights_per_gpu(vp.summarize(tensors, shape), shape, vp.Layout(1, pp=2))
     assert abs(sum(stages) - sum(t[2] for t in tensors.values())) <= 2
 
 
 def test_mtp_layers_past_num_hidden_layers_are_skipped():
-    shape = vp.model_shape(config('llama-3.1-8b-config.json'))
+    shape = hf.model_shape(config('llama-3.1-8b-config.json'))
     tensors = {'model.layers.32.mlp.up_proj.weight': ('BF16', [10, 10], 200),
                'model.layers.0.mlp.up_proj.weight': ('BF16', [10, 10], 200)}
     assert vp.summarize(tensors, shape) == {('column', 0): 200}
@@ -355,39 +333,6 @@ def test_tensor_roles():
     assert vp.tensor_role('model.layers.0.self_attn.o_proj.weight_scale_inv') == 'row'
     assert vp.tensor_role('model.layers.0.block_sparse_moe.gate.weight') == 'replicated'
     assert vp.tensor_role('lm_head.weight') == 'vocab'
-
-
-def test_safetensors_header_parse_gives_exact_sizes():
-    plan = sh.ModelPlan(sh.validate_options({}))
-    header, size = sh.safetensors_header(plan.tensors)
-    parsed = vp.parse_safetensors_header(header, 'model.safetensors')
-    assert len(parsed) == len(plan.tensors)
-    assert sum(t[2] for t in parsed.values()) == size == plan.weights_bytes
-    assert parsed['model.layers.0.block_sparse_moe.experts.0.w1.weight'] == ('F8_E4M3', [384, 512], 384 * 512)
-    assert parsed['model.layers.0.block_sparse_moe.experts.0.w1.weight_scale_inv'] == ('F32', [3, 4], 48)
-
-
-@pytest.mark.parametrize('data,match', [
-    (b'\x01\x00', 'shorter than its 8-byte header length'),
-    (b'\xff\x00\x00\x00\x00\x00\x00\x00{}', 'header says 255 bytes'),
-    (b'\x02\x00\x00\x00\x00\x00\x00\x00{x', 'header is not JSON'),
-    (b'\x0b\x00\x00\x00\x00\x00\x00\x00{"a": {}}  ', "entry 'a' lacks dtype"),
-    (struct.pack('<Q', 2) + b'[]', 'safetensors header is a JSON list, not an object'),
-    (struct.pack('<Q', 18) + b'[{"dtype": "F32"}]', 'safetensors header is a JSON list'),
-    (struct.pack('<Q', 3) + b'"x"', 'safetensors header is a JSON str'),
-    (struct.pack('<Q', 1) + b'7', 'safetensors header is a JSON int'),
-    (struct.pack('<Q', 12) + b'{"a": "F32"}', "entry 'a' lacks dtype"),
-    (struct.pack('<Q', 58) + b'{"a": {"dtype": "F32", "shape": [2], "data_offsets": [0]}}', "entry 'a' lacks dtype"),
-    (struct.pack('<Q', 62) + b'{"a": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}}', "entry 'a' has shape \\[-2\\]"),
-    (struct.pack('<Q', 63) + b'{"a": {"dtype": "F32", "shape": ["2"], "data_offsets": [0, 8]}}', "entry 'a' has shape"),
-    (struct.pack('<Q', 61) + b'{"a": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}}', 'expected whole numbers >= 0 with end >= start'),
-    (struct.pack('<Q', 63) + b'{"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8.5]}}', 'data_offsets \\[0, 8.5\\]'),
-    (struct.pack('<Q', 61) + b'{"a": {"dtype": "f33", "shape": [2], "data_offsets": [0, 8]}}', "entry 'a' has dtype 'f33', not a safetensors dtype name"),
-    (struct.pack('<Q', 63) + b'{"a": {"dtype": ["F32"], "shape": [2], "data_offsets": [0, 8]}}', "entry 'a' has dtype \\['F32'\\]"),
-])
-def test_bad_safetensors_headers(data, match):
-    with pytest.raises(vp.VllmPlanError, match=match):
-        vp.parse_safetensors_header(data, 'f.safetensors')
 
 
 def test_rules_table_cites_vllm():

@@ -16,7 +16,7 @@ import pytest
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpulab.inference.plugins.module_utils import synthetic_hf as sh
-from ansible_collections.gpulab.inference.plugins.module_utils import vllm_plan as vp
+from ansible_collections.gpulab.inference.plugins.module_utils import hf_checkpoint as hf
 from ansible_collections.gpulab.inference.plugins.modules import synthetic_hf
 
 SMALL = {"layers": 1, "hidden_size": 256, "attention_heads": 2, "kv_heads": 1, "head_dim": 128,
@@ -67,7 +67,7 @@ def test_config_has_the_real_fp8_quantization_config(tmp_path, capsys):
     assert config["num_local_experts"] == 4 and config["intermediate_size"] == 128
     assert config["vocab_size"] == 320 and config["eos_token_id"] == 258
     # the planner reads it back to the same shape
-    shape = vp.model_shape(config)
+    shape = hf.model_shape(config)
     assert shape["experts"] == 4 and shape["quant"]["block"] == [128, 128]
 
 

@@ -1,12 +1,13 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to gpulab.inference
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""vLLM's wrapper, environment file and unit as the plan decides them (vllm_plan.service_files_of):
+"""vLLM's wrapper, environment file and unit as the plan decides them (vllm_service.service_files_of):
 the vllm_server templates only render these lists."""
 
 import pytest
 
-from ansible_collections.gpulab.inference.plugins.module_utils.vllm_plan import VllmPlanError, service_files_of
+from ansible_collections.gpulab.inference.plugins.module_utils.vllm_plan import VllmPlanError
+from ansible_collections.gpulab.inference.plugins.module_utils.vllm_service import service_files_of
 
 VLLM = ["/opt/gpulab/vllm/venv-0.24.0/bin/vllm"]
 RAY = ["/opt/gpulab/vllm/venv-0.24.0/bin/ray"]
