@@ -96,6 +96,51 @@ def choose_engine(setting, fmt, where="the model"):
                     "or model_source at the model" % where)
 
 
+# The inventory variables that name the model, in the order the engine rule reads them: a serving
+# role's own path first (it says the engine), model_synthetic last (a stand-in a lab sets by default).
+MODEL_VARIABLES = ("vllm_server_model_path", "llama_server_model_path", "model_source", "model_path", "model_synthetic")
+
+
+def _named_format(name, value, model_path=""):
+    """'gguf' or 'hf' for one inventory variable that names the model, None when it is unset."""
+    if isinstance(value, dict):
+        return "gguf" if value else None
+    value = "" if value is None else str(value).strip()
+    if not value:
+        return None
+    if name == "vllm_server_model_path":
+        return "hf"
+    if name == "model_source" and value == "head":
+        return _named_format("model_path", model_path)
+    # a GGUF model is named by its (first shard's) file; anything else is a checkpoint directory
+    return "gguf" if value.split("?", 1)[0].rstrip("/").lower().endswith(".gguf") else "hf"
+
+
+def engine_from_inventory(setting, variables):
+    """gpulab_engine with auto resolved from the head's inventory variables alone (nothing is read
+    on a node, so every play and every host resolve it alike), the first set of MODEL_VARIABLES
+    deciding: vllm_server_model_path is a Hugging Face checkpoint; a llama_server_model_path,
+    model_source or model_path ending in .gguf is a GGUF, another model_source or model_path a
+    checkpoint directory (model_source head: model_path says); model_synthetic is a GGUF.
+    Returns {engine, reason}; a set engine is kept (choose_engine)."""
+    if not is_auto(setting):
+        return choose_engine(setting, None)
+    variables = variables or {}
+    if str(variables.get("model_source") or "").strip() == "head" and not str(variables.get("model_path") or "").strip():
+        raise AutoError("gpulab_engine is auto and model_source is head, but model_path (the model on the head) is not "
+                        "set; set model_path, or set gpulab_engine to llama_cpp or vllm")
+    for name in MODEL_VARIABLES:
+        value = variables.get(name)
+        fmt = _named_format(name, value, variables.get("model_path"))
+        if fmt is not None:
+            shown = "a synthetic GGUF (model_synthetic)" if name == "model_synthetic" else "%s %s" % (name, value)
+            if name == "model_source" and str(value).strip() == "head":
+                shown = "model_source head, model_path %s" % variables.get("model_path")
+            return choose_engine(setting, fmt, where=shown)
+    raise AutoError("gpulab_engine is auto but the inventory names no model (%s) on the head; set one of them, or "
+                    "set gpulab_engine to llama_cpp or vllm" % ", ".join(MODEL_VARIABLES))
+
+
 def engine_of_path(setting, path):
     """choose_engine for a model on this machine (a file or a directory)."""
     names = os.listdir(path) if path and os.path.isdir(path) else []

@@ -4,7 +4,7 @@ a good one records each node's GPUs from the fake nvidia-smi profiles."""
 import json
 
 import pytest
-from playbook_runner import LAB_FILES, local_host
+from playbook_runner import LAB_FILES, local_host, run_in
 
 FAKE_SMI = str(LAB_FILES / "fake-nvidia-smi")
 
@@ -116,3 +116,28 @@ def test_renamed_groups_come_from_the_common_role(run_playbook, tmp_path):
     task, msg = result.failures[0][1:]
     assert task == "Exactly one host is the inference head"
     assert "Group 'no_such_group' must hold exactly one host; it holds 0: none" in msg
+
+
+ENGINE_TASK = "Say which engine deploys and why"
+
+
+def test_engine_auto_is_said_with_its_reason_or_refused_naming_the_variables(tmp_path):
+    inventory = lab_inventory(tmp_path, {"node-a": ("rtx-pro-6000-x2", "10.0.0.1")}, {})
+
+    def run_playbook(playbook, inventory, extravars=None, envvars=None):
+        # a runner directory per run: each keeps its own extra variables
+        return run_in(tmp_path / ("runner-%d" % len(list(tmp_path.glob("runner-*")))), playbook, inventory, extravars, envvars)
+
+    checkpoint = {"gpulab_engine": "auto", "model_source": "http://10.231.77.5/ckpt"}
+    result = run_playbook("playbooks/facts.yml", inventory, extravars=checkpoint, envvars=ENV)
+    assert result.status == "successful", result.failures
+    assert [r["msg"] for r in result.ok_results(ENGINE_TASK)] == [
+        "engine vllm: auto: model_source http://10.231.77.5/ckpt is a Hugging Face checkpoint (config.json and "
+        "safetensors), which vLLM serves"]
+    default = run_playbook("playbooks/facts.yml", inventory, envvars=ENV)
+    assert [r["msg"] for r in default.ok_results(ENGINE_TASK)] == ["engine llama_cpp: gpulab_engine is set to llama_cpp"]
+    unnamed = run_playbook("playbooks/facts.yml", inventory, extravars={"gpulab_engine": "auto"}, envvars=ENV)
+    failures = unnamed.failures
+    assert [(host, task) for host, task, _msg in failures] == [("node-a", ENGINE_TASK)], failures
+    assert "gpulab_engine is auto but the inventory names no model (vllm_server_model_path" in failures[0][2]
+    assert "Traceback" not in failures[0][2]

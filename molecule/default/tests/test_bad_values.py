@@ -38,4 +38,4 @@ def test_null_verbosity_a_keep_list_as_text_and_a_bad_choice_are_refused_togethe
 
 def test_an_unknown_engine_is_refused_before_the_gpu_tables(tmp_path):
     failure = refused_first(tmp_path, "engine", {"gpulab_engine": "vlm"})
-    assert "value of gpulab_engine must be one of: llama_cpp, vllm, got: vlm" in failure[2], failure
+    assert "value of gpulab_engine must be one of: llama_cpp, vllm, auto, got: vlm" in failure[2], failure

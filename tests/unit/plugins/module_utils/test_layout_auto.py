@@ -400,3 +400,41 @@ def test_kept_memory_per_gpu_follows_the_memory_plan_rule():
     assert [g.get("kept_mib") for g in found[0]["gpus"]] == [None, 97887 - 79872]
     assert "kept_mib" not in nodes[0]["gpus"][1]
     assert la.nodes_with_kept(nodes, None) == nodes
+
+
+# ---------------------------------------------------------------- the engine from the inventory
+
+@pytest.mark.parametrize("variables, engine, said", [
+    # molecule default: the lab's synthetic GGUF
+    ({"model_synthetic": {"path": "/var/lib/gpulab/models/s.gguf", "shards": 2}, "model_path": "", "model_source": ""},
+     "llama_cpp", "auto: a synthetic GGUF (model_synthetic) is a GGUF model"),
+    # molecule vllm: the checkpoint named for vLLM wins over the lab's synthetic default
+    ({"vllm_server_model_path": "/var/lib/gpulab/models/fp8", "model_synthetic": {"shards": 2}}, "vllm",
+     "auto: vllm_server_model_path /var/lib/gpulab/models/fp8 is a Hugging Face checkpoint"),
+    # molecule models: a mirror's first GGUF shard, or a checkpoint directory
+    ({"model_source": "http://10.231.78.5/gguf/m-00001-of-00002.gguf"}, "llama_cpp",
+     "model_source http://10.231.78.5/gguf/m-00001-of-00002.gguf is a GGUF model"),
+    ({"model_source": "http://10.231.78.5/ckpt/"}, "vllm", "model_source http://10.231.78.5/ckpt/ is a Hugging Face"),
+    ({"model_source": "/srv/models/M.GGUF"}, "llama_cpp", "model_source /srv/models/M.GGUF"),
+    ({"model_source": "head", "model_path": "/srv/models/ckpt"}, "vllm", "model_source head, model_path /srv/models/ckpt"),
+    ({"model_source": "head", "model_path": "/srv/m.gguf"}, "llama_cpp", "model_source head, model_path /srv/m.gguf"),
+    ({"model_path": "/srv/m-00001-of-00003.gguf"}, "llama_cpp", "model_path /srv/m-00001-of-00003.gguf"),
+    ({"llama_server_model_path": "/srv/m.gguf", "model_synthetic": {}}, "llama_cpp", "llama_server_model_path"),
+])
+def test_engine_auto_from_the_inventory(variables, engine, said):
+    chosen = la.engine_from_inventory("auto", variables)
+    assert chosen["engine"] == engine
+    assert said in chosen["reason"], chosen["reason"]
+
+
+def test_engine_set_is_kept_and_unknown_or_unnamed_is_refused():
+    assert la.engine_from_inventory("vllm", {"model_synthetic": {"shards": 2}}) == {
+        "engine": "vllm", "reason": "gpulab_engine is set to vllm"}
+    assert la.engine_from_inventory("llama_cpp", {})["engine"] == "llama_cpp"
+    with pytest.raises(la.AutoError, match="gpulab_engine is 'vlm'; set llama_cpp, vllm or auto"):
+        la.engine_from_inventory("vlm", {})
+    with pytest.raises(la.AutoError, match=r"gpulab_engine is auto but the inventory names no model \(vllm_server_model_path, "
+                                           r"llama_server_model_path, model_source, model_path, model_synthetic\)"):
+        la.engine_from_inventory("auto", {"model_path": "", "model_synthetic": {}, "model_source": None})
+    with pytest.raises(la.AutoError, match="model_source is head, but model_path .the model on the head. is not set"):
+        la.engine_from_inventory("auto", {"model_source": "head"})

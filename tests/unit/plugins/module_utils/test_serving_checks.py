@@ -142,7 +142,7 @@ SPEC_REFUSED = [
     ("llama_rpc_server_gpu_indices", ["x"], "Elements value for option 'llama_rpc_server_gpu_indices'", "a list of int values"),
     ("llama_rpc_server_other_firewall", "ignore", "must be one of: fail, opened", "the default 'fail'"),
     ("gpu_drain_keep", {"a": 1}, "argument 'gpu_drain_keep' is of type dict", "takes a list of str values; remove the setting for the default []."),
-    ("gpulab_engine", "vlm", "value of gpulab_engine must be one of: llama_cpp, vllm, got: vlm", "role common takes one of llama_cpp, vllm"),
+    ("gpulab_engine", "vlm", "value of gpulab_engine must be one of: llama_cpp, vllm, auto, got: vlm", "role common takes one of llama_cpp, vllm, auto"),
     ("bench_sampler_method", "dcgm", "must be one of: auto, nvml", "role bench"),
     ("llama_server_supervisor_environment", [1], "argument 'llama_server_supervisor_environment' is of type list", "a mapping"),
 ]
