@@ -101,8 +101,11 @@ def llama(path="/var/lib/gpulab/memory-plan.json"):
     heads = pids_running(r"(^|/)llama-server( |$)")
     argv = heads[0][1] if heads else []
     print("llama-server argv: %s" % " ".join(argv))
-    report.check("-ngl", plan.get("n_gpu_layers"), option(argv, "-ngl", "--n-gpu-layers", "--gpu-layers"),
-                 str(plan.get("n_gpu_layers")) == option(argv, "-ngl", "--n-gpu-layers", "--gpu-layers"))
+    ngl = option(argv, "-ngl", "--n-gpu-layers", "--gpu-layers")
+    # `all` is llama.cpp's word for every layer and the output layer: the plan's count when that is all of them.
+    every = (plan.get("model") or {}).get("layers")
+    report.check("-ngl", plan.get("n_gpu_layers"), ngl, str(plan.get("n_gpu_layers")) == ngl
+                 or (ngl == "all" and every is not None and plan.get("n_gpu_layers") == every + 1))
     split = option(argv, "-ts", "--tensor-split")
     planned_split = plan.get("tensor_split") or []
     measured_split = [v for v in re.split(r"[,/]", split or "") if v]
@@ -111,10 +114,13 @@ def llama(path="/var/lib/gpulab/memory-plan.json"):
     ctx = (plan.get("options") or {}).get("ctx_size")
     report.check("-c", ctx, option(argv, "-c", "--ctx-size"), str(ctx) == option(argv, "-c", "--ctx-size"))
     report.check("--fit", "off", option(argv, "--fit"), option(argv, "--fit") == "off")
-    # Per GPU and kind: the head holds the CUDA devices, the RPC servers the RPC devices.
+    # Per GPU and kind: the head holds the CUDA devices, the RPC servers the RPC devices. A plan
+    # without GPU indices is compared per kind over all GPUs.
+    devices = plan.get("devices") or []
+    by_gpu = all(d.get("gpu_index") is not None for d in devices)
     planned = {}
-    for device in plan.get("devices") or []:
-        key = (device.get("gpu_index"), "rpc" if device.get("kind") == "rpc" else "local")
+    for device in devices:
+        key = (device.get("gpu_index") if by_gpu else "any", "rpc" if device.get("kind") == "rpc" else "local")
         planned[key] = planned.get(key, 0.0) + float(device.get("total_mib") or 0)
     measured = {}
     for pid, gpu, mib, args in processes():
@@ -122,7 +128,8 @@ def llama(path="/var/lib/gpulab/memory-plan.json"):
         kind = "rpc" if "rpc-server" in text else "local" if "llama-server" in text else None
         print("process %d on GPU %s: %.0f MiB, %s" % (pid, gpu, mib, text[:200]))
         if kind:
-            measured[(gpu, kind)] = measured.get((gpu, kind), 0.0) + mib
+            key = (gpu if by_gpu else "any", kind)
+            measured[key] = measured.get(key, 0.0) + mib
     for key in sorted(set(planned) | set(measured), key=str):
         report.memory("GPU %s %s" % key, planned.get(key, 0.0), measured.get(key, 0.0))
     return report.done({"engine": "llama_cpp", "argv": argv, "devices": plan.get("devices"),

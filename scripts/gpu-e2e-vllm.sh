@@ -29,7 +29,7 @@ start=$SECONDS
 module "$work/facts.yml" gpulab.inference.synthetic_hf \
   "$("$python" -c 'import json,sys; o=json.loads(sys.argv[1]); o["path"]=sys.argv[2]; print(json.dumps(o))' "$vllm_model_options" "$vllm_model")" \
   "$vdir/synthetic_hf.json"
-log "synthetic_hf: $((SECONDS - start)) s, $("$python" -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r.get("msg") or "changed=%s %s bytes" % (r.get("changed"), r.get("total_bytes", r.get("bytes"))))' "$vdir/synthetic_hf.json")"
+log "synthetic_hf: $((SECONDS - start)) s, $("$python" -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r.get("msg") or "changed=%s %s bytes" % (r.get("changed"), r.get("size_bytes")))' "$vdir/synthetic_hf.json")"
 if [ "${GPULAB_E2E_PHASE:-all}" = prepare ]; then
   return 0
 fi
