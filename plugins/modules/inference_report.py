@@ -184,7 +184,7 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.gpulab.inference.plugins.module_utils import report
+from ansible_collections.gpulab.inference.plugins.module_utils import report, report_markdown
 from ansible_collections.gpulab.inference.plugins.module_utils.report_checks import (
     ReportInputError,
     check_inputs,
@@ -434,7 +434,7 @@ def main():
     except (OSError, ValueError) as exc:
         module.fail_json(msg='keep: %s' % exc)
     result = dict(changed=not module.check_mode, report_dir=report_dir, files=files, pruned=pruned,
-                  summary=report.summary_lines(doc), headline=doc['headline'] or {}, bandwidth=doc['bandwidth'])
+                  summary=report_markdown.summary_lines(doc), headline=doc['headline'] or {}, bandwidth=doc['bandwidth'])
     if module.check_mode:
         module.exit_json(**result)
     if os.path.exists(report_dir):
@@ -448,7 +448,7 @@ def main():
         with open(os.path.join(staging, 'report.json'), 'w') as handle:
             json.dump(doc, handle, indent=2, sort_keys=True)
         with open(os.path.join(staging, 'report.md'), 'w') as handle:
-            handle.write(report.render_markdown(doc, IMAGES))
+            handle.write(report_markdown.render_markdown(doc, IMAGES))
         draw_residency(doc, os.path.join(staging, IMAGES['residency']))
         draw_utilisation(doc, traces, os.path.join(staging, IMAGES['utilisation']))
         draw_throughput(doc, os.path.join(staging, IMAGES['throughput']))

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ansible_collections.gpulab.inference.plugins.module_utils import report
+from ansible_collections.gpulab.inference.plugins.module_utils import report, report_markdown
 
 RESIDENCY = {
     'node-a': {'gpus': [{'index': 0, 'name': 'NVIDIA H200', 'memory_used_mib': 81920, 'memory_total_mib': 143771}],
@@ -88,7 +88,7 @@ def test_markdown_with_every_input():
                                      'zero_fraction': 0.12, 'memory_used_peak_mib': 81920}]}},
                                 build_info={'build_id': 'b8070-0c1e570-cuda90', 'cuda': True, 'cuda_architectures': '90'},
                                 commands={'node-a': ['/opt/gpulab/llama.cpp/b/bin/llama-server -m /m.gguf --rpc 10.0.0.2:50052']})
-    text = report.render_markdown(doc, {'residency': 'residency.png', 'utilisation': 'utilisation.png',
+    text = report_markdown.render_markdown(doc, {'residency': 'residency.png', 'utilisation': 'utilisation.png',
                                         'throughput': 'throughput.png'})
     assert '| node-b | 1 | NVIDIA H200 | 80.00 | 140.40 | 0.00 | 79.10 | 0.00 | 0.00 |' in text
     assert 'Aggregate 235.70 GiB over 3 devices; imbalance (most minus least used) 4.30 GiB.' in text
@@ -104,11 +104,11 @@ def test_markdown_with_every_input():
 
 def test_markdown_without_any_input():
     doc = report.build_document('demo', 'now')
-    text = report.render_markdown(doc, {'residency': 'r.png', 'utilisation': 'u.png', 'throughput': 't.png'})
+    text = report_markdown.render_markdown(doc, {'residency': 'r.png', 'utilisation': 'u.png', 'throughput': 't.png'})
     for line in ('No residency was read.', 'No benchmark was run.', 'No utilisation was sampled.',
                  'Omitted: no decode figure.', 'No command lines were read.'):
         assert line in text
-    assert '| decode tok/s (concurrency 1, spread) | n/a (n/a %) |' in report.summary_lines(doc)
+    assert '| decode tok/s (concurrency 1, spread) | n/a (n/a %) |' in report_markdown.summary_lines(doc)
 
 
 def test_report_dir_name_is_safe():
@@ -141,7 +141,7 @@ def test_plan_against_measured_per_device_and_process():
 
 def test_markdown_puts_planned_next_to_measured():
     doc = report.build_document('lab', 'now', residency=RESIDENCY, memory_plan=PLAN)
-    text = report.render_markdown(doc, {'residency': 'r.png', 'utilisation': 'u.png', 'throughput': 't.png'})
+    text = report_markdown.render_markdown(doc, {'residency': 'r.png', 'utilisation': 'u.png', 'throughput': 't.png'})
     assert '## Memory plan against measured' in text
     assert 'context 8192 over 4 slots (2048 KV cells x 4 streams)' in text
     assert '| RPC0 | node-b | 0 | rpc-server | 0-30 | 70000 | 4000 | 800 | 720 | 75520 | 77000 | 2.0 |' in text
@@ -165,11 +165,11 @@ def test_rpc_transport_per_server_with_the_fallback_warned():
     assert [(r['host'], r['server'], r['rdma'], r['tcp']) for r in rows] == [
         ('node-b', 'gpulab-rpc-server@0.service', 2, 0), ('node-b', 'gpulab-rpc-server@1.service', 0, 2)]
     doc = report.build_document('lab', 'now', rpc_transport=TRANSPORT)
-    text = report.render_markdown(doc, {'residency': 'r.png', 'utilisation': 'u.png', 'throughput': 't.png'})
+    text = report_markdown.render_markdown(doc, {'residency': 'r.png', 'utilisation': 'u.png', 'throughput': 't.png'})
     assert '| node-b | gpulab-rpc-server@1.service | 0 | 2 | yes |' in text
     assert '**Warning:** node-b gpulab-rpc-server@1.service: 2 of 2 RPC connections stayed on TCP' in text
-    assert '| RPC connections over RDMA / TCP | 2 / 2 (1 warning, see RPC transport) |' in report.summary_lines(doc)
-    assert report.rpc_transport_table({}) == [] and 'No RPC server log was read.' in report.render_markdown(
+    assert '| RPC connections over RDMA / TCP | 2 / 2 (1 warning, see RPC transport) |' in report_markdown.summary_lines(doc)
+    assert report.rpc_transport_table({}) == [] and 'No RPC server log was read.' in report_markdown.render_markdown(
         report.build_document('lab', 'now'), {'residency': 'r', 'utilisation': 'u', 'throughput': 't'})
 
 
@@ -199,14 +199,14 @@ def test_llama_bench_beside_the_served_decode():
     bench = report.llama_bench_against_served(LLAMA_BENCH_62, 98.9)
     assert bench == {'test': 'tg128', 'tok_s': 113.4, 'stddev_tok_s': 1.6, 'served_ratio': 0.872,
                      'server_ms_per_token_over_bench': 1.29}
-    assert report._bench_summary(bench) == 'tg128 113.4 tok/s, 0.872, 1.29 ms'
+    assert report_markdown._bench_summary(bench) == 'tg128 113.4 tok/s, 0.872, 1.29 ms'
 
 
 @pytest.mark.parametrize('records', [None, {}, [], [{'n_prompt': 512, 'n_gen': 0, 'avg_ts': 5475.0}],
                                      [{'n_prompt': 0, 'n_gen': 128, 'avg_ts': 'fast'}], ['tg128']])
 def test_llama_bench_without_a_decode_record_is_not_measured(records):
     assert report.llama_bench_against_served(records, 98.9) is None
-    assert report._bench_summary(None) == 'not measured'
+    assert report_markdown._bench_summary(None) == 'not measured'
 
 
 def test_llama_bench_without_a_served_figure_keeps_its_own():
@@ -258,7 +258,7 @@ def test_definitions_conditions_energy_and_the_vllm_summary():
     cond = doc['conditions']
     assert (cond['requests'], cond['cached_prompt_tokens'], cond['prompt_tokens'], cond['serving_gpus']) == (6, 3, 120, 3)
     assert cond['prompt_seed'] == 42 and cond['profile'] == 'full'
-    text = report.render_markdown(doc, {'residency': 'r.png', 'utilisation': 'u.png', 'throughput': 't.png'})
+    text = report_markdown.render_markdown(doc, {'residency': 'r.png', 'utilisation': 'u.png', 'throughput': 't.png'})
     for needle in ('## Definitions', '| TPOT | `tpot_s` |', 'inter_token_latency_ms', '| E2E latency | `e2e_s` |',
                    '## Run conditions', '| profile | full |', 'seed 42 (fresh)',
                    '| prompt tokens the server took from its cache | 3 of 120 |',
@@ -266,7 +266,7 @@ def test_definitions_conditions_energy_and_the_vllm_summary():
                    '## Energy', '5000.0 J in all for 42 output tokens', '| node-b | 1 | n/a | 2000.0 | 200.0 |',
                    'Request-rate sweep', '| 4.0 req/s (peak 2) |', '![latency](latency.png)', '![pareto](pareto.png)'):
         assert needle in text, needle
-    summary = report.summary_lines(doc)
+    summary = report_markdown.summary_lines(doc)
     assert '| energy J per output token, output tokens per J | 119.048, 0.008 |' in summary
     assert '| prompt tokens cached (concurrency 1) | 3 |' in summary
     out = report.vllm_summary(doc)
@@ -321,7 +321,7 @@ def test_two_endpoints_side_by_side_with_the_energy_of_each_ones_sweeps():
     # 1,000 J over 42 tokens; about 6,000 J over the 28 tokens of the second endpoint's two levels
     assert first['joules_per_output_token'] == pytest.approx(1000.0 / 42, abs=0.05)
     assert second['joules_per_output_token'] == pytest.approx(6000.0 / 28, rel=0.01)
-    text = report.render_markdown(doc, {'residency': 'r.png', 'utilisation': 'u.png', 'throughput': 't.png'})
+    text = report_markdown.render_markdown(doc, {'residency': 'r.png', 'utilisation': 'u.png', 'throughput': 't.png'})
     assert '### Endpoints side by side' in text
     assert 'vllm (vllm, M, http://127.0.0.1:8000; 214.' in text
     rows = [line for line in text.splitlines() if line.startswith('| concurrency 1 |')]
@@ -405,7 +405,7 @@ def test_vllm_planned_against_measured_per_gpu():
 
 def test_markdown_shows_the_layout_and_vllm_planned_next_to_measured():
     doc = report.build_document('lab', 'now', residency=VLLM_RESIDENCY, vllm=VLLM_PLAN)
-    text = report.render_markdown(doc, {'residency': 'r.png', 'utilisation': 'u.png', 'throughput': 't.png'})
+    text = report_markdown.render_markdown(doc, {'residency': 'r.png', 'utilisation': 'u.png', 'throughput': 't.png'})
     section = text.split('## Layout\n')[1].split('## Memory plan against measured')[0]
     assert 'vLLM: TP=8+EP, max_model_len 196608, KV cache pinned at 21474836480 bytes per GPU.' in section
     assert "- why: auto: TP=8+EP uses all 8 GPUs and passes vLLM's rules" in section
@@ -414,10 +414,10 @@ def test_markdown_shows_the_layout_and_vllm_planned_next_to_measured():
     assert 'Planned for vLLM TP=8+EP' in text and 'pinned with --kv-cache-memory-bytes' in text
     assert '| GPU1 | node-a | 1 | vllm | TP=8+EP | 27800 | 20480 | 4096 | n/a | 52376 | 54000 | 3.1 |' in text
     assert doc['layouts'][0]['engine'] == 'vllm'
-    llama = report.render_markdown(report.build_document('lab', 'now', memory_plan=dict(PLAN, choice=LLAMA_CHOICE)),
+    llama = report_markdown.render_markdown(report.build_document('lab', 'now', memory_plan=dict(PLAN, choice=LLAMA_CHOICE)),
                                    {'residency': 'r.png', 'utilisation': 'u.png', 'throughput': 't.png'})
     assert '- turned down: equal 1,1,1: RPC0 would overflow by 900 MiB' in llama
     assert '- why: %s' % LLAMA_CHOICE['split_reason'] in llama
-    bare = report.render_markdown(report.build_document('lab', 'now'), {'residency': 'r.png', 'utilisation': 'u.png',
+    bare = report_markdown.render_markdown(report.build_document('lab', 'now'), {'residency': 'r.png', 'utilisation': 'u.png',
                                                                         'throughput': 't.png'})
     assert 'No layout was recorded' in bare

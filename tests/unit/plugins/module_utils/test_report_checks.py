@@ -5,7 +5,7 @@ import copy
 
 import pytest
 
-from ansible_collections.gpulab.inference.plugins.module_utils import report
+from ansible_collections.gpulab.inference.plugins.module_utils import report, report_markdown
 from ansible_collections.gpulab.inference.plugins.module_utils.report_checks import (
     ReportInputError,
     check_inputs,
@@ -174,7 +174,7 @@ def test_each_bad_shape_would_otherwise_break_the_report_or_pass_silently():
                                         commands=params['commands'], memory_plan=params['memory_plan'],
                                         vllm=params['vllm'], rpc_transport=params['rpc_transport'],
                                         llama_bench=params['llama_bench'])
-            report.render_markdown(doc, {'residency': 'r.png', 'utilisation': 'u.png', 'throughput': 't.png'})
+            report_markdown.render_markdown(doc, {'residency': 'r.png', 'utilisation': 'u.png', 'throughput': 't.png'})
         except (TypeError, KeyError, AttributeError, ValueError, IndexError):
             broken += 1
     assert broken >= 20
