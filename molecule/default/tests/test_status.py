@@ -20,6 +20,11 @@ def test_status_playbook_reports_every_node(tmp_path):
     assert head["model"].endswith(".gguf")
     assert head["endpoints"][0] == "http://127.0.0.1:8080 (llama-server, /health 200)"
     assert len({node["build_id"] for node in shown.values()}) == 1
+    assert unit["enabled"] == "enabled"
     for worker in ("node-b", "node-c"):
-        assert any(s["name"] == "gpulab-rpc-server@0.service" and s["state"] == "active" for s in shown[worker]["services"])
+        services = {s["name"]: s for s in shown[worker]["services"]}
+        # every unit the collection installs there, the firewall's second line of defence included
+        for name in ("gpulab-rpc-server@0.service", "gpulab-rpc-guard.service", "gpulab-rpc-server-firewall.service"):
+            assert services[name]["state"] == "active", (worker, services)
+            assert services[name]["enabled"] == "enabled", (worker, services[name])
         assert ":50052 (RPC, " in shown[worker]["endpoints"][0]
