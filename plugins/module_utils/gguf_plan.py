@@ -380,7 +380,7 @@ def compute_bytes_estimate(facts, cells, holds_layers, holds_output, flash_attn,
 # ---------------------------------------------------------------- the plan
 
 def normalise_devices(devices):
-    """Check a device list: name (unique), free_mib (or None when unknown), total_mib, host."""
+    """Check a device list: name (unique), free_mib (or None when unknown), total_mib, host, gpu_index."""
     if not devices:
         raise PlanError("devices is empty; give the devices llama.cpp splits over (RPC devices, then local GPUs)")
     seen = set()
@@ -395,6 +395,12 @@ def normalise_devices(devices):
         # A device is a GPU unless it says cuda: false (an RPC server of a CPU build).
         entry = {"name": name, "host": device.get("host"), "kind": device.get("kind"),
                  "cuda": device.get("cuda", True) is not False}
+        # shared_gpus groups devices on one (host, GPU), such as an RPC server beside llama-server
+        gpu_index = device.get("gpu_index")
+        if gpu_index is not None and (isinstance(gpu_index, bool) or not isinstance(gpu_index, int) or gpu_index < 0):
+            raise PlanError("devices[%d].gpu_index %r must be a GPU index (a whole number >= 0) or null"
+                            % (i, gpu_index))
+        entry["gpu_index"] = gpu_index
         for field in ("free_mib", "total_mib"):
             value = device.get(field)
             if value is not None:
@@ -406,6 +412,18 @@ def normalise_devices(devices):
     return result
 
 
+def shared_gpus(devices):
+    """Index lists of the devices that share one GPU (the same host and gpu_index, both known), in
+    device order: an RPC server on the head's own GPU beside llama-server's CUDA device. Only groups
+    of two or more."""
+    groups = {}
+    for index, device in enumerate(devices):
+        if device.get("cuda", True) is not False and device.get("host") is not None \
+                and device.get("gpu_index") is not None:
+            groups.setdefault((device["host"], device["gpu_index"]), []).append(index)
+    return sorted((members for members in groups.values() if len(members) > 1), key=lambda members: members[0])
+
+
 def plan_layout(model, devices, split="equal", n_gpu_layers="all", ctx_size=0, parallel=1, kv_unified=False,
                 cache_type_k="f16", cache_type_v="f16", flash_attn="auto", margin_mib=1024, offload_kqv=True,
                 ubatch=DEFAULT_UBATCH, alignment=32, facts=None, cuda_context_mib=0):
@@ -415,6 +433,8 @@ def plan_layout(model, devices, split="equal", n_gpu_layers="all", ctx_size=0, p
     CUDA context, cuBLAS and other library workspaces). llama.cpp's own log leaves it out; each
     RPC server is a process of its own, and the head has one context per local GPU, so every
     GPU device carries it once.
+    Devices on one GPU (shared_gpus) share its free memory and one margin: their rows show the
+    GPU's headroom after all of them, so two devices never overcommit it between them.
     """
     facts = facts or model_facts(model)
     devices = normalise_devices(devices)
@@ -441,6 +461,7 @@ def plan_layout(model, devices, split="equal", n_gpu_layers="all", ctx_size=0, p
     kv = kv_bytes_per_layer(facts, cells, streams, type_k, type_v)
 
     rows = []
+    totals = []
     for index, device in enumerate(devices):
         layers = [il for il in range(n_layer) if placement[il] == index]
         holds_output = placement[n_layer] == index
@@ -474,7 +495,19 @@ def plan_layout(model, devices, split="equal", n_gpu_layers="all", ctx_size=0, p
         else:
             row["headroom_mib"] = round(device["free_mib"] - margin_mib - total / float(MIB), 2)
             row["fits"] = row["headroom_mib"] >= 0
+        row["shares_gpu_with"] = []
         rows.append(row)
+        totals.append(total)
+    for members in shared_gpus(devices):
+        # one GPU's memory (and one margin) for every device on it: each row shows the GPU's headroom
+        frees = [devices[m]["free_mib"] for m in members]
+        if any(free is None for free in frees):
+            continue
+        headroom = round(min(frees) - margin_mib - sum(totals[m] for m in members) / float(MIB), 2)
+        for m in members:
+            rows[m]["headroom_mib"] = headroom
+            rows[m]["fits"] = headroom >= 0
+            rows[m]["shares_gpu_with"] = [devices[o]["name"] for o in members if o != m]
 
     cpu_layers = [il for il in range(n_layer) if placement[il] is None]
     cpu_weight = weights[INPUT] + sum(weights[il] for il in cpu_layers) + (weights[OUTPUT] if placement[n_layer] is None else 0)

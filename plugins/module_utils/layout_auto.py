@@ -257,24 +257,30 @@ class _Costs:
         self.devices = devices
         self.caps = _capacities(devices)
 
-    def headroom(self, d, a, b):
-        """MiB device d keeps with slots [a, b) (None when its memory is unknown)."""
-        cap = self.caps[d]
-        if cap is None:
-            return None
+    def used_mib(self, d, a, b):
+        """MiB device d holds with slots [a, b)."""
         if b <= a:
-            return cap - self.margin
+            return 0.0
         output = b == self.slots and self.start + self.slots - 1 == self.n_layer
         layers = (b - a) - (1 if output else 0) > 0
         total = self.prefix[b] - self.prefix[a] + self.compute[(layers, output)]
         if self.devices[d].get("cuda", True) is not False:
             total += self.context_mib * MIB
-        return cap - self.margin - total / float(MIB)
+        return total / float(MIB)
+
+    def headroom(self, d, a, b):
+        """MiB device d keeps with slots [a, b) (None when its memory is unknown)."""
+        cap = self.caps[d]
+        if cap is None:
+            return None
+        return cap - self.margin - self.used_mib(d, a, b)
 
 
 def best_whole_layer_split(costs):
     """(smallest headroom in MiB, slot counts per device): the contiguous whole-slot split with the
     largest smallest headroom (dynamic programme over devices and slots taken)."""
+    if gp.shared_gpus(costs.devices):
+        return _best_split_sharing_gpus(costs)
     n, slots = len(costs.devices), costs.slots
     neg = float("-inf")
     best = [[neg] * (slots + 1) for _d in range(n)]
@@ -298,6 +304,72 @@ def best_whole_layer_split(costs):
         b = a
     counts[0] = b
     return best[n - 1][slots], counts
+
+
+def _best_split_sharing_gpus(costs):
+    """best_whole_layer_split where some devices share a GPU (gguf_plan.shared_gpus): such a GPU's
+    headroom is its memory less the margin and what all its devices hold, so a device's layers
+    cannot be judged alone. The programme keeps, per (device, slots taken), every state not beaten
+    on both the smallest headroom of the GPUs already complete and the MiB already put on GPUs still
+    awaiting a device (a Pareto front; small, as only shared GPUs stay open)."""
+    n, slots = len(costs.devices), costs.slots
+    groups = gp.shared_gpus(costs.devices)
+    group_of, last_of, cap_of = {}, {}, {}
+    for g, members in enumerate(groups):
+        cap_of[g] = min(costs.caps[m] for m in members)
+        last_of[g] = members[-1]
+        for m in members:
+            group_of[m] = g
+    # a state: (smallest headroom of complete GPUs, MiB on each open shared GPU, (previous a, state index))
+    fronts = [[(float("inf"), (0.0,) * len(groups), None)]] + [[] for _b in range(slots)]
+    history = []
+    for d in range(n):
+        new = [[] for _b in range(slots + 1)]
+        for b in range(slots + 1):
+            candidates = []
+            g = group_of.get(d)
+            for a in range(b + 1):
+                used = costs.used_mib(d, a, b) if fronts[a] else 0.0
+                for k, (low, held, _back) in enumerate(fronts[a]):
+                    if g is None:
+                        candidates.append((min(low, costs.caps[d] - costs.margin - used), held, (a, k)))
+                        continue
+                    held_now = list(held)
+                    held_now[g] += used
+                    if d == last_of[g]:
+                        low = min(low, cap_of[g] - costs.margin - held_now[g])
+                        held_now[g] = 0.0
+                    candidates.append((low, tuple(held_now), (a, k)))
+            new[b] = _pareto(candidates)
+        history.append(new)
+        fronts = new
+    if not fronts[slots]:
+        return float("-inf"), [0] * n
+    best_k = max(range(len(fronts[slots])), key=lambda k: fronts[slots][k][0])
+    counts = [0] * n
+    b, k = slots, best_k
+    for d in range(n - 1, -1, -1):
+        a, k = history[d][b][k][2]
+        counts[d] = b - a
+        b = a
+    return fronts[slots][best_k][0] if n else float("-inf"), counts
+
+
+def _pareto(states):
+    """The states no other beats on both the smallest headroom (higher) and the MiB held on open
+    GPUs (lower, each); of equal ones the later (more slots on the earlier devices) stays out."""
+    kept = []
+    lowest = None
+    for state in sorted(states, key=lambda s: (-s[0], s[1])):
+        if len(state[1]) == 1:
+            # one shared GPU: sorted by headroom, a state stays only if it holds less than every kept one
+            if lowest is not None and state[1][0] >= lowest:
+                continue
+            lowest = state[1][0]
+        elif any(other[0] >= state[0] and all(o <= h for o, h in zip(other[1], state[1])) for other in kept):
+            continue
+        kept.append(state)
+    return kept
 
 
 def _plan_summary(label, split, plan):

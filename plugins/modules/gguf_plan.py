@@ -189,7 +189,8 @@ devices:
     GPU, V(null) for a CPU device or one given without it), layers (indices), layer_range,
     output_layer, split, weights_mib, kv_cache_mib, compute_mib_estimate, context_mib (see
     O(cuda_context_mib)), total_mib, free_mib,
-    margin_mib, headroom_mib and fits (V(null) when the free memory is unknown).
+    margin_mib, headroom_mib and fits (V(null) when the free memory is unknown), shares_gpu_with
+    (the other devices on the same host and GPU; their headroom is that GPU's after all of them).
   returned: success
   type: list
   elements: dict

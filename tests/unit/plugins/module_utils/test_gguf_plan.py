@@ -506,3 +506,55 @@ def test_plan_with_the_cuda_context_meets_nvidia_smi_on_an_h200(layout, ctx):
     # without it, the two-process layouts were 6-9% under
     bare = gp.plan_layout(model, devs, ctx_size=ctx, parallel=4)
     assert sum(r["total_mib"] for r in bare["devices"]) < 0.97 * sum(measured)
+
+
+# ---------------------------------------------------------------- devices on one GPU
+
+def test_devices_keep_their_gpu_index_and_a_bad_one_is_named():
+    devs = gp.normalise_devices([{"name": "RPC0", "host": "h", "gpu_index": 0, "free_mib": 100},
+                                 {"name": "CUDA0", "host": "h", "gpu_index": None, "free_mib": 100}])
+    assert [d["gpu_index"] for d in devs] == [0, None]
+    for bad in (-1, "0", True):
+        with pytest.raises(gp.PlanError, match=r"devices\[0\]\.gpu_index .* must be a GPU index"):
+            gp.normalise_devices([{"name": "RPC0", "gpu_index": bad}])
+
+
+def test_the_memory_plan_record_names_each_devices_gpu(lab_model):
+    residency = {"node-a": {"gpus": GPUS_A, "processes": []}, "node-b": {"gpus": [GPU_B], "processes": []}}
+    devs = gp.devices_from_nodes("node-a", ["node-b"], True, residency)
+    plan = gp.plan_layout(lab_model, devs, ctx_size=4096)
+    record = gp.plan_record("/m.gguf", {}, plan, {})
+    assert [(d["name"], d["host"], d["gpu_index"]) for d in record["devices"]] == [
+        ("RPC0", "node-b", 0), ("CUDA0", "node-a", 0), ("CUDA1", "node-a", 1)]
+
+
+def test_shared_gpus_are_grouped_by_host_and_index():
+    devs = [{"name": "RPC0", "host": "h", "gpu_index": 0}, {"name": "RPC1", "host": "w", "gpu_index": 0},
+            {"name": "CUDA0", "host": "h", "gpu_index": 0}, {"name": "CUDA1", "host": "h", "gpu_index": 1},
+            {"name": "RPC2", "host": None, "gpu_index": 1}, {"name": "RPC3", "host": "h", "gpu_index": 1,
+                                                              "cuda": False}]
+    assert gp.shared_gpus(devs) == [[0, 2]]
+
+
+def test_two_devices_on_one_gpu_share_its_memory(lab_model):
+    """An RPC server on the head's own GPU beside llama-server: what both hold is judged against the
+    one GPU, with one margin, so a model that fills the GPU is not split over it twice."""
+    options = dict(ctx_size=4096, margin_mib=512, cuda_context_mib=720)
+    alone = gp.plan_layout(lab_model, [{"name": "CUDA0", "host": "h", "gpu_index": 0, "free_mib": 100000}],
+                           **options)
+    used = alone["devices"][0]["total_mib"]
+    # each device alone would fit, both together do not
+    free = used + 512 + 100
+    devs = [{"name": "RPC0", "host": "h", "gpu_index": 0, "free_mib": free},
+            {"name": "CUDA0", "host": "h", "gpu_index": 0, "free_mib": free}]
+    plan = gp.plan_layout(lab_model, devs, **options)
+    both = sum(r["total_mib"] for r in plan["devices"])
+    assert both > used  # the second process's CUDA context and compute buffer
+    for row in plan["devices"]:
+        assert row["headroom_mib"] == pytest.approx(free - 512 - both, abs=0.02)
+        assert row["fits"] is False
+    assert plan["fits"] is False and plan["overflowing"] == ["RPC0", "CUDA0"]
+    assert [r["shares_gpu_with"] for r in plan["devices"]] == [["CUDA0"], ["RPC0"]]
+    # on two GPUs of that size the same split fits
+    apart = gp.plan_layout(lab_model, [dict(devs[0], gpu_index=1), devs[1]], **options)
+    assert apart["fits"] is True and [r["shares_gpu_with"] for r in apart["devices"]] == [[], []]

@@ -438,3 +438,45 @@ def test_engine_set_is_kept_and_unknown_or_unnamed_is_refused():
         la.engine_from_inventory("auto", {"model_path": "", "model_synthetic": {}, "model_source": None})
     with pytest.raises(la.AutoError, match="model_source is head, but model_path .the model on the head. is not set"):
         la.engine_from_inventory("auto", {"model_source": "head"})
+
+
+# ---------------------------------------------------------------- llama.cpp: devices sharing a GPU
+
+H200_MIB = 143771
+
+
+def test_auto_never_overcommits_a_gpu_two_devices_share(minimax):
+    """One H200 holding an RPC server beside llama-server (RPC0 and CUDA0 both on GPU 0): the
+    MiniMax model (about 226 GiB) would fit were each device judged against the whole GPU."""
+    devs = [{"name": "RPC0", "host": "h200", "gpu_index": 0, "free_mib": H200_MIB},
+            {"name": "CUDA0", "host": "h200", "gpu_index": 0, "free_mib": H200_MIB}]
+    choice = la.choose_tensor_split(minimax, devs, ctx_size=4096, **OPTIONS)
+    assert choice["plan"]["fits"] is False
+    assert choice["smallest_headroom_mib"] < 0
+    assert "no whole-layer split fits" in choice["reason"]
+    # told apart, the two devices would hold it
+    apart = [dict(devs[0], gpu_index=1), devs[1]]
+    assert la.choose_tensor_split(minimax, apart, ctx_size=4096, **OPTIONS)["plan"]["fits"] is True
+
+
+def test_the_search_with_a_shared_gpu_beats_every_other_split(minimax):
+    """Exhaustive: RPC0 on the head's GPU 0, RPC1 on a worker, CUDA0 on the head's GPU 0 again (not
+    next to each other in llama.cpp's order); the shared GPU's headroom counts both its devices."""
+    devs = [{"name": "RPC0", "host": "node-a", "gpu_index": 0, "free_mib": 165000},
+            {"name": "RPC1", "host": "node-b", "gpu_index": 0, "free_mib": IDLE_MIB - 10240},
+            {"name": "CUDA0", "host": "node-a", "gpu_index": 0, "free_mib": 165000}]
+    options = dict(OPTIONS, ctx_size=16384)
+    choice = la.choose_tensor_split(minimax, devs, **options)
+    costs = la._Costs(minimax, gp.model_facts(minimax), gp.normalise_devices(devs), options)
+
+    def smallest(a, b):
+        shared = 165000 - 1024 - costs.used_mib(0, 0, a) - costs.used_mib(2, b, 63)
+        return min(shared, costs.headroom(1, a, b))
+
+    best = max(smallest(a, b) for a in range(64) for b in range(a, 64))
+    assert choice["plan"]["fits"] is True
+    assert choice["smallest_headroom_mib"] == pytest.approx(best, abs=0.01)
+    rows = choice["plan"]["devices"]
+    assert rows[0]["headroom_mib"] == rows[2]["headroom_mib"]
+    assert rows[0]["headroom_mib"] == pytest.approx(165000 - 1024 - rows[0]["total_mib"] - rows[2]["total_mib"],
+                                                    abs=0.05)
