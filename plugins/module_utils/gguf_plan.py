@@ -37,6 +37,7 @@ import struct
 
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf
 from ansible_collections.gpulab.inference.plugins.module_utils.gpu_drain import matching_pattern
+from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import program_units
 
 MIB = 1024 * 1024
 
@@ -642,6 +643,16 @@ def own_service(unit, own_units):
     return matching_pattern(own_units, [unit]) is not None
 
 
+def own_process(process, own_units):
+    """Whether a gpu_residency process runs in one of the collection's serving units, or under a
+    supervisord program that stands for one (service_manager.program_units: gpulab-rpc-server-0 as
+    gpulab-rpc-server@0.service), as the drain tells its own services apart under either manager."""
+    if own_service(process.get("systemd_unit"), own_units):
+        return True
+    program = process.get("supervisor_program")
+    return bool(program) and matching_pattern(own_units, program_units(program)) is not None
+
+
 # gpu_drain's actions for the consumers it takes off the GPUs (module_utils.gpu_drain.decide).
 DRAIN_FREES = ("stop", "kill")
 
@@ -662,7 +673,7 @@ def available_mib(gpu, processes, own_units, drained=None):
     if free is None:
         return None
     held = sum(p.get("used_memory_mib") or 0 for p in processes or []
-               if p.get("gpu_index") == gpu.get("index") and own_service(p.get("systemd_unit"), own_units))
+               if p.get("gpu_index") == gpu.get("index") and own_process(p, own_units))
     return free + held + drain_frees_mib(gpu, drained)
 
 
@@ -701,7 +712,7 @@ def devices_from_nodes(head, workers, cuda, residency=None, servers=None,
 
     head: the head's host name; workers: the RPC workers' host names in --rpc order; cuda:
     whether the deployed build has CUDA. residency: {host: gpu_residency's residency (gpus with
-    memory_free_mib, processes with systemd_unit)}; servers: {host: the worker's
+    memory_free_mib, processes with systemd_unit and supervisor_program)}; servers: {host: the worker's
     /etc/gpulab/rpc-server/servers.json}, absent before its first deployment, when a CUDA build
     gets one RPC device per GPU (as llama_rpc_server plans it) and a CPU build one CPU device.
     drained: {host: gpu_drain's consumers in check mode}, on the nodes the deployment drains.

@@ -304,6 +304,21 @@ def systemd_unit_from_cgroup(text):
     return None
 
 
+# supervisord sets it in every child's environment (supervisor/process.py Subprocess._spawn), which a
+# wrapper script's exec keeps: the program a GPU process runs under, where no systemd unit names it.
+SUPERVISOR_PROCESS_VARIABLE = 'SUPERVISOR_PROCESS_NAME'
+
+
+def supervisor_program_from_environ(text):
+    """The supervisord program a process runs under, from the text of /proc/PID/environ
+    (NUL-separated NAME=value entries), or None."""
+    prefix = SUPERVISOR_PROCESS_VARIABLE + '='
+    for entry in text.split('\0'):
+        if entry.startswith(prefix):
+            return entry[len(prefix):] or None
+    return None
+
+
 def mib_to_gib(mib):
     """MiB to GiB, rounded to 2 decimals."""
     return round(mib / MIB_PER_GIB, 2)
@@ -327,17 +342,19 @@ def select_gpus(gpus, indices):
     return [gpu for gpu in gpus if gpu['index'] in wanted]
 
 
-def build_residency(gpus, processes, indices=None, cgroups=None):
+def build_residency(gpus, processes, indices=None, cgroups=None, environs=None):
     """Combine the GPU and compute-apps answers into the residency report.
 
     gpus: parse_gpu_query's list; processes: parse_compute_apps_query's list; indices: the GPU
     indices to consider (None: all); cgroups: {pid: text of /proc/PID/cgroup or None when the
-    process has exited since the query}.
+    process has exited since the query}; environs: {pid: text of /proc/PID/environ, or None when
+    it cannot be read}, for the supervisord program.
     A process on a GPU uuid that the GPU query did not list is kept (gpu_index None) only when
     all GPUs are considered; the caller may warn about it. A pid missing from cgroups counts
     as exited.
     """
     cgroups = cgroups or {}
+    environs = environs or {}
     selected = select_gpus(gpus, indices)
     index_by_uuid = dict((gpu['uuid'], gpu['index']) for gpu in gpus)
     selected_uuids = set(gpu['uuid'] for gpu in selected)
@@ -364,6 +381,8 @@ def build_residency(gpus, processes, indices=None, cgroups=None):
             'gpu_uuid': process['gpu_uuid'],
             'used_memory_mib': process['used_memory_mib'],
             'systemd_unit': systemd_unit_from_cgroup(cgroup_text) if cgroup_text else None,
+            'supervisor_program': supervisor_program_from_environ(environs[process['pid']])
+            if environs.get(process['pid']) else None,
             'exited': cgroup_text is None,
         })
 

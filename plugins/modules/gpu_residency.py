@@ -15,8 +15,9 @@ version_added: 0.1.0
 description:
   - Runs C(nvidia-smi) twice (GPUs, then compute processes) and reports memory used per GPU
     and per process, the total and the imbalance between GPUs.
-  - Names the systemd service each process runs in, read from C(/proc/PID/cgroup), so that a
-    check can tell an RPC worker from a stray process.
+  - Names the systemd service each process runs in, read from C(/proc/PID/cgroup), and the
+    supervisord program, read from C(SUPERVISOR_PROCESS_NAME) in C(/proc/PID/environ), so that a
+    check can tell an RPC worker from a stray process under either manager.
   - Reads only; changes nothing.
 author:
   - gpulab.inference contributors (@gpulab)
@@ -116,6 +117,12 @@ residency:
           description: The systemd service the process runs in, or V(null) when it runs in none.
           type: str
           sample: gpulab-rpc-server@0.service
+        supervisor_program:
+          description:
+            - The supervisord program the process runs under (its C(SUPERVISOR_PROCESS_NAME)), or V(null) when it
+              runs under none or its environment cannot be read (another user's process without root).
+          type: str
+          sample: gpulab-rpc-server-0
         exited:
           description: True when the process was gone by the time its cgroup was read.
           type: bool
@@ -146,7 +153,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi_runner
 
 
 class GpuResidency:
-    """Runs the two nvidia-smi queries and reads the processes' cgroups."""
+    """Runs the two nvidia-smi queries and reads the processes' cgroups and supervisord programs."""
 
     def __init__(self, module):
         self.module = module
@@ -168,6 +175,14 @@ class GpuResidency:
         except (IOError, OSError):
             return None
 
+    def read_environ(self, pid):
+        """Text of /proc/PID/environ, or None when it cannot be read (exited, or not ours without root)."""
+        try:
+            with open(os.path.join(self.proc_root, str(pid), 'environ'), 'rb') as environ_file:
+                return environ_file.read().decode('utf-8', 'replace')
+        except (IOError, OSError):
+            return None
+
     def gather(self):
         if self.runner.find() is None:
             self.module.fail_json(
@@ -181,8 +196,9 @@ class GpuResidency:
         except NvidiaSmiParseError as exc:
             self.module.fail_json(msg=str(exc))
         cgroups = dict((process['pid'], self.read_cgroup(process['pid'])) for process in processes)
+        environs = dict((process['pid'], self.read_environ(process['pid'])) for process in processes)
         try:
-            self.residency = build_residency(gpus, processes, self.indices, cgroups)
+            self.residency = build_residency(gpus, processes, self.indices, cgroups, environs)
         except ValueError as exc:
             self.module.fail_json(msg='gpus: %s' % exc)
         for process in self.residency['processes']:

@@ -61,7 +61,10 @@ options:
         plan and the pinned KV cache as they were.
     type: dict
   own_units:
-    description: The collection's serving units (shell patterns); their memory counts as available, since a redeploy replaces them.
+    description:
+      - The collection's serving units (shell patterns); their memory counts as available, since a redeploy replaces them.
+      - A process under a supervisord program counts as the unit it stands for (V(gpulab-rpc-server-0) as
+        V(gpulab-rpc-server@0.service)).
     type: list
     elements: str
     default: []

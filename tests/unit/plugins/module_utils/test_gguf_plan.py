@@ -558,3 +558,23 @@ def test_two_devices_on_one_gpu_share_its_memory(lab_model):
     # on two GPUs of that size the same split fits
     apart = gp.plan_layout(lab_model, [dict(devs[0], gpu_index=1), devs[1]], **options)
     assert apart["fits"] is True and [r["shares_gpu_with"] for r in apart["devices"]] == [[], []]
+
+
+def test_memory_of_the_collections_own_programs_counts_as_available_under_supervisord():
+    """Under supervisord no unit names the servers: their programs stand for the units (a redeploy
+    on one H200 with an RPC server and llama-server both running)."""
+    gpu = {"index": 0, "memory_total_mib": 143771, "memory_free_mib": 20000}
+    processes = [
+        {"gpu_index": 0, "used_memory_mib": 60000, "systemd_unit": None, "supervisor_program": "gpulab-rpc-server-0"},
+        {"gpu_index": 0, "used_memory_mib": 50000, "systemd_unit": None, "supervisor_program": "gpulab-llama-server"},
+        {"gpu_index": 0, "used_memory_mib": 9000, "systemd_unit": None, "supervisor_program": "embedder"},
+        {"gpu_index": 0, "used_memory_mib": 4000, "systemd_unit": None,
+         "supervisor_program": "gpulab-llama-server-old"},
+        {"gpu_index": 0, "used_memory_mib": 300, "systemd_unit": None, "supervisor_program": None},
+    ]
+    assert gp.available_mib(gpu, processes, OWN_UNITS) == 20000 + 60000 + 50000
+    assert gp.available_mib(gpu, processes, ()) == 20000
+    assert gp.own_process({"supervisor_program": "gpulab-vllm"}, OWN_UNITS)
+    assert gp.own_process({"systemd_unit": "gpulab-rpc-server@1.service"}, OWN_UNITS)
+    assert not gp.own_process({"supervisor_program": "gpulab-rpc-server"}, OWN_UNITS)
+    assert not gp.own_process({"systemd_unit": None, "supervisor_program": None}, OWN_UNITS)

@@ -480,3 +480,14 @@ def test_the_search_with_a_shared_gpu_beats_every_other_split(minimax):
     assert rows[0]["headroom_mib"] == rows[2]["headroom_mib"]
     assert rows[0]["headroom_mib"] == pytest.approx(165000 - 1024 - rows[0]["total_mib"] - rows[2]["total_mib"],
                                                     abs=0.05)
+
+
+def test_kept_memory_leaves_out_the_collections_supervisord_programs():
+    """vllm_server reads kept memory by the memory_plan rule: gpulab-vllm under supervisord is not kept."""
+    gpu = {"index": 0, "uuid": "GPU-a", "memory_total_mib": 143771, "memory_free_mib": 10000}
+    processes = [{"gpu_index": 0, "used_memory_mib": 120000, "systemd_unit": None, "supervisor_program": "gpulab-vllm"},
+                 {"gpu_index": 0, "used_memory_mib": 13000, "systemd_unit": None, "supervisor_program": "embedder"}]
+    assert la.kept_mib(gpu, processes, ["gpulab-vllm.service"], step_mib=0) == 143771 - 130000
+    nodes = [{"name": "h", "gpus": [{"index": 0, "memory_total_mib": 143771}]}]
+    found = la.nodes_with_kept(nodes, {"h": {"gpus": [gpu], "processes": processes}}, ["gpulab-vllm.service"])
+    assert found[0]["gpus"][0]["kept_mib"] == 143771 - 129792

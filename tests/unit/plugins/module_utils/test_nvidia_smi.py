@@ -317,9 +317,11 @@ def test_residency_busy_capture():
                                   'memory_used_mib': 5331, 'memory_total_mib': 143771, 'memory_free_mib': 137826}]
     assert residency['processes'] == [
         {'pid': 485, 'process_name': 'python3', 'gpu_index': 0, 'gpu_uuid': H200_LOADED_UUID,
-         'used_memory_mib': 1634, 'systemd_unit': None, 'exited': True},
+         'used_memory_mib': 1634, 'systemd_unit': None, 'supervisor_program': None,
+         'exited': True},
         {'pid': 484, 'process_name': 'python3', 'gpu_index': 0, 'gpu_uuid': H200_LOADED_UUID,
-         'used_memory_mib': 3682, 'systemd_unit': 'gpulab-rpc-server@0.service', 'exited': False},
+         'used_memory_mib': 3682, 'systemd_unit': 'gpulab-rpc-server@0.service',
+         'supervisor_program': None, 'exited': False},
     ]
     assert residency['aggregate_used_gib'] == 5.21  # 5331 / 1024
     assert residency['imbalance_gib'] == 0.0
@@ -525,3 +527,23 @@ def test_parse_inventory_names_what_is_wrong(text, message):
         parse_inventory(text, '/var/lib/gpulab/gpu-inventory.json')
     assert str(error.value).startswith('/var/lib/gpulab/gpu-inventory.json ' + message)
     assert str(error.value).endswith('; run gpu_preflight on the node again (it rewrites the file)')
+
+
+def test_supervisor_program_from_environ():
+    environ = fixture('synthetic/environ-supervisord-rpc-server.txt')
+    assert nvidia_smi.supervisor_program_from_environ(environ) == 'gpulab-rpc-server-0'
+    # not the group's name, nor a variable that only ends in the name
+    assert nvidia_smi.supervisor_program_from_environ('XSUPERVISOR_PROCESS_NAME=a\0SUPERVISOR_GROUP_NAME=g\0') is None
+    assert nvidia_smi.supervisor_program_from_environ('SUPERVISOR_PROCESS_NAME=\0') is None
+    assert nvidia_smi.supervisor_program_from_environ('') is None
+
+
+def test_residency_names_the_supervisord_program_of_a_process():
+    """Under supervisord no systemd unit names the collection's servers: the program does."""
+    gpus = parse_gpu_query(fixture('h200-loaded/query-gpu-busy.csv'))
+    processes = parse_compute_apps_query(fixture('h200-loaded/query-compute-apps-busy.csv'))
+    cgroups = {484: '0::/\n', 485: '0::/\n'}
+    environs = {484: fixture('synthetic/environ-supervisord-rpc-server.txt'), 485: None}
+    residency = build_residency(gpus, processes, None, cgroups, environs)
+    assert [(p['pid'], p['systemd_unit'], p['supervisor_program']) for p in residency['processes']] == [
+        (485, None, None), (484, None, 'gpulab-rpc-server-0')]

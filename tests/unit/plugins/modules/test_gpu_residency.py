@@ -65,9 +65,11 @@ def test_h200_busy_capture_one_process_exited(tmp_path):
     residency = result['residency']
     assert residency['processes'] == [
         {'pid': 485, 'process_name': 'python3', 'gpu_index': 0, 'gpu_uuid': H200_LOADED_UUID,
-         'used_memory_mib': 1634, 'systemd_unit': None, 'exited': True},
+         'used_memory_mib': 1634, 'systemd_unit': None, 'supervisor_program': None,
+         'exited': True},
         {'pid': 484, 'process_name': 'python3', 'gpu_index': 0, 'gpu_uuid': H200_LOADED_UUID,
-         'used_memory_mib': 3682, 'systemd_unit': 'gpulab-rpc-server@0.service', 'exited': False},
+         'used_memory_mib': 3682, 'systemd_unit': 'gpulab-rpc-server@0.service',
+         'supervisor_program': None, 'exited': False},
     ]
     assert residency['gpus'][0]['memory_used_mib'] == 5331
     assert (residency['aggregate_used_gib'], residency['imbalance_gib']) == (5.21, 0.0)
@@ -204,3 +206,18 @@ def test_hanging_compute_apps_query_names_the_gpu(tmp_path, monkeypatch):
     kind, result, unused, unused_warnings = run_module({}, answers)
     assert kind is FailJson
     assert 'GPU 0000:00:06.0 does not answer on its own' in result['msg']
+
+
+def test_supervisord_program_read_from_the_environment(tmp_path):
+    # pid 484 runs under supervisord (no systemd unit in its cgroup); 485 exited: no environ to read
+    proc_root = fake_proc(tmp_path, {484: '0::/\n'})
+    (tmp_path / '484' / 'environ').write_bytes(fixture('synthetic/environ-supervisord-rpc-server.txt').encode())
+    answers = {
+        tuple(GPU_QUERY): (0, fixture('h200-loaded/query-gpu-busy.csv'), ''),
+        tuple(APPS_QUERY): (0, fixture('h200-loaded/query-compute-apps-busy.csv'), ''),
+    }
+    kind, result, unused, warnings = run_module({'proc_root': proc_root}, answers)
+    assert kind is ExitJson and warnings == []
+    assert [(p['pid'], p['systemd_unit'], p['supervisor_program'], p['exited'])
+            for p in result['residency']['processes']] == [
+        (485, None, None, True), (484, None, 'gpulab-rpc-server-0', False)]
