@@ -48,6 +48,12 @@ def nodes_from_residency(head, residency, own_units=()):
     return nodes
 
 
+def vllm_nodes(nodes, names):
+    """The nodes a vLLM deployment spans on this lab: the head (the first node) and the nodes named
+    (vllm_nodes); the RPC workers of a llama.cpp lab are not vLLM's."""
+    return [node for position, node in enumerate(nodes) if position == 0 or node["name"] in (names or ())]
+
+
 def llama_devices(nodes):
     """llama.cpp's devices over the nodes: the workers' GPUs as RPC devices (in node order), then
     the head's (the first node's) own GPUs; free memory is what the kept services leave."""

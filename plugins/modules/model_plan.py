@@ -54,6 +54,13 @@ options:
   head:
     description: With O(residency), the head's host name (the first node).
     type: str
+  vllm_nodes:
+    description:
+      - With O(residency), the nodes besides the head that a vLLM deployment spans (group C(vllm_nodes)); a checkpoint
+        is planned over the head and these only. Hypothetical O(hardware) is planned as given.
+    type: list
+    elements: str
+    default: []
   own_units:
     description: With O(residency), the collection's serving units (C(gpulab_own_unit_patterns)), whose memory counts as free.
     type: list
@@ -177,6 +184,7 @@ def build_module():
             hardware=dict(type="raw"),
             residency=dict(type="dict"),
             head=dict(type="str"),
+            vllm_nodes=dict(type="list", elements="str", default=[]),
             own_units=dict(type="list", elements="str", default=[]),
             hardware_variable=dict(type="str", default="plan_hardware"),
             engine=dict(type="str", default="auto", choices=["auto", "llama_cpp", "vllm"]),
@@ -208,6 +216,8 @@ def run(params):
         table = mp.llama_table(model, nodes, dict(LLAMA_DEFAULTS, **params["llama"]))
     else:
         config, tensors = source.hf_checkpoint()
+        if params["residency"] is not None:
+            nodes = mp.vllm_nodes(nodes, params["vllm_nodes"])
         table = mp.vllm_table(config, tensors or None, nodes, dict(VLLM_DEFAULTS, **params["vllm"]))
     return {
         "format": source.format,

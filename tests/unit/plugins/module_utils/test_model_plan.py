@@ -124,3 +124,9 @@ def test_a_head_without_gpus_is_named():
             {"index": 0, "memory_total_mib": 10, "memory_free_mib": 10}]}})
     with pytest.raises(mp.gp.PlanError, match="the head node-a did not report its GPUs"):
         mp.nodes_from_residency("node-a", {})
+
+
+def test_vllm_spans_the_head_and_the_vllm_nodes_only():
+    nodes = [{"name": "node-a", "gpus": [1, 2]}, {"name": "node-b", "gpus": [1]}, {"name": "node-c", "gpus": [1, 2]}]
+    assert [n["name"] for n in mp.vllm_nodes(nodes, [])] == ["node-a"]
+    assert [n["name"] for n in mp.vllm_nodes(nodes, ["node-c"])] == ["node-a", "node-c"]

@@ -75,3 +75,17 @@ def test_a_directory_without_a_model_is_named(tmp_path):
     run = plan({"source": str(tmp_path), "hardware": LAB})
     assert run.kind is FailJson and "no config.json" in run.result["msg"]
     assert os.listdir(str(tmp_path)) == []
+
+
+def test_a_checkpoint_on_the_lab_is_planned_over_the_head_and_the_vllm_nodes(models):
+    def node(gpus):
+        return {"gpus": [{"index": i, "memory_total_mib": 81920, "memory_used_mib": 0, "memory_free_mib": 81920}
+                         for i in range(gpus)], "processes": []}
+    # node-b, an RPC worker with one GPU, would make the GPU counts differ
+    residency = {"node-a": node(2), "node-b": node(1)}
+    run = plan({"source": models["hf"], "residency": residency, "head": "node-a"})
+    assert run.kind is ExitJson, run.result
+    assert [n["name"] for n in run.result["hardware"]] == ["node-a"]
+    assert run.result["lines"][0].startswith("vLLM on 1 node(s) x 2 GPUs")
+    both = plan({"source": models["hf"], "residency": residency, "head": "node-a", "vllm_nodes": ["node-b"]})
+    assert both.result["lines"][0].startswith("vLLM: the nodes have different GPU counts (node-a 2, node-b 1)")
