@@ -781,14 +781,16 @@ RECORD_DEVICE_FIELDS = ("name", "host", "kind", "gpu_index", "layer_range", "out
                         "kv_cache_mib", "compute_mib_estimate", "context_mib", "total_mib")
 
 
-CHOICE_REJECTED_FIELDS = ("label", "tensor_split", "layer_ranges", "fits", "smallest_headroom_mib", "tightest",
-                          "findings")
+# No headroom figure: it follows free memory, and a second deploy must not rewrite the file. A
+# rejected split's tensor_split is kept as its whole-layer counts (layout_auto's layer_counts).
+CHOICE_REJECTED_FIELDS = ("label", "tensor_split", "layer_ranges", "fits", "findings")
 
 
 def choice_record(choice):
     """The auto choice as memory-plan.json keeps it for the report: the resolved values, the
-    reasons and the turned-down splits with their findings. Its figures come from free memory
-    seen in whole steps (layout_auto.steady_devices), so drift does not rewrite the file."""
+    reasons and the turned-down splits with their findings, none with a free-memory figure (the
+    play prints those: layout_auto's split_figures and each rejected split's details), so a
+    second deploy on the same nodes leaves the file as it was."""
     if not choice:
         return None
     return {
@@ -796,7 +798,9 @@ def choice_record(choice):
         "tensor_split": choice["tensor_split"],
         "ctx_reason": choice["ctx_reason"],
         "split_reason": choice["split_reason"],
-        "rejected": [dict((k, r.get(k)) for k in CHOICE_REJECTED_FIELDS) for r in choice.get("rejected") or []],
+        "rejected": [dict(dict((k, r.get(k)) for k in CHOICE_REJECTED_FIELDS),
+                          tensor_split=r.get("layer_counts", r.get("tensor_split")))
+                     for r in choice.get("rejected") or []],
     }
 
 

@@ -175,12 +175,15 @@ def kept_mib(gpu, processes, own_units=(), drained=None, total_mib=None, step_mi
     return int(max(0, min(total, total - available)))
 
 
-def nodes_with_kept(nodes, residency, own_units=(), drained=None):
+def nodes_with_kept(nodes, residency, own_units=(), drained=None, utilization=None):
     """vllm_plan's nodes, each GPU given the kept_mib its node's residency shows (kept_mib).
 
     nodes: [{name, gpus: [{index, memory_total_mib, ...}]}] (the GPU inventory); residency:
     {host: gpu_residency's residency}; drained: {host: gpu_drain's consumers in check mode}. A GPU
-    the residency does not report, or reports without free memory, keeps what it had."""
+    the residency does not report, or reports without free memory, keeps what it had.
+    utilization: vLLM's gpu_memory_utilization; kept memory that fits in the part of the GPU vLLM
+    leaves alone anyway lowers nothing (vllm_plan.budget_bytes) and counts as 0, so that memory
+    no process owns (a few hundred MiB that move between runs) does not rewrite plan.json."""
     residency = residency or {}
     drained = drained or {}
     out = []
@@ -193,6 +196,9 @@ def nodes_with_kept(nodes, residency, own_units=(), drained=None):
             seen = by_index.get(gpu.get("index"))
             kept = None if seen is None else kept_mib(seen, found.get("processes"), own_units,
                                                       drained.get(node.get("name")), gpu.get("memory_total_mib"))
+            if kept is not None and utilization is not None and gpu.get("memory_total_mib") is not None \
+                    and kept <= gpu["memory_total_mib"] * (1 - utilization):
+                kept = 0
             if kept is not None:
                 gpu["kept_mib"] = kept
             gpus.append(gpu)
@@ -375,22 +381,29 @@ def _pareto(states):
 def _plan_summary(label, split, plan):
     checked = [r for r in plan["devices"] if r["headroom_mib"] is not None]
     tightest = min(checked, key=lambda r: r["headroom_mib"]) if checked else None
-    findings = []
+    # findings hold no free-memory figure (memory-plan.json keeps them); details add the figures for the play
+    findings, details = [], []
     for row in checked:
         if not row["fits"]:
-            findings.append("%s would overflow by %.0f MiB (%.0f MiB planned, %s MiB free, %s MiB margin)"
-                            % (row["name"], -row["headroom_mib"], row["total_mib"], gp._fmt(row["free_mib"]),
-                               gp._fmt(row["margin_mib"])))
+            findings.append("%s would overflow" % row["name"])
+            details.append("%s would overflow by %.0f MiB (%.0f MiB planned, %s MiB free, %s MiB margin)"
+                           % (row["name"], -row["headroom_mib"], row["total_mib"], gp._fmt(row["free_mib"]),
+                              gp._fmt(row["margin_mib"])))
     if not findings and tightest is not None:
-        findings.append("fits; the tightest device %s keeps %.0f MiB" % (tightest["name"], tightest["headroom_mib"]))
+        findings.append("fits")
+        details.append("fits; the tightest device %s keeps %.0f MiB" % (tightest["name"], tightest["headroom_mib"]))
     return {
         "label": label,
         "tensor_split": split,
         "layer_ranges": [r["layer_range"] + ("+out" if r["output_layer"] else "") for r in plan["devices"]],
+        # the whole-layer counts that place the same layers: a split by free memory is proportions of
+        # live figures, which memory-plan.json does not keep
+        "layer_counts": [len(r["layers"]) + (1 if r["output_layer"] else 0) for r in plan["devices"]],
         "fits": plan["fits"],
         "smallest_headroom_mib": round(tightest["headroom_mib"], 2) if tightest else None,
         "tightest": tightest["name"] if tightest else None,
         "findings": findings,
+        "details": details,
     }
 
 
@@ -410,7 +423,7 @@ def choose_tensor_split(model, devices, facts=None, limit=REJECTED_LIMIT, **opti
     if unknown:
         split = [1.0] * len(devices)
         plan = gp.plan_layout(model, devices, split=split, facts=facts, **options)
-        return {"tensor_split": split, "plan": plan, "smallest_headroom_mib": None, "rejected": [],
+        return {"tensor_split": split, "plan": plan, "smallest_headroom_mib": None, "rejected": [], "figures": None,
                 "reason": "auto: equal split, since the memory of %s is unknown (no free or total MiB); give the "
                           "RPC servers their memory or set llama_server_tensor_split" % ", ".join(unknown)}
     smallest, counts = best_whole_layer_split(costs)
@@ -433,19 +446,26 @@ def choose_tensor_split(model, devices, facts=None, limit=REJECTED_LIMIT, **opti
         if summary["layer_ranges"] != chosen["layer_ranges"]:
             alternatives.append(summary)
     ranges = ", ".join("%s %s" % (d["name"], r or "-") for d, r in zip(devices, chosen["layer_ranges"]))
+    # The reason names the split, not free memory (it is kept in memory-plan.json, which drift must not
+    # rewrite); `figures` says how much room is left, for the play's output only.
     if plan["fits"]:
-        reason = ("auto: whole-layer split %s (%s) keeps at least %.0f MiB beyond the margin on every device "
-                  "(tightest %s)" % (",".join("%d" % c for c in counts), ranges, chosen["smallest_headroom_mib"],
-                                     chosen["tightest"]))
+        reason = ("auto: whole-layer split %s (%s) leaves the most room beyond the margin on the tightest device"
+                  % (",".join("%d" % c for c in counts), ranges))
+        figures = ("the split keeps at least %.0f MiB beyond the margin on every device (tightest %s)"
+                   % (chosen["smallest_headroom_mib"], chosen["tightest"]))
     else:
         reason = ("auto: no whole-layer split fits; the best, %s (%s), still overflows %s"
                   % (",".join("%d" % c for c in counts), ranges, ", ".join(plan["overflowing"])))
+        figures = "the split overflows: %s" % "; ".join(chosen["details"])
     for alt in alternatives:
         if alt["smallest_headroom_mib"] is not None and chosen["smallest_headroom_mib"] is not None:
-            alt["findings"].append("%.0f MiB less on its tightest device than auto"
-                                   % (chosen["smallest_headroom_mib"] - alt["smallest_headroom_mib"]))
+            less = chosen["smallest_headroom_mib"] - alt["smallest_headroom_mib"]
+            alt["findings"].append("less room on its tightest device than auto" if round(less) > 0
+                                   else "as much room on its tightest device as auto")
+            alt["details"].append("%.0f MiB less on its tightest device than auto" % less)
     return {"tensor_split": split, "plan": plan, "smallest_headroom_mib": chosen["smallest_headroom_mib"],
-            "reason": reason, "rejected": alternatives[:limit] if limit is not None else alternatives}
+            "reason": reason, "figures": figures,
+            "rejected": alternatives[:limit] if limit is not None else alternatives}
 
 
 def _streams(parallel, kv_unified):
@@ -458,7 +478,9 @@ def choose_ctx_and_split(model, devices, ctx_size=AUTO, split=AUTO, facts=None, 
     ctx auto: the largest context (whole 256-cell blocks per slot) whose plan fits with the
     margin, capped by the model's trained context; with split auto the split is searched at every
     context tried. A given context is kept and checked. Returns {ctx_size, tensor_split, plan,
-    ctx_reason, split_reason, rejected, fits}.
+    ctx_reason, split_reason, split_figures, rejected, fits}: the reasons and the rejected splits'
+    findings name no free-memory figure (memory-plan.json keeps them); split_figures and each rejected
+    split's details give the figures for the play's output.
     """
     facts = facts or gp.model_facts(model)
     devices = gp.normalise_devices(devices)
@@ -532,6 +554,7 @@ def choose_ctx_and_split(model, devices, ctx_size=AUTO, split=AUTO, facts=None, 
         "fits": plan["fits"],
         "ctx_reason": ctx_reason,
         "split_reason": choice["reason"] if choice else "llama_server_tensor_split %r as set" % (split,),
+        "split_figures": choice["figures"] if choice else None,
         "rejected": choice["rejected"] if choice else [],
     }
 

@@ -252,15 +252,16 @@ no_single_node_fits:
 choice:
   description:
     - With O(tensor_split) or C(ctx_size) at V(auto), what was chosen and why - C(ctx_size), C(tensor_split),
-      C(ctx_reason), C(split_reason), C(rejected) (the splits turned down, each with its C(findings)) and
-      C(lines) (the same as lines); null otherwise.
+      C(ctx_reason), C(split_reason), C(split_figures) (the room the split leaves, in MiB), C(rejected) (the
+      splits turned down, each with its C(findings) and its C(details) with the figures) and C(lines) (the same
+      as lines, with the figures); null otherwise.
   returned: success
   type: dict
 record:
   description:
     - The prediction to keep for the report (C(/var/lib/gpulab/memory-plan.json)), with model facts,
       options, split, and per device the layers, weights, KV cache, compute estimate and total;
-      C(choice) is RV(choice) without its lines (its figures on free memory in 256 MiB steps).
+      C(choice) is RV(choice) without its lines and without a free-memory figure (the lines print them).
       Live free memory is left out, so the record changes only when the prediction does.
   returned: success
   type: dict
@@ -369,9 +370,12 @@ def main():
                                      smallest, single, choice),
         choice=None if choice is None else {
             "ctx_size": choice["ctx_size"], "tensor_split": choice["tensor_split"], "ctx_reason": choice["ctx_reason"],
-            "split_reason": choice["split_reason"], "rejected": choice["rejected"],
-            "lines": [choice["ctx_reason"], choice["split_reason"]] + [
-                "turned down %s (%s): %s" % (r["label"], ",".join("%g" % v for v in r["tensor_split"]), "; ".join(r["findings"]))
+            "split_reason": choice["split_reason"], "split_figures": choice["split_figures"],
+            "rejected": choice["rejected"],
+            "lines": [choice["ctx_reason"], choice["split_reason"]]
+            + ([choice["split_figures"]] if choice.get("split_figures") else []) + [
+                "turned down %s (%s): %s" % (r["label"], ",".join("%g" % v for v in r["tensor_split"]),
+                                             "; ".join(r.get("details") or r["findings"]))
                 for r in choice["rejected"]]},
     )
     if params["require_fit"] and not plan["fits"]:

@@ -58,7 +58,8 @@ options:
       - Per node name, what M(gpulab.inference.gpu_residency) reports there (C(residency)). Each GPU it
         lists gets as C(kept_mib) its memory less what is available - free, plus what O(own_units)
         hold, plus what O(drained) frees - in whole 256 MiB steps, so that a few MiB of drift leave the
-        plan and the pinned KV cache as they were.
+        plan and the pinned KV cache as they were; kept memory within the part of the GPU that
+        O(gpu_memory_utilization) leaves to others counts as 0, as it lowers nothing.
     type: dict
   own_units:
     description:
@@ -546,7 +547,7 @@ def run(module):
                     % (p["model_path"], ", ".join(missing[:3]) + (" ..." if len(missing) > 3 else "")))
     nodes = p["nodes"] if p["nodes"] is not None else [{"name": "this node", "gpus": p["gpus"]}]
     if p["residency"]:
-        nodes = la.nodes_with_kept(nodes, p["residency"], p["own_units"], p["drained"])
+        nodes = la.nodes_with_kept(nodes, p["residency"], p["own_units"], p["drained"], p["gpu_memory_utilization"])
     given = layout_values(p)
     opts = {"gpu_memory_utilization": p["gpu_memory_utilization"], "max_model_len": p["max_model_len"],
             "kv_cache_dtype": p["kv_cache_dtype"], "reserve_mib": p["reserve_mib"]}

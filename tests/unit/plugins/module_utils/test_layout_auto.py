@@ -58,7 +58,9 @@ def test_seed_llama_cpp_auto_split_is_whole_layers_with_the_most_headroom(minima
     equal = [r for r in choice["rejected"] if r["label"] == "equal"][0]
     assert equal["layer_ranges"] == ["0-20", "21-41", "42-61+out"]
     assert equal["smallest_headroom_mib"] < smallest
-    assert "MiB less on its tightest device than auto" in equal["findings"][-1]
+    assert equal["findings"][-1] == "less room on its tightest device than auto"
+    assert equal["details"][-1] == "%.0f MiB less on its tightest device than auto" % (
+        choice["smallest_headroom_mib"] - equal["smallest_headroom_mib"])
 
 
 def test_the_search_beats_every_other_whole_layer_split(minimax):
@@ -92,7 +94,8 @@ def test_a_worker_keeping_24_gib_fits_only_with_a_weighted_split(minimax):
     assert choice["tensor_split"][0] < 21
     rejected = dict((r["label"], r) for r in choice["rejected"])
     assert rejected["equal"]["fits"] is False
-    assert rejected["equal"]["findings"][0].startswith("RPC0 would overflow by ")
+    assert rejected["equal"]["findings"][0] == "RPC0 would overflow"
+    assert rejected["equal"]["details"][0].startswith("RPC0 would overflow by ")
 
 
 def test_a_model_that_fits_no_split_says_so(minimax):
@@ -376,7 +379,7 @@ def test_the_memory_plan_keeps_the_choice_and_drift_does_not_rewrite_it(minimax)
     assert record["split_reason"].startswith("auto: whole-layer split")
     equal = [r for r in record["rejected"] if r["label"] == "equal"][0]
     assert sorted(equal) == sorted(gp.CHOICE_REJECTED_FIELDS)
-    assert "MiB less on its tightest device than auto" in equal["findings"][-1]
+    assert equal["findings"][-1] == "less room on its tightest device than auto"
     json.dumps(record)  # memory-plan.json holds it as it is
     plan = gp.plan_record("/m.gguf", {"architecture": "minimax-m2"}, first["plan"], dict(OPTIONS), choice=first)
     assert plan["choice"] == record
@@ -491,3 +494,34 @@ def test_kept_memory_leaves_out_the_collections_supervisord_programs():
     nodes = [{"name": "h", "gpus": [{"index": 0, "memory_total_mib": 143771}]}]
     found = la.nodes_with_kept(nodes, {"h": {"gpus": [gpu], "processes": processes}}, ["gpulab-vllm.service"])
     assert found[0]["gpus"][0]["kept_mib"] == 143771 - 129792
+
+
+def test_the_recorded_choice_holds_no_free_memory_figure(minimax):
+    """The H200 run: a second deploy saw free memory a few steps away and memory-plan.json changed
+    only because the reason said how many MiB the split keeps. The record names the choice; the
+    figures are for the play's output."""
+    devs = seed_devices()
+    first = la.choose_ctx_and_split(minimax, devs, ctx_size=32768, **OPTIONS)
+    # 1 GiB more free on every device: the same split and context, other headroom figures
+    roomier = la.choose_ctx_and_split(minimax, [dict(d, free_mib=d["free_mib"] + 1024) for d in devs],
+                                      ctx_size=32768, **OPTIONS)
+    assert (roomier["ctx_size"], roomier["tensor_split"]) == (first["ctx_size"], first["tensor_split"])
+    assert roomier["split_figures"] != first["split_figures"]
+    assert gp.choice_record(roomier) == gp.choice_record(first)
+    text = json.dumps(gp.choice_record(first))
+    # the split by free memory is kept as the whole layers it places, not as free MiB proportions
+    by_free = [r for r in gp.choice_record(first)["rejected"] if r["label"].startswith("by free memory")][0]
+    assert sum(by_free["tensor_split"]) == 63 and all(isinstance(c, int) for c in by_free["tensor_split"])
+    assert "MiB" not in text and "%.0f" % first["plan"]["devices"][0]["headroom_mib"] not in text
+    assert re.match(r"the split keeps at least [0-9]+ MiB beyond the margin on every device \(tightest [A-Z]+[0-9]\)\Z",
+                    first["split_figures"])
+
+
+def test_kept_memory_that_lowers_no_budget_counts_as_none():
+    gpu = {"index": 0, "uuid": "GPU-a", "memory_total_mib": 100000, "memory_free_mib": 99000}
+    nodes = [{"name": "h", "gpus": [{"index": 0, "memory_total_mib": 100000}]}]
+    residency = {"h": {"gpus": [gpu], "processes": []}}
+    # 99000 available -> 98816 in whole steps: 1184 MiB kept, within the tenth that 0.9 leaves
+    assert la.nodes_with_kept(nodes, residency)[0]["gpus"][0]["kept_mib"] == 1184
+    assert la.nodes_with_kept(nodes, residency, utilization=0.9)[0]["gpus"][0]["kept_mib"] == 0
+    assert la.nodes_with_kept(nodes, residency, utilization=0.99)[0]["gpus"][0]["kept_mib"] == 1184

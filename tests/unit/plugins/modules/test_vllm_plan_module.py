@@ -354,6 +354,35 @@ def test_kept_services_from_the_residency_shrink_the_budget_and_drift_does_not(t
     # what the drain will stop counts as free too
     drained = plan_module(dict(args, residency=residency(40960), drained={"node-a": [
         {"action": "stop", "gpus": {"GPU-a": 40960}}]}))
-    assert drained.result["hardware"]["kept_mib"] == 143771 - (143771 - 600) // 256 * 256
+    # the 600 MiB no process holds fit in the tenth of the GPU vLLM leaves alone: nothing is kept
+    assert 143771 - (143771 - 600) // 256 * 256 < 143771 * 0.1
+    assert drained.result["hardware"]["kept_mib"] == 0
     # without a residency the GPUs keep what they say (nothing)
     assert plan_module(args).result["hardware"]["kept_mib"] == 0
+
+
+def test_a_second_deploy_plans_what_the_first_did(tmp_path):
+    """The H200 run: vLLM served after the first deploy; on the second its own memory counts as free,
+    but the memory no process holds moved from 600 to 900 MiB, across a 256 MiB step. Nothing that
+    goes into plan.json (choice, hardware, estimate) may change for it."""
+    model = str(tmp_path / "mm2")
+    write_model(model)
+
+    def residency(unowned_mib, own_mib):
+        return {"node-a": {"gpus": [{"index": 0, "uuid": "GPU-a", "memory_total_mib": 143771,
+                                     "memory_free_mib": 143771 - unowned_mib - own_mib}],
+                           "processes": [{"gpu_index": 0, "used_memory_mib": own_mib, "systemd_unit": None,
+                                          "supervisor_program": "gpulab-vllm"}] if own_mib else []}}
+
+    args = {"model_path": model, "nodes": [{"name": "node-a", "gpus": H200}], "own_units": ["gpulab-vllm.service"],
+            "tensor_parallel_size": "auto", "pipeline_parallel_size": "auto", "data_parallel_size": "auto",
+            "enable_expert_parallel": "auto"}
+    first = plan_module(dict(args, residency=residency(600, 0)))
+    second = plan_module(dict(args, residency=residency(900, 128000)))
+    assert first.kind is ExitJson and second.kind is ExitJson, (first.result, second.result)
+    for key in ("choice", "hardware", "estimate", "kv_cache_memory_bytes", "serve_args", "label", "max_model_len"):
+        assert second.result[key] == first.result[key], key
+    assert first.result["hardware"]["kept_mib"] == 0
+    # a kept service that lowers the budget is still kept
+    kept = plan_module(dict(args, residency=residency(600 + 40960, 0)))
+    assert kept.result["hardware"]["kept_mib"] == 143771 - (143771 - 600 - 40960) // 256 * 256
