@@ -42,9 +42,10 @@ options:
 """
 
 EXAMPLES = r"""
-- name: Deploy llama.cpp when it is the engine
-  ansible.builtin.import_playbook: llama_cpp.yml
-  when: gpulab_engine | default('llama_cpp') | gpulab.inference.engine(hostvars, groups['inference_head'] | default([])) == 'llama_cpp'
+# deploy.yml's imports use the same expression in their when: lines.
+- name: Stop here unless llama.cpp is the engine
+  ansible.builtin.meta: end_play
+  when: gpulab_engine | default('llama_cpp') | gpulab.inference.engine(hostvars, groups['inference_head'] | default([])) != 'llama_cpp'
 
 - name: Say which engine and why
   ansible.builtin.debug:
