@@ -72,7 +72,7 @@ def in_window(records, start, end):
 
 def busy_ns(kernels):
     total, cur_start, cur_end = 0, None, None
-    for start, end, *_ in sorted(kernels):
+    for start, end, *_rest in sorted(kernels):
         if cur_end is None or start > cur_end:
             if cur_end is not None:
                 total += cur_end - cur_start
@@ -89,7 +89,7 @@ def med(values):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("trace")
     parser.add_argument("--vocab", type=int, required=True)
     parser.add_argument("--max-token-ms", type=float, default=100.0)

@@ -76,8 +76,8 @@ class Report:
 
     def check(self, what, planned, measured, ok, err=None):
         self.checks.append({"what": what, "planned": planned, "measured": measured, "ok": bool(ok), "error": err})
-        print("%s %s: planned %s, measured %s%s" % ("ok  " if ok else "OFF ", what, planned, measured,
-                                                     "" if err is None else " (%+.2f%%)" % (100 * err)))
+        suffix = "" if err is None else " (%+.2f%%)" % (100 * err)
+        print("%s %s: planned %s, measured %s%s" % ("ok  " if ok else "OFF ", what, planned, measured, suffix))
 
     def memory(self, what, planned_mib, measured_mib, bound=MEMORY_BOUND):
         err = error(planned_mib, measured_mib)

@@ -113,7 +113,7 @@ def plan_once(root, inv, source, output):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--dir", default=os.path.join(REPO, ".build", "plan-speed"))
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()

@@ -59,7 +59,7 @@ def complete(base_url, prompt_tokens, n_predict, fields, timeout_s, chat=False, 
 
 
 def field(text):
-    name, _, value = text.partition("=")
+    name, _equals, value = text.partition("=")
     try:
         return name, json.loads(value)
     except ValueError:
@@ -72,7 +72,7 @@ def summary(values):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("base_url")
     parser.add_argument("--prompt-tokens", type=int, default=128)
     parser.add_argument("--n-predict", type=int, default=128)
@@ -85,12 +85,13 @@ def main():
                         help="one more request field, NAME=JSON value (repeatable)")
     args = parser.parse_args()
     fields = dict(args.field)
+
     def one():
         return complete(args.base_url, args.prompt_tokens, args.n_predict, fields, args.timeout_s, args.chat, args.stream)
-    for _ in range(args.warmup):
+    for _warmup in range(args.warmup):
         one()
     rows = []
-    for _ in range(args.requests):
+    for _request in range(args.requests):
         t = one()
         rows.append({"predicted_n": t["predicted_n"], "tok_s": round(t["predicted_per_second"], 3),
                      "ms_per_token": round(t["predicted_per_token_ms"], 4), "prompt_n": t["prompt_n"],

@@ -24,10 +24,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.service_manager i
     active_programs,
     parse_supervisorctl_states,
     program_units,
-    programs_matching,
-    services_matching,
     supervisorctl_argv,
-    units_matching,
 )
 
 STATE_SCHEMA = 'gpulab.inference.gpu_drain/1'

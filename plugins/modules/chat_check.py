@@ -122,7 +122,7 @@ ARGUMENT_SPEC = dict(
     base_url=dict(type="str", required=True),
     api_key=dict(type="str", default="", no_log=True),
     prompt=dict(type="str", required=True),
-    max_tokens=dict(type="int", default=16),
+    max_tokens=dict(type="int", default=16, no_log=False),
     model=dict(type="str", default=""),
     find_model=dict(type="bool", default=False),
     send=dict(type="bool", default=True),

@@ -270,6 +270,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpulab.inference.plugins.module_utils.atomic_file import atomic_write
 from ansible_collections.gpulab.inference.plugins.module_utils.bounded_command import BoundedRunner
+from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import services_matching
 from ansible_collections.gpulab.inference.plugins.module_utils.gpu_drain import (
     ACTION_KILL,
     ACTION_STOP,
@@ -293,7 +294,6 @@ from ansible_collections.gpulab.inference.plugins.module_utils.gpu_drain import 
     parse_state,
     parse_stat_ppid,
     restore_order,
-    services_matching,
     state_entry,
     unit_is_active,
     unmatched_patterns,

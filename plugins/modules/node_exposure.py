@@ -24,6 +24,7 @@ author:
 attributes:
   check_mode:
     support: full
+    description: It only reads, in check mode as in a real run.
 options:
   engine:
     description: The engine deployed; V(auto) checks both engines' ports.

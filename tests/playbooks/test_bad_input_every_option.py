@@ -9,8 +9,6 @@ Role common's options are refused by common's own argument validation, which run
 the preflight runs (common is its dependency); every other role's by the preflight's.
 """
 
-from pathlib import Path
-
 import pytest
 import yaml
 from playbook_runner import REPO, local_host, run_in

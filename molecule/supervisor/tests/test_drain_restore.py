@@ -73,7 +73,7 @@ def fixture_consumers_running(host, tmp_path, inventory):
     assert run.status == "successful", run.failures
     # Serving again, as converged: the last restore stopped the programs.
     host.run(CTL + " start " + " ".join(OWN))
-    for _ in range(60):
+    for _attempt in range(60):
         if host.run("curl -fsS -o /dev/null http://127.0.0.1:8080/health").rc == 0:
             break
         time.sleep(2)

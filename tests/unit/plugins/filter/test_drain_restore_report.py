@@ -35,8 +35,8 @@ def test_every_outcome_gets_its_line_and_the_lost_nodes_are_named():
 
 
 def test_a_node_that_never_ran_the_restore_is_not_restored():
-    assert REPORT(["node-a"], {"node-a": {"ansible_host": "10.0.0.1"}}) == {"lines": ["node-a: not restored: the restore did not run there"],
-                                      "not_restored": ["node-a"]}
+    assert REPORT(["node-a"], {"node-a": {"ansible_host": "10.0.0.1"}}) == {
+        "lines": ["node-a: not restored: the restore did not run there"], "not_restored": ["node-a"]}
 
 
 def test_input_that_is_not_nodes_and_mappings_is_refused():

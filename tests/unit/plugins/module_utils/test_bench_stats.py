@@ -232,9 +232,8 @@ def test_split_gguf_paths_needs_the_whole_name():
 def chunked_stream(start=0.0):
     """7 output tokens streamed as vLLM does with 2 tokens a chunk: 1 token at 0.2 s, then
     2 tokens at 0.3, 0.4 and 0.5 s; [DONE] at 0.52 s."""
-    rec = record([start + t for t in (0.2, 0.3, 0.4, 0.5)], {'completion_tokens': 7, 'prompt_tokens': 20,
-                                                               'prompt_tokens_details': {'cached_tokens': 3}},
-                 start=start)
+    usage = {'completion_tokens': 7, 'prompt_tokens': 20, 'prompt_tokens_details': {'cached_tokens': 3}}
+    rec = record([start + t for t in (0.2, 0.3, 0.4, 0.5)], usage, start=start)
     rec.end = start + 0.52
     return rec
 

@@ -531,8 +531,8 @@ def test_the_memory_plan_record_names_each_devices_gpu(lab_model):
 def test_shared_gpus_are_grouped_by_host_and_index():
     devs = [{"name": "RPC0", "host": "h", "gpu_index": 0}, {"name": "RPC1", "host": "w", "gpu_index": 0},
             {"name": "CUDA0", "host": "h", "gpu_index": 0}, {"name": "CUDA1", "host": "h", "gpu_index": 1},
-            {"name": "RPC2", "host": None, "gpu_index": 1}, {"name": "RPC3", "host": "h", "gpu_index": 1,
-                                                              "cuda": False}]
+            {"name": "RPC2", "host": None, "gpu_index": 1},
+            {"name": "RPC3", "host": "h", "gpu_index": 1, "cuda": False}]
     assert gp.shared_gpus(devs) == [[0, 2]]
 
 

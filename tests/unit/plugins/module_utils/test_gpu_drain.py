@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from common_defaults import OWN_UNITS
 
+from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import programs_matching, units_matching
 from ansible_collections.gpulab.inference.plugins.module_utils.gpu_drain import (
     PHASE_DRAINED,
     CHANGE_LIMIT_S,
@@ -39,10 +40,8 @@ from ansible_collections.gpulab.inference.plugins.module_utils.gpu_drain import 
     parse_supervisorctl_status,
     parse_systemctl_show,
     program_units,
-    programs_matching,
     restore_order,
     state_entry,
-    units_matching,
     unmatched_patterns,
     unsettled_gpus,
     vram_freed,

@@ -89,7 +89,7 @@ def test_markdown_with_every_input():
                                 build_info={'build_id': 'b8070-0c1e570-cuda90', 'cuda': True, 'cuda_architectures': '90'},
                                 commands={'node-a': ['/opt/gpulab/llama.cpp/b/bin/llama-server -m /m.gguf --rpc 10.0.0.2:50052']})
     text = report_markdown.render_markdown(doc, {'residency': 'residency.png', 'utilisation': 'utilisation.png',
-                                        'throughput': 'throughput.png'})
+                                                 'throughput': 'throughput.png'})
     assert '| node-b | 1 | NVIDIA H200 | 80.00 | 140.40 | 0.00 | 79.10 | 0.00 | 0.00 |' in text
     assert 'Aggregate 235.70 GiB over 3 devices; imbalance (most minus least used) 4.30 GiB.' in text
     assert ('| 1 | 4/0 | 0.050 | 0.090 | 0.060 (n/a) | 12.00 (n/a) | 12.00 | 20.00 | n/a | n/a | n/a | 337.0 | 82.5 (n/a) '
@@ -415,9 +415,9 @@ def test_markdown_shows_the_layout_and_vllm_planned_next_to_measured():
     assert '| GPU1 | node-a | 1 | vllm | TP=8+EP | 27800 | 20480 | 4096 | n/a | 52376 | 54000 | 3.1 |' in text
     assert doc['layouts'][0]['engine'] == 'vllm'
     llama = report_markdown.render_markdown(report.build_document('lab', 'now', memory_plan=dict(PLAN, choice=LLAMA_CHOICE)),
-                                   {'residency': 'r.png', 'utilisation': 'u.png', 'throughput': 't.png'})
+                                            {'residency': 'r.png', 'utilisation': 'u.png', 'throughput': 't.png'})
     assert '- turned down: equal 1,1,1: RPC0 would overflow by 900 MiB' in llama
     assert '- why: %s' % LLAMA_CHOICE['split_reason'] in llama
-    bare = report_markdown.render_markdown(report.build_document('lab', 'now'), {'residency': 'r.png', 'utilisation': 'u.png',
-                                                                        'throughput': 't.png'})
+    bare = report_markdown.render_markdown(report.build_document('lab', 'now'),
+                                           {'residency': 'r.png', 'utilisation': 'u.png', 'throughput': 't.png'})
     assert 'No layout was recorded' in bare
