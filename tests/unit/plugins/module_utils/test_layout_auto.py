@@ -142,8 +142,8 @@ def test_seed_auto_context_is_the_largest_that_fits(minimax):
 
 def test_auto_context_is_capped_by_the_trained_context(minimax):
     devs = [{"name": "CUDA%d" % i, "free_mib": 143771} for i in range(4)]  # four idle H200
-    options = dict(OPTIONS, parallel=4)
-    result = la.choose_ctx_and_split(minimax, devs, **options)
+    result = la.choose_ctx_and_split(minimax, devs, parallel=4, margin_mib=OPTIONS["margin_mib"],
+                                     cuda_context_mib=OPTIONS["cuda_context_mib"])
     assert result["ctx_size"] == 196608
     assert result["plan"]["kv_streams"] == 4 and result["plan"]["kv_cells"] == 49152
     assert "trained context" in result["ctx_reason"]
@@ -183,8 +183,8 @@ def test_auto_context_without_a_trained_context_is_refused(minimax):
 
 def test_unknown_memory_takes_the_trained_context_capped(minimax):
     devs = [{"name": "RPC0", "free_mib": None, "cuda": False}]
-    options = dict(OPTIONS, parallel=4)
-    result = la.choose_ctx_and_split(minimax, devs, **options)
+    result = la.choose_ctx_and_split(minimax, devs, parallel=4, margin_mib=OPTIONS["margin_mib"],
+                                     cuda_context_mib=OPTIONS["cuda_context_mib"])
     assert result["ctx_size"] == 8192
     assert "capped at 8192" in result["ctx_reason"]
 
