@@ -207,13 +207,15 @@ def nodes_with_kept(nodes, residency, own_units=(), drained=None, utilization=No
 
 
 def _capacities(devices):
-    """MiB each device may fill: its free memory (kept services already out of it), else its total
-    (an RPC server of a CPU build with -m), else None."""
+    """MiB each device may fill: its free memory (kept services already out of it), else its total,
+    else None. An RPC server of a CPU build counts as unknown: its memory (the host's) is known
+    only from servers.json, which exists once it ran, so a choice from it would differ between a
+    lab's first deploy and its second, and every deploy after the first would move layers."""
     caps = []
     for device in devices:
         if device.get("free_mib") is not None:
             caps.append(float(device["free_mib"]))
-        elif device.get("total_mib") is not None:
+        elif device.get("total_mib") is not None and device.get("cuda", True):
             caps.append(float(device["total_mib"]))
         else:
             caps.append(None)

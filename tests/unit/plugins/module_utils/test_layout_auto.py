@@ -112,11 +112,14 @@ def test_unknown_memory_falls_back_to_the_equal_split(minimax):
     assert "memory of RPC0, RPC1 is unknown" in choice["reason"]
 
 
-def test_cpu_servers_given_memory_are_split_by_it(minimax):
-    devs = [{"name": "RPC0", "free_mib": None, "total_mib": 50000, "cuda": False},
-            {"name": "RPC1", "free_mib": None, "total_mib": 200000, "cuda": False}]
-    choice = la.choose_tensor_split(minimax, devs, ctx_size=4096, **OPTIONS)
-    assert choice["tensor_split"][0] < choice["tensor_split"][1]
+def test_cpu_servers_get_the_equal_split_whether_their_memory_is_published_yet_or_not(minimax):
+    """A lab's first deploy knows no servers.json, its second does: both must choose alike."""
+    first = [{"name": "RPC0", "free_mib": None, "cuda": False}, {"name": "RPC1", "free_mib": None, "cuda": False}]
+    second = [{"name": "RPC0", "free_mib": None, "total_mib": 50000, "cuda": False},
+              {"name": "RPC1", "free_mib": None, "total_mib": 200000, "cuda": False}]
+    choices = [la.choose_tensor_split(minimax, devs, ctx_size=4096, **OPTIONS) for devs in (first, second)]
+    assert [choice["tensor_split"] for choice in choices] == [[1.0, 1.0], [1.0, 1.0]]
+    assert choices[0]["reason"] == choices[1]["reason"]
 
 
 def test_partial_offload_splits_only_the_offloaded_layers(minimax):
