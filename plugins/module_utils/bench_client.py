@@ -283,14 +283,8 @@ class Benchmark:
                     if not pending:
                         return
                     number = pending.pop(0)
-                label = 'c%d-%d' % (level, number)
-                metrics = self.send(endpoint, model, prompts, label)
-                with lock:
-                    results.append(metrics)
-                    self.keep(name, number, label, metrics, prompts)
-                    done, failed = len(results), sum(1 for m in results if not m['ok'])
-                self.progress('level %d/%d (%s): %d/%d requests done, %d failed'
-                              % (index, n_levels, where, done, total, failed))
+                self.send_and_keep(endpoint, model, prompts, (name, number, 'c%d-%d' % (level, number)), results, lock,
+                                   'level %d/%d (%s)' % (index, n_levels, where), total)
 
         self.progress('level %d/%d (%s): 0/%d requests done' % (index, n_levels, where, total))
         started = self.clock()
@@ -302,6 +296,17 @@ class Benchmark:
             thread.join()
         return self.summary(level, results, self.clock() - started, seed)
 
+    def send_and_keep(self, endpoint, model, prompts, request, results, lock, level_text, total):
+        """One request of a level, its record kept and the level's progress said; request is
+        (level name, number, label). The concurrency and the rate sweeps share it."""
+        name, number, label = request
+        metrics = self.send(endpoint, model, prompts, label)
+        with lock:
+            results.append(metrics)
+            self.keep(name, number, label, metrics, prompts)
+            done, failed = len(results), sum(1 for m in results if not m['ok'])
+        self.progress('%s: %d/%d requests done, %d failed' % (level_text, done, total, failed))
+
     def run_rate(self, index, n_levels, rate, endpoint, model, prompts, seed, prefix=''):
         """Requests sent at Poisson arrival times, each on its own thread, however many are in flight."""
         total = max(self.params['requests_per_level'], 2)
@@ -312,14 +317,8 @@ class Benchmark:
         where = '%s, %s' % (prefix, name) if prefix else name
 
         def request(number):
-            label = 'r%s-%d' % (rate, number)
-            metrics = self.send(endpoint, model, prompts, label)
-            with lock:
-                results.append(metrics)
-                self.keep(name, number, label, metrics, prompts)
-                done, failed = len(results), sum(1 for m in results if not m['ok'])
-            self.progress('level %d/%d (%s): %d/%d requests done, %d failed'
-                          % (index, n_levels, where, done, total, failed))
+            self.send_and_keep(endpoint, model, prompts, (name, number, 'r%s-%d' % (rate, number)), results, lock,
+                               'level %d/%d (%s)' % (index, n_levels, where), total)
 
         self.progress('level %d/%d (%s): 0/%d requests done' % (index, n_levels, where, total))
         started = self.clock()
