@@ -170,3 +170,25 @@ def test_only_the_engines_apis_are_checked():
     assert engine_apis("llama_cpp", apis) == [{"prefix": "llama_server"}]
     assert engine_apis("vllm", apis) == [{"prefix": "vllm_server"}]
     assert engine_apis("auto", apis) == apis
+
+
+PORT_VARIABLES = ("llama_rpc_server_port_base", "llama_server_port", "vllm_server_port", "vllm_server_master_port",
+                  "vllm_server_dp_rpc_port", "model_serve_port")
+EVERY_PORT = {"engine": "auto", "head": True, "worker": True, "vllm_node": True, "vllm_multi_node": True, "rpc_servers": 1}
+
+
+@pytest.mark.parametrize("variable", PORT_VARIABLES + ("vllm_server_ray_port",))
+def test_every_port_variable_on_the_ssh_port_is_refused_by_name(variable):
+    settings = dict(SETTINGS, **{variable: 22})
+    if variable == "vllm_server_ray_port":
+        settings["vllm_server_distributed_backend"] = "ray"
+    problems = port_problems("node-a", planned_ports(EVERY_PORT, settings), node_listeners(), [22], OWN)
+    assert [p for p in problems if p.startswith("%s=22 on node-a: " % variable) and "and SSH" in p], problems
+
+
+@pytest.mark.parametrize("variable", PORT_VARIABLES)
+def test_every_port_variable_on_another_services_port_is_refused_naming_it(variable):
+    settings = dict(SETTINGS, **{variable: 3306})
+    problems = port_problems("node-a", planned_ports(EVERY_PORT, settings), node_listeners(), [22], OWN)
+    assert [p for p in problems if p.startswith("%s=3306 on node-a: " % variable)
+            and "taken by mysqld (pid 120, user mysql)" in p], problems
