@@ -60,7 +60,29 @@ def common_prefix(first, second):
     return count
 
 
-class OpenAIDouble:
+class LoopbackServer:
+    """An HTTP server on 127.0.0.1 (a free port) run in a thread for the length of a `with` block."""
+
+    def __init__(self, handler):
+        self.httpd = ThreadingHTTPServer(('127.0.0.1', 0), handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def base_url(self):
+        return 'http://127.0.0.1:%d' % self.httpd.server_address[1]
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(10)
+
+
+class OpenAIDouble(LoopbackServer):
     def __init__(self, ttft_s=0.05, itl_s=0.01, api_key='', model='double-model', mode='stream',
                  reasoning_tokens=0, reasoning_field='reasoning_content', keepalive=True, timings=True,
                  tokenizer=True, props=True):
@@ -81,22 +103,7 @@ class OpenAIDouble:
         self.active = 0
         self.max_active = 0
         self.lock = threading.Lock()
-        self.httpd = ThreadingHTTPServer(('127.0.0.1', 0), _handler(self))
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def base_url(self):
-        return 'http://127.0.0.1:%d' % self.httpd.server_address[1]
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(10)
+        super().__init__(_handler(self))
 
 
 def _chunk(choices, **extra):

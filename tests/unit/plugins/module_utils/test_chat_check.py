@@ -3,11 +3,10 @@ tok/s, answer and reasoning from llama-server's and vLLM's replies, and the fail
 against a server on 127.0.0.1 that answers what each test gives it, and against the OpenAI double."""
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
-from doubles.openai_stream_server import OpenAIDouble
+from doubles.openai_stream_server import LoopbackServer, OpenAIDouble
 
 from ansible_collections.gpulab.inference.plugins.module_utils import bench_client
 from ansible_collections.gpulab.inference.plugins.module_utils.chat_check import (
@@ -31,7 +30,7 @@ VLLM_REPLY = {
 }
 
 
-class Canned:
+class Canned(LoopbackServer):
     """A server on 127.0.0.1 answering each path with (status, JSON) and recording the requests."""
 
     def __init__(self, answers):
@@ -59,21 +58,7 @@ class Canned:
             def do_POST(self):
                 self._answer(json.loads(self.rfile.read(int(self.headers.get('Content-Length') or 0))))
 
-        self.httpd = ThreadingHTTPServer(('127.0.0.1', 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def base_url(self):
-        return 'http://127.0.0.1:%d' % self.httpd.server_address[1]
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(10)
+        super().__init__(Handler)
 
 
 def test_the_request_names_a_model_only_where_one_is_given():
