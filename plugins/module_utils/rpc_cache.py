@@ -225,6 +225,30 @@ def prune_plan(files, bound, open_now, record, key, now, need, free, min_free):
     }
 
 
+def cache_status(record, files, free, enabled=True):
+    """What status.yml and the report show of a worker's cache, from the record (parse_record),
+    the listing of its directory (files: [{name, size_bytes, ...}], [] without a record) and the
+    free bytes on its filesystem. The bound is the one the last deploy used (the record's
+    settings); a cache that is off may still hold the files of an earlier deploy, so they are
+    counted all the same."""
+    size = sum(entry['size_bytes'] for entry in files)
+    status = {'enabled': bool(enabled), 'path': None, 'size_bytes': size, 'size_gib': round(size / float(GIB), 2),
+              'files': len(files), 'max_bytes': None, 'bound_gib': None, 'free_bytes': free, 'over_bound': False}
+    if record is None:
+        status['summary'] = ('off (llama_rpc_server_cache_enabled is false)' if not enabled else
+                             'no record (gpulab_rpc_cache_file): no deploy has bounded the cache here yet')
+        return status
+    bound = max_bytes(record.get('max_gib'), record.get('disk_fraction'), free or 0, size)
+    status.update(path=record['path'], max_bytes=bound, bound_gib=round(bound / float(GIB), 2), over_bound=size > bound)
+    held = '%s holds %.2f GiB in %d file%s' % (record['path'], status['size_gib'], len(files), '' if len(files) == 1 else 's')
+    if not enabled:
+        status['summary'] = 'off (llama_rpc_server_cache_enabled is false); %s from an earlier deploy' % held
+    else:
+        status['summary'] = '%s, bound %.2f GiB%s' % (held, status['bound_gib'],
+                                                      '; over its bound' if status['over_bound'] else '')
+    return status
+
+
 def record(path, key, since, max_gib, disk_fraction, min_free_gib):
     """The record a run leaves (only the fields of RECORD_FIELDS)."""
     return {'managed_by': 'gpulab.inference', 'schema': RECORD_SCHEMA, 'path': path, 'model': key,

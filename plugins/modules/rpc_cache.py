@@ -73,6 +73,12 @@ options:
     description: This node's inventory name, as the memory plan names it.
     type: str
     default: ""
+  enabled:
+    description:
+      - For O(state=query), whether the servers run with the cache (C(llama_rpc_server_cache_enabled)); V(false) says
+        the cache is off, and still counts what an earlier deploy left in the record's directory.
+    type: bool
+    default: true
 """
 
 EXAMPLES = r"""
@@ -89,6 +95,7 @@ EXAMPLES = r"""
   gpulab.inference.rpc_cache:
     state: query
     record: /var/lib/gpulab/rpc-cache.json
+    enabled: "{{ llama_rpc_server_cache_enabled }}"
 """
 
 RETURN = r"""
@@ -100,6 +107,24 @@ size_bytes:
   description: Bytes the cache held before the prune (O(state=query) - now).
   returned: always
   type: int
+status:
+  description:
+    - What status.yml and the report show - C(enabled), C(path), C(size_bytes), C(size_gib), C(files), C(max_bytes),
+      C(bound_gib), C(free_bytes), C(over_bound) and a one-line C(summary). Without a record, C(path), C(max_bytes) and
+      C(bound_gib) are null.
+  returned: state=query
+  type: dict
+  sample:
+    enabled: true
+    path: /var/cache/gpulab/rpc/rpc
+    size_bytes: 13958643712
+    size_gib: 13.0
+    files: 291
+    max_bytes: 53687091200
+    bound_gib: 50.0
+    free_bytes: 412316860416
+    over_bound: false
+    summary: /var/cache/gpulab/rpc/rpc holds 13.00 GiB in 291 files, bound 50.00 GiB
 files:
   description: Number of cache files.
   returned: always
@@ -139,8 +164,10 @@ model_changed:
   returned: state=present
   type: bool
 over_bound:
-  description: The cache stays over its bound after the prune because what is left is in use.
-  returned: state=present
+  description:
+    - The cache stays over its bound after the prune because what is left is in use (O(state=query) - it is over its
+      bound now).
+  returned: always
   type: bool
 """
 
@@ -217,15 +244,13 @@ class RpcCache:
 
     def query(self):
         record = rc.parse_record(read_text(self.params['record']))
-        if record is None:
-            self.module.exit_json(changed=False, path=None, size_bytes=0, files=0, max_bytes=None, free_bytes=None)
-        directory = record['path']
-        files = list_files(directory)
-        size = sum(entry['size_bytes'] for entry in files)
-        free = free_bytes(directory)
-        bound = rc.max_bytes(record.get('max_gib'), record.get('disk_fraction'), free, size)
-        self.module.exit_json(changed=False, path=directory, size_bytes=size, files=len(files), max_bytes=bound,
-                              free_bytes=free)
+        files, free = [], None
+        if record is not None:
+            files = list_files(record['path'])
+            free = free_bytes(record['path'])
+        status = rc.cache_status(record, files, free, self.params['enabled'])
+        self.module.exit_json(changed=False, status=status, **dict(
+            (name, status[name]) for name in ('path', 'size_bytes', 'files', 'max_bytes', 'free_bytes', 'over_bound')))
 
     def present(self):
         params = self.params
@@ -280,6 +305,7 @@ def build_module():
             model_manifest=dict(type='dict', default={}),
             memory_plan=dict(type='dict', default={}),
             host=dict(type='str', default=''),
+            enabled=dict(type='bool', default=True),
         ),
         required_if=[('state', 'present', ['llama_cache'])],
         supports_check_mode=True,

@@ -246,3 +246,47 @@ def test_min_free_alone_can_refuse_an_unchanged_model():
     result = plan([entry(1, 1, NOW - 10)], bound_gib=4, record=same_model(NOW - 100), free_gib=0.5, min_free_gib=1)
     assert result['problem'] is not None
     assert 'has 0.5 GiB free' in result['problem']
+
+
+# --- status (status.yml and the report) ----------------------------------------------------------
+
+def recorded(max_gib=None, disk_fraction=0.5):
+    return {'schema': rc.RECORD_SCHEMA, 'model': 'k1', 'since': NOW, 'path': '/var/cache/gpulab/rpc/rpc',
+            'max_gib': max_gib, 'disk_fraction': disk_fraction}
+
+
+def test_status_gives_the_size_against_the_recorded_bound():
+    status = rc.cache_status(recorded(max_gib=50), [entry(1, 10, NOW), entry(2, 3, NOW)], 400 * GIB)
+    assert status == {'enabled': True, 'path': '/var/cache/gpulab/rpc/rpc', 'size_bytes': 13 * GIB, 'size_gib': 13.0,
+                      'files': 2, 'max_bytes': 50 * GIB, 'bound_gib': 50.0, 'free_bytes': 400 * GIB,
+                      'over_bound': False,
+                      'summary': '/var/cache/gpulab/rpc/rpc holds 13.00 GiB in 2 files, bound 50.00 GiB'}
+
+
+def test_status_without_max_gib_takes_the_fraction_of_free_plus_held():
+    status = rc.cache_status(recorded(disk_fraction=0.25), [entry(1, 2, NOW)], 6 * GIB)
+    assert (status['max_bytes'], status['bound_gib']) == (2 * GIB, 2.0)
+    assert status['over_bound'] is False
+
+
+def test_status_says_when_the_cache_is_over_its_bound():
+    status = rc.cache_status(recorded(max_gib=1), [entry(1, 0.75, NOW), entry(2, 0.5, NOW)], 100 * GIB)
+    assert status['over_bound'] is True
+    assert status['size_gib'] == 1.25
+    assert status['summary'] == '/var/cache/gpulab/rpc/rpc holds 1.25 GiB in 2 files, bound 1.00 GiB; over its bound'
+
+
+def test_status_without_a_record_names_the_file_and_counts_nothing():
+    status = rc.cache_status(None, [], None)
+    assert (status['path'], status['size_bytes'], status['files'], status['max_bytes'], status['bound_gib']) == (
+        None, 0, 0, None, None)
+    assert status['over_bound'] is False
+    assert status['summary'] == 'no record (gpulab_rpc_cache_file): no deploy has bounded the cache here yet'
+
+
+def test_status_of_a_cache_turned_off_still_counts_what_is_left():
+    status = rc.cache_status(recorded(max_gib=50), [entry(1, 4, NOW)], 100 * GIB, enabled=False)
+    assert status['enabled'] is False and status['size_gib'] == 4.0
+    assert status['summary'] == ('off (llama_rpc_server_cache_enabled is false); /var/cache/gpulab/rpc/rpc holds '
+                                 '4.00 GiB in 1 file from an earlier deploy')
+    assert rc.cache_status(None, [], None, enabled=False)['summary'] == 'off (llama_rpc_server_cache_enabled is false)'

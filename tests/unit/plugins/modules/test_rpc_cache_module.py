@@ -130,7 +130,23 @@ def test_query_reports_the_size_against_the_recorded_bound(tmp_path):
     result = run({'state': 'query', 'record': str(tmp_path / 'state' / 'rpc-cache.json')})
     assert result.kind is ExitJson, result.result
     assert result.result == dict(result.result, changed=False, path=str(directory), size_bytes=3 * MIB, files=2,
-                                 max_bytes=GIB)
+                                 max_bytes=GIB, over_bound=False)
+    status = result.result['status']
+    assert (status['enabled'], status['size_gib'], status['bound_gib'], status['files']) == (True, 0.0, 1.0, 2)
+    assert status['summary'] == '%s holds 0.00 GiB in 2 files, bound 1.00 GiB' % directory
+
+
+def test_query_of_a_cache_turned_off_says_so(tmp_path):
+    directory, _names = cache(tmp_path, [(3, 900)])
+    (tmp_path / 'state').mkdir()
+    assert run(args(tmp_path, max_gib=1.0)).kind is ExitJson
+    result = run({'state': 'query', 'record': str(tmp_path / 'state' / 'rpc-cache.json'), 'enabled': False})
+    assert result.kind is ExitJson, result.result
+    assert result.result['changed'] is False
+    assert result.result['status']['enabled'] is False
+    assert result.result['status']['summary'] == ('off (llama_rpc_server_cache_enabled is false); %s holds 0.00 GiB in '
+                                                  '1 file from an earlier deploy' % directory)
+    assert result.result['size_bytes'] == 3 * MIB
 
 
 def test_query_without_a_record_reports_nothing(tmp_path):
