@@ -1,39 +1,78 @@
 #!/usr/bin/env bash
-# The layout autopilot on one GPU host (issue 34's device check), through scripts/gpu-e2e.sh:
-# deploy.yml with every layout value left at auto, for the m2-62 llama.cpp model (RPC server and
-# head, tensor split and context from the memory plan) and for the synthetic FP8 checkpoint
-# (parallel sizes and the pinned KV cache from vllm_plan), each deployed twice (the second must
-# change nothing), the pinned argv in the process list compared with the plan, and the plan
-# against nvidia-smi per process and vLLM's own KV cache (scripts/gpu-e2e-planned.py).
+# The layout autopilot on one GPU host (issue 34's device check), through scripts/gpu-e2e.sh, and
+# both engines benchmarked side by side in one report (issue 37):
+# 1. vLLM: deploy.yml with every layout value left at auto for the synthetic FP8 checkpoint
+#    (parallel sizes and the pinned KV cache from vllm_plan), deployed twice (the second must change
+#    nothing), the pinned argv and vLLM's own KV cache against the plan (scripts/gpu-e2e-planned.py).
+# 2. A kept service: a supervisord program `asr` that is not the collection's holds
+#    GPULAB_E2E_KEPT_GIB (default 80) GiB of GPU 0, as the seed deployment's live speech service did;
+#    the llama.cpp deploy keeps it (gpu_drain_keep) and plans around it.
+# 3. llama.cpp: deploy.yml with every layout value left at auto for the m2-62 model with a trained
+#    context of GPULAB_E2E_TRAINED_CTX (default 262144: more than fits beside the kept service, so the
+#    context is chosen from memory), one RPC server and the head on GPU 0, deployed twice, the pinned
+#    argv and each process's memory against memory-plan.json.
+# 4. Both engines, one client: the kept service stops, vLLM runs by hand from the wrapper the
+#    collection wrote (KV cache pinned to GPULAB_E2E_COMPARE_KV_GIB, default 40 GiB, in the room the
+#    kept service left) beside the deployed llama.cpp, and playbooks/bench.yml sends the same request
+#    set to both (bench_compare): one report.
 #
 #   scripts/gpu-e2e-auto.sh OUTDIR
 #
 # Ordered for one lease: the llama.cpp build and model are written side by side while vLLM is
-# deployed and measured on the otherwise idle GPU (the build needs no GPU); llama.cpp is deployed
-# once vLLM has stopped. GPULAB_E2E_VLLM_STASH (default /tmp/gpulab-stash): where the vLLM
-# wheelhouse parts arrive (scripts/vllm-wheelhouse.sh stash), READY once all are there.
-# OUTDIR/llama, OUTDIR/vllm: the harness's outputs; OUTDIR/DONE at the end.
+# deployed and measured on the otherwise idle GPU (the build needs no GPU). GPULAB_E2E_VLLM_STASH
+# (default /tmp/gpulab-stash): where the vLLM wheelhouse parts arrive (scripts/vllm-wheelhouse.sh
+# stash), READY once all are there. OUTDIR/llama, OUTDIR/vllm, OUTDIR/compare: the outputs;
+# OUTDIR/DONE at the end.
 set -uo pipefail
 
 out=${1:?usage: scripts/gpu-e2e-auto.sh OUTDIR}
 repo=$(cd "$(dirname "$0")/.." && pwd)
-mkdir -p "$out"
+mkdir -p "$out/compare"
 out=$(cd "$out" && pwd)
 export GPULAB_E2E_VLLM_STASH=${GPULAB_E2E_VLLM_STASH:-/tmp/gpulab-stash}
+kept_gib=${GPULAB_E2E_KEPT_GIB:-80}
+trained_ctx=${GPULAB_E2E_TRAINED_CTX:-262144}
+compare_kv_gib=${GPULAB_E2E_COMPARE_KV_GIB:-40}
+python=$(command -v python3)
+sup() { /opt/gpulab/supervisor/bin/supervisorctl -c /etc/gpulab/supervisord.conf "$@"; }
 log() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*" | tee -a "$out/progress.log" >&2; }
+model_name=m2-62
+# shellcheck source=scripts/gpu-e2e-models.sh
+. "$repo/scripts/gpu-e2e-models.sh"
+model_options=$("$python" -c 'import json,sys; o=json.loads(sys.argv[1]); o["context_length"]=int(sys.argv[2]); print(json.dumps(o))' \
+  "$named_options" "$trained_ctx")
 llama_auto=(GPULAB_E2E_ENGINES=llama_cpp GPULAB_E2E_LAYOUTS=auto GPULAB_E2E_CTX_SIZES=auto
-  GPULAB_E2E_MODEL_NAME=m2-62 GPULAB_E2E_LLAMA_BENCH=0)
+  "GPULAB_E2E_MODEL_NAME=$model_name" "GPULAB_E2E_MODEL=$model_options" GPULAB_E2E_LLAMA_BENCH=0
+  'GPULAB_E2E_LLAMA_EXTRA={"gpu_drain_keep": ["asr"]}')
 
 start=$SECONDS
 env "${llama_auto[@]}" GPULAB_E2E_PHASE=prepare GPULAB_E2E_PREPARE_PARALLEL=1 \
   "$repo/scripts/gpu-e2e.sh" "$out/llama" >"$out/llama-prepare.log" 2>&1 &
 prepare=$!
-log "llama.cpp build and model started (pid $prepare)"
+log "llama.cpp build and model (trained context $trained_ctx) started (pid $prepare)"
 
 # Its own work directory: the two harness runs install their tools side by side.
 env GPULAB_E2E_WORK=/tmp/gpulab-e2e-vllm GPULAB_E2E_ENGINES=vllm GPULAB_E2E_VLLM_LAYOUT=auto \
   GPULAB_E2E_VLLM_BENCH=0 "$repo/scripts/gpu-e2e.sh" "$out/vllm" >"$out/vllm.log" 2>&1
 log "vLLM part: rc=$?, $((SECONDS - start)) s"
+# The wrapper and environment the collection wrote, for the side-by-side run (the llama.cpp deploy
+# retires vLLM's program, not these files; copied all the same).
+cp /opt/gpulab/bin/gpulab-vllm /etc/gpulab/vllm/environment "$out/compare/" 2>/dev/null || log "no vLLM wrapper to copy"
+
+# The kept service: not the collection's, so the drain leaves it and the plan counts its memory.
+cat >/etc/gpulab/supervisor.d/asr.conf <<CONF
+[program:asr]
+command=$python -c "import time, torch; held = torch.empty($kept_gib << 30, dtype=torch.uint8, device='cuda'); torch.cuda.synchronize(); time.sleep(10 ** 9)"
+environment=CUDA_VISIBLE_DEVICES="0"
+autostart=true
+autorestart=true
+startsecs=10
+stdout_logfile=/var/log/gpulab/asr.log
+redirect_stderr=true
+CONF
+sup update >>"$out/progress.log" 2>&1
+sleep 12
+log "kept service: $(sup status asr 2>&1 | tr -s ' '); $(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader | tr '\n' ';')"
 
 wait "$prepare"
 rc=$?
@@ -42,5 +81,31 @@ if [ "$rc" = 0 ]; then
   env "${llama_auto[@]}" GPULAB_E2E_PREPARE=0 GPULAB_E2E_IDEMPOTENCE=auto GPULAB_E2E_BENCH_PLAYBOOK=none \
     GPULAB_E2E_SERVED=0 GPULAB_E2E_STOP=0 "$repo/scripts/gpu-e2e.sh" "$out/llama" >"$out/llama.log" 2>&1
   log "llama.cpp part: rc=$?, $((SECONDS - start)) s"
+  grep -h "auto:" "$out/llama/auto/deploy-1.log" 2>/dev/null | sed 's/^ *//' | sort -u | head -n 6 | while read -r line; do log "  ${line:0:300}"; done
 fi
+
+# ---- both engines, one client ------------------------------------------------------------------
+cdir=$out/compare
+if [ -x "$cdir/gpulab-vllm" ] && [ -s "$out/llama/auto/hosts.json" ]; then
+  sup stop asr >>"$out/progress.log" 2>&1
+  # argparse keeps an option's last value: these override the pinned KV cache and the share of
+  # the GPU the wrapper asks for, so vLLM fits beside the deployed llama.cpp.
+  # As the wrapper's own comment runs it by hand, with the service's environment.
+  # shellcheck disable=SC2046
+  env $(grep -v '^#' "$cdir/environment") setsid "$cdir/gpulab-vllm" \
+    --kv-cache-memory-bytes $((compare_kv_gib << 30)) --gpu-memory-utilization 0.5 >"$cdir/vllm-by-hand.log" 2>&1 &
+  t0=$SECONDS
+  until curl -sf http://127.0.0.1:8000/health >/dev/null; do
+    if [ $((SECONDS - t0)) -gt 420 ]; then log "vLLM by hand: no /health after 420 s"; tail -n 20 "$cdir/vllm-by-hand.log" >&2; break; fi
+    sleep 3
+  done
+  log "vLLM by hand: healthy after $((SECONDS - t0)) s; $(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader | tr '\n' ';')"
+  bstart=$SECONDS
+  "$python" -m ansible.cli.playbook -i "$out/llama/auto/hosts.json" "$repo/playbooks/bench.yml" \
+    -e '{"bench_compare": [{"label": "vllm", "base_url": "http://127.0.0.1:8000"}], "bench_label": "llama.cpp", "gpulab_bench_profile": "full"}' \
+    -e "bench_report_dir=$cdir/reports" >"$cdir/bench-playbook.log" 2>&1 || log "bench.yml (compare) failed: $(tail -n 5 "$cdir/bench-playbook.log")"
+  log "bench.yml (compare): $((SECONDS - bstart)) s, $(grep -E '^gpu-host +:' "$cdir/bench-playbook.log" | tail -n 1 | tr -s ' ')"
+  pkill -f 'vllm serve' || true
+fi
+log "done, $((SECONDS - start)) s"
 touch "$out/DONE"

@@ -9,9 +9,11 @@
 # memory plan chooses them. A context of `auto` leaves llama_server_ctx_size unset in any layout.
 write_inventory() { # LAYOUT CTX FILE [EXTRA_JSON]
   "$python" - "$@" <<PY
-import json, sys
+import json, os, sys
 layout, ctx, path = sys.argv[1], sys.argv[2], sys.argv[3]
-extra = json.loads(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[4] else {}
+# GPULAB_E2E_LLAMA_EXTRA: host variables (JSON) of every inventory; EXTRA_JSON those of one.
+extra = json.loads(os.environ.get("GPULAB_E2E_LLAMA_EXTRA") or "{}")
+extra.update(json.loads(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[4] else {})
 gpus = json.load(open("$out/gpu_facts.json"))["ansible_facts"]["gpulab_gpus"]
 indices = sorted(g["index"] for g in gpus)
 if layout == "auto":
