@@ -45,6 +45,18 @@ def inventory(tmp_path):
     (tmp_path / "node-a" / "etc" / "model.json").write_text(json.dumps({"path": "/models/m-00001-of-00002.gguf"}))
     (tmp_path / "node-b" / "etc" / "rpc-server" / "servers.json").write_text(json.dumps(
         {"host": "node-b", "address": "10.0.0.2", "endpoints": [{"instance": 0, "port": 50052, "device": "CPU"}]}))
+    # the worker's weight cache: 3.5 GiB in two tensors (sparse files) against the 3 GiB bound its last
+    # deploy recorded
+    cache = tmp_path / "node-b" / "cache" / "rpc"
+    cache.mkdir(parents=True)
+    for name, size_mib in (("00000000000000a1", 1536), ("00000000000000a2", 2048)):
+        with open(cache / name, "wb") as stream:
+            stream.truncate(size_mib << 20)
+    (cache / "README").write_text("not a tensor\n")
+    (tmp_path / "node-b" / "rpc-cache.json").write_text(json.dumps(
+        {"managed_by": "gpulab.inference", "schema": "gpulab.inference.rpc_cache/1", "path": str(cache), "model": "k",
+         "since": 1.0, "max_gib": 3.0, "disk_fraction": 0.5, "min_free_gib": 1.0}))
+    worker["gpulab_rpc_cache_file"] = str(tmp_path / "node-b" / "rpc-cache.json")
     return {"all": {"children": {"gpu_nodes": {"children": {
         "inference_head": {"hosts": {"node-a": head}}, "rpc_workers": {"hosts": {"node-b": worker}}}}}}}
 
@@ -74,6 +86,28 @@ def test_status_per_node_under_supervisord(tmp_path):
     assert head["endpoints"] == ["http://127.0.0.1:9 (llama-server, /health unreachable)"]
     assert worker["endpoints"] == ["10.0.0.2:50052 (RPC, CPU)"] and worker["model"] is None
     assert head["gpus"][0]["name"] == "NVIDIA H200"
+    assert head["rpc_cache"] is None
+    cache = worker["rpc_cache"]
+    assert (cache["enabled"], cache["path"], cache["files"], cache["size_bytes"], cache["max_bytes"]) == (
+        True, str(tmp_path / "node-b" / "cache" / "rpc"), 2, 3584 << 20, 3 << 30)
+    assert (cache["size_gib"], cache["bound_gib"], cache["over_bound"]) == (3.5, 3.0, True)
+    assert cache["summary"] == "%s holds 3.50 GiB in 2 files, bound 3.00 GiB; over its bound" % cache["path"]
+
+
+def test_a_cache_turned_off_is_said_to_be_off(tmp_path):
+    run = run_in(tmp_path / "runner", "playbooks/status.yml", inventory(tmp_path), envvars=ENV,
+                 extravars={"llama_rpc_server_cache_enabled": False})
+    assert run.status == "successful", run.failures
+    cache = statuses(run)["node-b"]["rpc_cache"]
+    assert cache["enabled"] is False and cache["size_bytes"] == 3584 << 20
+    assert cache["summary"].startswith("off (llama_rpc_server_cache_enabled is false); ")
+
+
+def test_vllm_reads_no_rpc_cache(tmp_path):
+    run = run_in(tmp_path / "runner", "playbooks/status.yml", inventory(tmp_path), envvars=ENV,
+                 extravars={"gpulab_engine": "vllm"})
+    assert run.status == "successful", run.failures
+    assert statuses(run)["node-b"]["rpc_cache"] is None
 
 
 def test_log_lines_on_request(tmp_path):

@@ -28,3 +28,10 @@ def test_status_playbook_reports_every_node(tmp_path):
             assert services[name]["state"] == "active", (worker, services)
             assert services[name]["enabled"] == "enabled", (worker, services[name])
         assert ":50052 (RPC, " in shown[worker]["endpoints"][0]
+        # the weight cache the deploy bounded: its directory, the figures and the line that says them
+        cache = shown[worker]["rpc_cache"]
+        assert cache["enabled"] is True and cache["path"] == "/var/cache/gpulab/rpc/rpc", (worker, cache)
+        assert cache["max_bytes"] > 0 and cache["over_bound"] is False, (worker, cache)
+        assert cache["size_gib"] == round(cache["size_bytes"] / 2**30, 2), (worker, cache)
+        assert cache["summary"] == "%s holds %.2f GiB in %d file%s, bound %.2f GiB" % (
+            cache["path"], cache["size_gib"], cache["files"], "" if cache["files"] == 1 else "s", cache["bound_gib"])
