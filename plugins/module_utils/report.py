@@ -255,6 +255,36 @@ def rpc_transport_table(transport_by_host):
     return rows
 
 
+def rpc_cache_section(cache_by_host, vllm=None):
+    """Each RPC worker's weight cache as the bench step read it (role llama_rpc_server's entry point
+    cache_status, module rpc_cache's query) and one line for what the table leaves out.
+
+    cache_by_host: host -> that registered result ({'status': {...}}); a host without one (None, a
+    skipped result) is passed over. vllm: the vLLM plan, given when vLLM serves (no RPC servers).
+    Returns {'workers': [rows of the workers whose cache is on], 'note': a sentence or None}."""
+    rows, off = [], []
+    for host in sorted(cache_by_host or {}):
+        registered = cache_by_host[host]
+        status = registered.get('status') if isinstance(registered, dict) else None
+        if not isinstance(status, dict):
+            continue
+        if not status.get('enabled'):
+            off.append(host)
+            continue
+        rows.append({'host': host, 'path': status.get('path'), 'size_gib': status.get('size_gib'),
+                     'bound_gib': status.get('bound_gib'), 'files': status.get('files'),
+                     'over_bound': bool(status.get('over_bound')), 'summary': status.get('summary')})
+    note = None
+    if vllm:
+        note = 'vLLM serves this run: there is no RPC weight cache.'
+    elif not rows and not off:
+        note = 'No RPC worker\'s weight cache was read: this run has no RPC workers.'
+    elif off:
+        note = 'The weight cache is off (llama_rpc_server_cache_enabled is false) on %s.' % (
+            'every RPC worker' if not rows else ', '.join(off))
+    return {'workers': [] if vllm else rows, 'note': note}
+
+
 def bandwidth_limit(decode_tok_s, bytes_per_token, rows):
     """Share of the memory-bandwidth limit a decode rate reaches, or why it is omitted.
 
@@ -436,7 +466,7 @@ def endpoints_side_by_side(benchmark, traces):
 
 def build_document(inventory, created, benchmark=None, residency=None, sampler=None, build_info=None,
                    commands=None, memory_plan=None, vllm=None, rpc_transport=None, llama_bench=None, traces=None,
-                   warnings=None):
+                   warnings=None, rpc_cache=None):
     """Everything the report says, as one JSON-able dict (report.json). Each request's record is
     left to requests.jsonl. warnings: what the deployment wants said at the top (an API the
     operator chose to serve without a key)."""
@@ -474,6 +504,7 @@ def build_document(inventory, created, benchmark=None, residency=None, sampler=N
         'layouts': layout_choices(memory_plan, vllm),
         'plan_against_measured': plan_against_measured(memory_plan, rows, vllm),
         'rpc_transport': rpc_transport_table(rpc_transport),
+        'rpc_cache': rpc_cache_section(rpc_cache, vllm),
         'vllm': vllm or None,
         'llama_bench': llama_bench_against_served(llama_bench, (head or {}).get('decode_tok_s')),
     }

@@ -23,6 +23,7 @@ KINDS = {
     'str': 'a string',
     'list': 'a list',
     'map': 'a mapping',
+    'bool': 'true or false',
     'any': 'anything',
 }
 
@@ -86,6 +87,11 @@ BENCH_RECORD = {'n_prompt': ('int', False), 'n_gen': ('int', False), 'avg_ts': (
 
 TRANSPORT_RESULT = {'rdma': ('number', False), 'tcp': ('number', False), 'warning': ('str', False)}
 
+# rpc_cache's query (its `status`), as role llama_rpc_server's entry point cache_status registers it
+CACHE_STATUS = {'enabled': ('bool!', True), 'path': ('str', False), 'size_gib': ('number', False),
+                'bound_gib': ('number', False), 'files': ('int', False), 'over_bound': ('bool', False),
+                'summary': ('str', False)}
+
 # what to do about a bad input, by where it came from
 FIX_RESULT = 'run the bench step that produces it again'
 FIX_FILE = 'fix or remove the file and run the bench step that writes it again'
@@ -108,6 +114,8 @@ def _kind_ok(value, kind):
         return isinstance(value, str)
     if kind == 'list':
         return isinstance(value, list)
+    if kind == 'bool':
+        return isinstance(value, bool)
     return isinstance(value, dict)  # map
 
 
@@ -206,6 +214,19 @@ def check_rpc_transport(transport):
                         '%s field %s' % (what, loop_var), FIX_RESULT)
 
 
+def check_rpc_cache(cache):
+    """rpc_cache: host -> rpc_cache's query result; a skipped one, or one without a status, is passed over."""
+    if cache is None:
+        return
+    if not isinstance(cache, dict):
+        _fail('rpc_cache', 'the option', cache, 'a mapping of host name to its result', FIX_RESULT)
+    for host, registered in cache.items():
+        if not isinstance(registered, dict) or 'status' not in registered:
+            continue  # the report passes these over
+        check_value(registered['status'], ('map!', CACHE_STATUS), 'rpc_cache of %s' % host, 'the field status',
+                    FIX_RESULT)
+
+
 def check_llama_bench(records):
     """llama-bench's -o json: a list of records (other shapes mean 'not measured')."""
     if not isinstance(records, list):
@@ -230,4 +251,5 @@ def check_inputs(params):
         check_record(params['vllm'], VLLM_PLAN, 'vllm (the vLLM plan file)', 'the file', FIX_FILE)
     check_commands(params.get('commands'))
     check_rpc_transport(params.get('rpc_transport'))
+    check_rpc_cache(params.get('rpc_cache'))
     check_llama_bench(params.get('llama_bench'))

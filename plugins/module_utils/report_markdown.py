@@ -330,6 +330,8 @@ def render_markdown(doc, images):
                 out += ['', '**Warning:** %s' % row['warning']]
     else:
         out.append('No RPC server log was read.')
+    out += ['', '## RPC weight cache', '']
+    out += rpc_cache_lines(doc.get('rpc_cache') or {})
     out += ['', '## vLLM', '']
     out.append('```\n%s\n```' % _pretty(doc['vllm']) if doc.get('vllm') else 'vLLM is not part of this run.')
     out += ['', '## Build and command lines', '']
@@ -345,6 +347,20 @@ def render_markdown(doc, images):
     else:
         out.append('No command lines were read.')
     return '\n'.join(out) + '\n'
+
+
+def rpc_cache_lines(section):
+    """Each RPC worker's weight cache against the bound its last deploy recorded, or the line that
+    says why there is none (module_utils/report.py rpc_cache_section)."""
+    out = []
+    workers = section.get('workers') or []
+    if workers:
+        out += _table(('host', 'directory', 'GiB held', 'bound GiB', 'files', 'over its bound'),
+                      [(w['host'], w['path'] or 'no record', _fmt(w['size_gib'], 2), _fmt(w['bound_gib'], 2),
+                        _fmt(w['files']), 'yes' if w['over_bound'] else 'no') for w in workers])
+    if section.get('note'):
+        out += ([''] if out else []) + [section['note']]
+    return out or ['No RPC weight cache was read.']
 
 
 def layout_lines(doc):

@@ -29,6 +29,8 @@ description:
     the collection's table), the server command lines and the build id.
   - Every input is optional; a section without input says so (a run without a memory plan or
     without vLLM still gets a report).
+  - The RPC weight cache of each worker - directory, GiB held, its bound, files, whether it is over
+    the bound - from O(rpc_cache), or one line saying why there is none.
   - Each input, and each trace file, is checked for the shape the report reads before anything is
     written; one that is not (a hand-edited or truncated file, an entry that is not a mapping, a
     field of the wrong type) fails naming the input, the host or file, the entry and the field.
@@ -102,6 +104,13 @@ options:
         RPC servers (C(results), one per server with its C(name) under the loop variable); hosts without RPC servers may
         give a skipped result. The report lists the RDMA and TCP connections per server and the
         warning when a RoCE fabric fell back to TCP.
+    type: raw
+  rpc_cache:
+    description:
+      - Host name to what role C(llama_rpc_server)'s entry point C(cache_status) registered on each RPC worker
+        (M(gpulab.inference.rpc_cache) with O(gpulab.inference.rpc_cache#module:state=query)); the report gives each
+        worker's weight cache - directory, GiB held, bound, files, over its bound - or one line saying why there is
+        none (vLLM, no RPC workers, the cache off). Results without a C(status) (skipped) are passed over.
     type: raw
 attributes:
   check_mode:
@@ -401,6 +410,7 @@ def main():
             rpc_transport=dict(type='raw'),
             vllm=dict(type='raw'),
             llama_bench=dict(type='raw'),
+            rpc_cache=dict(type='raw'),
         ),
         supports_check_mode=True,
     )
@@ -421,7 +431,7 @@ def main():
                                 build_info=params['build_info'], commands=params['commands'],
                                 memory_plan=params['memory_plan'], vllm=params['vllm'],
                                 rpc_transport=params['rpc_transport'], llama_bench=params['llama_bench'], traces=traces,
-                                warnings=params['warnings'])
+                                warnings=params['warnings'], rpc_cache=params['rpc_cache'])
     report_dir = os.path.join(params['output_dir'], report.report_dir_name(params['inventory_name'], timestamp))
     files = dict((key, os.path.join(report_dir, name)) for key, name in
                  (('markdown', 'report.md'), ('json', 'report.json'), ('residency_png', IMAGES['residency']),

@@ -173,6 +173,65 @@ def test_rpc_transport_per_server_with_the_fallback_warned():
         report.build_document('lab', 'now'), {'residency': 'r', 'utilisation': 'u', 'throughput': 't'})
 
 
+def cache_status(path, size_gib, bound_gib, files, enabled=True):
+    """rpc_cache's query as role llama_rpc_server's entry point cache_status registers it."""
+    status = {'enabled': enabled, 'path': path, 'size_bytes': int(size_gib * (1 << 30)), 'size_gib': size_gib,
+              'files': files, 'max_bytes': int(bound_gib * (1 << 30)), 'bound_gib': bound_gib,
+              'free_bytes': 1 << 40, 'over_bound': size_gib > bound_gib, 'summary': 'line'}
+    return {'changed': False, 'status': status, 'path': path}
+
+
+CACHE = {'node-b': cache_status('/var/cache/gpulab/rpc/rpc', 13.25, 50.0, 291),
+         'node-c': cache_status('/srv/cache/rpc', 61.5, 60.0, 1204)}
+IMAGES = {'residency': 'r.png', 'utilisation': 'u.png', 'throughput': 't.png'}
+
+
+def test_rpc_cache_per_worker_with_its_bound():
+    section = report.rpc_cache_section(CACHE)
+    assert section['note'] is None
+    assert [(w['host'], w['path'], w['size_gib'], w['bound_gib'], w['files'], w['over_bound'])
+            for w in section['workers']] == [('node-b', '/var/cache/gpulab/rpc/rpc', 13.25, 50.0, 291, False),
+                                             ('node-c', '/srv/cache/rpc', 61.5, 60.0, 1204, True)]
+    text = report_markdown.render_markdown(report.build_document('lab', 'now', rpc_cache=CACHE), IMAGES)
+    part = text.split('## RPC weight cache\n\n')[1].split('\n\n## ')[0]
+    assert part.splitlines() == [
+        '| host | directory | GiB held | bound GiB | files | over its bound |',
+        '| --- | --- | --- | --- | --- | --- |',
+        '| node-b | /var/cache/gpulab/rpc/rpc | 13.25 | 50.00 | 291 | no |',
+        '| node-c | /srv/cache/rpc | 61.50 | 60.00 | 1204 | yes |']
+
+
+def test_rpc_cache_off_on_one_worker_is_named_below_the_table():
+    cache = dict(CACHE, **{'node-c': cache_status('/srv/cache/rpc', 2.0, 60.0, 3, enabled=False)})
+    section = report.rpc_cache_section(cache)
+    assert [w['host'] for w in section['workers']] == ['node-b']
+    assert section['note'] == 'The weight cache is off (llama_rpc_server_cache_enabled is false) on node-c.'
+    lines = report_markdown.rpc_cache_lines(section)
+    assert lines[-2:] == ['', 'The weight cache is off (llama_rpc_server_cache_enabled is false) on node-c.']
+
+
+@pytest.mark.parametrize('cache, vllm, line', [
+    ({'node-b': cache_status('/c', 1.0, 2.0, 1, enabled=False)}, None,
+     'The weight cache is off (llama_rpc_server_cache_enabled is false) on every RPC worker.'),
+    ({}, None, "No RPC worker's weight cache was read: this run has no RPC workers."),
+    (None, None, "No RPC worker's weight cache was read: this run has no RPC workers."),
+    ({'node-b': {'skipped': True}, 'node-c': 'not a result'}, None,
+     "No RPC worker's weight cache was read: this run has no RPC workers."),
+    ({}, {'label': 'TP=2'}, 'vLLM serves this run: there is no RPC weight cache.'),
+    (CACHE, {'label': 'TP=2'}, 'vLLM serves this run: there is no RPC weight cache.'),
+])
+def test_without_a_cache_to_show_the_report_says_why_in_one_line(cache, vllm, line):
+    section = report.rpc_cache_section(cache, vllm)
+    assert section == {'workers': [], 'note': line}
+    text = report_markdown.render_markdown(report.build_document('lab', 'now', rpc_cache=cache, vllm=vllm), IMAGES)
+    assert '## RPC weight cache\n\n%s\n\n## vLLM' % line in text
+
+
+def test_a_worker_without_a_record_shows_no_bound():
+    cache = {'node-b': {'status': dict(cache_status(None, 0.0, 0.0, 0)['status'], max_bytes=None, bound_gib=None)}}
+    assert report_markdown.rpc_cache_lines(report.rpc_cache_section(cache))[2] == '| node-b | no record | 0.00 | n/a | 0 | no |'
+
+
 @pytest.mark.parametrize('process, kind', [
     # vLLM's engine core under supervisord, as nvidia-smi named it on an H200 (2026-12-01)
     ({'process_name': '/opt/gpulab/vllm/venv-0.24.0/bin/python3.12', 'systemd_unit': None}, 'vllm'),

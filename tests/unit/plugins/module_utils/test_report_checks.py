@@ -28,7 +28,11 @@ PLAN = {'model_path': '/m.gguf', 'options': {'ctx_size': 4096},
                      'layer_range': '0-15'}]}
 TRANSPORT = {'node-b': {'results': [{'item': {'name': 'gpulab-rpc-server@0'}, 'rdma': 1, 'tcp': 0, 'warning': ''},
                                     {'skipped': True}]}}
-GOOD = {'residency': RESIDENCY, 'sampler': SAMPLER, 'benchmark': BENCH, 'memory_plan': PLAN,
+CACHE = {'node-b': {'changed': False, 'status': {
+    'enabled': True, 'path': '/var/cache/gpulab/rpc/rpc', 'size_bytes': 1 << 30, 'size_gib': 1.0, 'files': 3,
+    'max_bytes': 2 << 30, 'bound_gib': 2.0, 'free_bytes': 1 << 40, 'over_bound': False, 'summary': 'line'}},
+    'node-a': {'skipped': True}}
+GOOD = {'rpc_cache': CACHE, 'residency': RESIDENCY, 'sampler': SAMPLER, 'benchmark': BENCH, 'memory_plan': PLAN,
         'build_info': {'build_id': 'b1', 'cuda': True}, 'vllm': {'model': 'x'},
         'commands': {'node-a': ['llama-server -m m.gguf']}, 'rpc_transport': TRANSPORT,
         'llama_bench': [{'n_prompt': 0, 'n_gen': 128, 'avg_ts': 80.0, 'stddev_ts': 0.4}, 'not a record']}
@@ -144,6 +148,15 @@ BAD_SHAPES = [
      'rpc_transport of node-b: results entry 0 field item is', ['not a mapping']),
     ('rpc_transport_rdma_a_string', 'rpc_transport', setitem(['node-b', 'results', 0, 'tcp'], 'none'),
      'rpc_transport of node-b: results entry 0 field tcp', ['not a number']),
+    ('rpc_cache_a_list', None, setitem(['rpc_cache'], ['node-b']), 'rpc_cache: the option is', ['not a mapping']),
+    ('rpc_cache_status_a_string', 'rpc_cache', setitem(['node-b', 'status'], 'ok'),
+     "rpc_cache of node-b: the field status is 'ok' (str), not a mapping", ['run the bench step']),
+    ('rpc_cache_size_a_string', 'rpc_cache', setitem(['node-b', 'status', 'size_gib'], '1 GiB'),
+     'rpc_cache of node-b: the field status field size_gib', ['not a number']),
+    ('rpc_cache_enabled_a_string', 'rpc_cache', setitem(['node-b', 'status', 'enabled'], 'yes'),
+     "rpc_cache of node-b: the field status field enabled is 'yes' (str), not true or false", []),
+    ('rpc_cache_without_enabled', 'rpc_cache', lambda c: c['node-b']['status'].pop('enabled'),
+     'rpc_cache of node-b: the field status has no enabled', []),
     ('llama_bench_n_gen_a_string', 'llama_bench', setitem([0, 'n_gen'], '128'),
      'llama_bench (llama-bench -o json): record 0 field n_gen', ['not a whole number']),
     ('llama_bench_avg_ts_a_string', 'llama_bench', setitem([0, 'avg_ts'], 'fast'),
@@ -173,7 +186,7 @@ def test_each_bad_shape_would_otherwise_break_the_report_or_pass_silently():
                                         sampler=params['sampler'], build_info=params['build_info'],
                                         commands=params['commands'], memory_plan=params['memory_plan'],
                                         vllm=params['vllm'], rpc_transport=params['rpc_transport'],
-                                        llama_bench=params['llama_bench'])
+                                        llama_bench=params['llama_bench'], rpc_cache=params['rpc_cache'])
             report_markdown.render_markdown(doc, {'residency': 'r.png', 'utilisation': 'u.png', 'throughput': 't.png'})
         except (TypeError, KeyError, AttributeError, ValueError, IndexError):
             broken += 1

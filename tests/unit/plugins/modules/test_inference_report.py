@@ -27,7 +27,10 @@ def test_full_report(tmp_path):
     trace_path.write_text(trace())
     run = report({'output_dir': str(tmp_path / 'reports'), 'inventory_name': 'lab', 'timestamp': '20261130T120000Z',
                   'benchmark': BENCH, 'residency': RESIDENCY, 'sampler': SAMPLER, 'traces': {'node-a': str(trace_path)},
-                  'build_info': {'build_id': 'b1'}, 'commands': {'node-a': ['llama-server -m m.gguf']}})
+                  'build_info': {'build_id': 'b1'}, 'commands': {'node-a': ['llama-server -m m.gguf']},
+                  'rpc_cache': {'node-b': {'changed': False, 'status': {
+                      'enabled': True, 'path': '/var/cache/gpulab/rpc/rpc', 'size_gib': 7.5, 'bound_gib': 40.0,
+                      'files': 120, 'over_bound': False, 'summary': 'line'}}}})
     assert run.kind is ExitJson, run.result
     out = tmp_path / 'reports' / 'lab-20261130T120000Z'
     assert run.result['report_dir'] == str(out)
@@ -42,6 +45,8 @@ def test_full_report(tmp_path):
     assert doc['residency']['totals']['devices'] == 1
     assert '| best aggregate tok/s | 150.0 at concurrency 4 (1.88x concurrency 1) |' in run.result['summary']
     assert 'vLLM is not part of this run.' in (out / 'report.md').read_text()
+    assert doc['rpc_cache']['workers'][0]['size_gib'] == 7.5
+    assert '| node-b | /var/cache/gpulab/rpc/rpc | 7.50 | 40.00 | 120 | no |' in (out / 'report.md').read_text()
     # the same directory twice is refused, nothing overwritten
     again = report({'output_dir': str(tmp_path / 'reports'), 'inventory_name': 'lab', 'timestamp': '20261130T120000Z'})
     assert again.kind is FailJson and 'exists already' in again.result['msg']
@@ -56,6 +61,7 @@ def test_report_without_any_input(tmp_path):
     assert json.loads((out / 'bench-summary.json').read_text())['levels'] == []
     text = (out / 'report.md').read_text()
     assert 'No benchmark was run.' in text and 'Not measured: the benchmark recorded no sweep window.' in text
+    assert "No RPC worker's weight cache was read: this run has no RPC workers." in text
 
 
 def test_missing_matplotlib_is_a_clear_error(tmp_path):
