@@ -50,8 +50,10 @@ def kept_answers(tmp_path, profile, mib):
 
 
 def node(tmp_path, host, profile, answers=None, **hostvars):
+    smi = smi_for(tmp_path, profile, answers)
+    # the drain (asked in check mode by the plan) reads the same GPUs through its own setting
     return local_host(gpulab_gpu_inventory_file=inventory_for(tmp_path, host, profile),
-                      vllm_server_nvidia_smi_path=smi_for(tmp_path, profile, answers),
+                      vllm_server_nvidia_smi_path=smi, gpu_drain_nvidia_smi_path=smi,
                       vllm_server_driver_version_file=str(LAB_FILES / "nvidia-smi" / profile / "proc-driver-nvidia-version"),
                       gpulab_fabric_address="127.0.0.1", **hostvars)
 
