@@ -62,6 +62,7 @@ def test_bench_playbook_writes_the_report(tmp_path):
     assert abs(levels[0]['server']['decode_ratio'] - 1.0) < 0.05
     assert doc['headline']['aggregate_rises'] is True
     assert doc['memory_plan'] is None
+    assert doc['rpc_cache'] == {'workers': [], 'note': "No RPC worker's weight cache was read: this run has no RPC workers."}
     # fresh prompts, sized on the text sent; the double's prompt cache finds the template's head only
     prompt = doc['benchmark']['prompt']
     assert prompt['seed_source'] == 'fresh' and prompt['max_error_tokens'] <= 1
@@ -143,9 +144,18 @@ def test_report_tells_rdma_from_tcp_per_rpc_server(tmp_path):
     ctl = tmp_path / 'supervisorctl'
     ctl.write_text("#!/bin/sh\necho 'gpulab-rpc-server-0   RUNNING   pid 77, uptime 0:10:05'\n")
     ctl.chmod(ctl.stat().st_mode | stat.S_IEXEC)
+    # its weight cache: 5 GiB in two tensors (sparse files) against the 8 GiB bound its last deploy recorded
+    cache = tmp_path / 'cache' / 'rpc'
+    cache.mkdir(parents=True)
+    for name, size_gib in (('00000000000000b1', 2), ('00000000000000b2', 3)):
+        with open(cache / name, 'wb') as stream:
+            stream.truncate(size_gib << 30)
+    (tmp_path / 'rpc-cache.json').write_text(json.dumps(
+        {'managed_by': 'gpulab.inference', 'schema': 'gpulab.inference.rpc_cache/1', 'path': str(cache), 'model': 'k',
+         'since': 1.0, 'max_gib': 8, 'disk_fraction': 0.5, 'min_free_gib': 1.0}))
     host = local_host(gpulab_service_manager='supervisor', gpulab_config_dir=str(tmp_path / 'etc'),
                       gpulab_supervisor_config=str(tmp_path / 'etc' / 'supervisord.conf'), gpulab_supervisorctl=str(ctl),
-                      gpulab_log_dir=str(tmp_path / 'log'))
+                      gpulab_log_dir=str(tmp_path / 'log'), gpulab_rpc_cache_file=str(tmp_path / 'rpc-cache.json'))
     both = {'all': {'children': {'gpu_nodes': {'children': {'inference_head': {'hosts': {'localhost': host}},
                                                             'rpc_workers': {'hosts': {'localhost': {}}}}}}}}
     with OpenAIDouble(ttft_s=0.01, itl_s=0.005) as server:
@@ -159,3 +169,9 @@ def test_report_tells_rdma_from_tcp_per_rpc_server(tmp_path):
     assert (row['server'], row['rdma'], row['tcp'], row['rdma_capable']) == ('gpulab-rpc-server-0', 0, 15, True)
     assert 'stayed on TCP' in row['warning']
     assert '**Warning:** localhost gpulab-rpc-server-0: 15 of 15 RPC connections stayed on TCP' in (report_dir / 'report.md').read_text()
+    # the worker's weight cache, read on the node by role llama_rpc_server's entry point cache_status
+    (worker,) = doc['rpc_cache']['workers']
+    assert (worker['host'], worker['path'], worker['size_gib'], worker['bound_gib'], worker['files'], worker['over_bound']) == (
+        'localhost', str(cache), 5.0, 8.0, 2, False)
+    assert doc['rpc_cache']['note'] is None
+    assert '| localhost | %s | 5.00 | 8.00 | 2 | no |' % cache in (report_dir / 'report.md').read_text()
