@@ -108,7 +108,7 @@ options:
   rpc_cache:
     description:
       - Host name to what role C(llama_rpc_server)'s entry point C(cache_status) registered on each RPC worker
-        (M(gpulab.inference.rpc_cache) with O(gpulab.inference.rpc_cache#module:state=query)); the report gives each
+        (M(gpulab.inference.rpc_cache) with C(state=query)); the report gives each
         worker's weight cache - directory, GiB held, bound, files, over its bound - or one line saying why there is
         none (vLLM, no RPC workers, the cache off). Results without a C(status) (skipped) are passed over.
     type: raw
