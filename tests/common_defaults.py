@@ -1,5 +1,6 @@
 """Role common's defaults as the roles see them, for tests that need a shared value (the own-unit
-patterns, as gpulab_own_unit_patterns composes them) without restating it: the value is read from roles/common/defaults/main.yml and its
+patterns, as gpulab_own_unit_patterns composes them) without restating it: every file of
+roles/common/defaults/main/ (one per topic) is read and merged as Ansible loads them, and a value's
 `{{ name }}` references are replaced by the defaults they name."""
 
 import re
@@ -7,12 +8,29 @@ from pathlib import Path
 
 import yaml
 
-COMMON_DEFAULTS = Path(__file__).resolve().parents[1] / 'roles' / 'common' / 'defaults' / 'main.yml'
+COMMON_DEFAULTS_DIR = Path(__file__).resolve().parents[1] / 'roles' / 'common' / 'defaults' / 'main'
 REFERENCE = re.compile(r'\{\{\s*(\w+)\s*\}\}')
 
 
+def common_defaults_files():
+    """The files Ansible loads as role common's defaults, in its order (sorted paths)."""
+    return sorted(path for path in COMMON_DEFAULTS_DIR.rglob('*') if path.is_file())
+
+
+def common_defaults():
+    """Every file's variables in one dict. A name in two files raises ValueError: Ansible would keep
+    the later one without a word, and a shared name is defined once."""
+    merged, where = {}, {}
+    for path in common_defaults_files():
+        for name, value in (yaml.safe_load(path.read_text()) or {}).items():
+            if name in merged:
+                raise ValueError('%s is defined in %s and in %s' % (name, where[name].name, path.name))
+            merged[name], where[name] = value, path
+    return merged
+
+
 def common_default(name):
-    defaults = yaml.safe_load(COMMON_DEFAULTS.read_text())
+    defaults = common_defaults()
 
     def render(value):
         if isinstance(value, list):

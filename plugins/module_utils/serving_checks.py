@@ -266,8 +266,8 @@ RULES = {
     "bench_sampler_interval_ms": (_at_least(1), "milliseconds between GPU samples, e.g. 200"),
 }
 
-# Defaults of the roles (defaults/main.yml, checked by the unit test) for the combinations below,
-# when the user set only one side.
+# Defaults of the roles (defaults/main.yml, role common's defaults/main/; checked by the unit
+# test) for the combinations below, when the user set only one side.
 DEFAULTS = {
     "llama_server_ctx_size": "auto",
     "llama_server_parallel": 4,

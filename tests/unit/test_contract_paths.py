@@ -6,10 +6,9 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
+from common_defaults import common_defaults, common_defaults_files
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-COMMON_DEFAULTS = REPO_ROOT / 'roles' / 'common' / 'defaults' / 'main.yml'
 CONTRACTS = {
     'gpulab_gpu_inventory_file': 'gpu-inventory.json',
     'gpulab_model_manifest': 'model.json',
@@ -33,7 +32,7 @@ def sources():
 
 @pytest.mark.parametrize('variable, name', sorted(CONTRACTS.items()))
 def test_common_defines_the_contract(variable, name):
-    defaults = yaml.safe_load(COMMON_DEFAULTS.read_text())
+    defaults = common_defaults()
     assert defaults[variable].endswith('/' + name)
 
 
@@ -43,7 +42,7 @@ def test_path_is_written_only_in_common(name):
     pattern = re.compile(r'/%s\b' % re.escape(name))
     found = []
     for path in sources():
-        if path in (COMMON_DEFAULTS, COMMON_DEFAULTS.parent.parent / 'meta' / 'argument_specs.yml'):
+        if path in common_defaults_files() or path == REPO_ROOT / 'roles' / 'common' / 'meta' / 'argument_specs.yml':
             continue
         for number, line in enumerate(path.read_text().splitlines(), 1):
             if pattern.search(line):

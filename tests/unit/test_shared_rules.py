@@ -6,10 +6,11 @@ copy of the unit list forgot vLLM)."""
 import re
 from pathlib import Path
 
-import yaml
+import common_defaults as common_defaults_module
+import pytest
+from common_defaults import COMMON_DEFAULTS_DIR, common_defaults, common_defaults_files
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-COMMON_DEFAULTS = REPO_ROOT / 'roles' / 'common' / 'defaults' / 'main.yml'
 ENDPOINT_RULE = REPO_ROOT / 'plugins' / 'module_utils' / 'endpoint_rule.py'
 
 
@@ -59,8 +60,24 @@ def test_the_endpoint_rule_lives_in_its_own_module_utils_file():
     assert len(found) == 5
 
 
+def test_each_common_name_is_defined_in_one_file_of_its_topic(tmp_path, monkeypatch):
+    # Ansible merges defaults/main/*.yml and keeps the later of two definitions without a word;
+    # common_defaults() refuses one (shown on a copy with a name added twice).
+    assert not (COMMON_DEFAULTS_DIR.parent / 'main.yml').exists()
+    files = [path.name for path in common_defaults_files()]
+    assert 'groups-and-paths.yml' in files and 'files.yml' in files and len(files) >= 8
+    defaults = common_defaults()
+    assert defaults['gpulab_nodes_group'] == 'gpu_nodes' and 'gpulab_drain_state_file' in defaults
+    for path in common_defaults_files():
+        (tmp_path / path.name).write_text(path.read_text())
+    (tmp_path / 'zz-late.yml').write_text('gpulab_nodes_group: other\n')
+    monkeypatch.setattr(common_defaults_module, 'COMMON_DEFAULTS_DIR', tmp_path)
+    with pytest.raises(ValueError, match='gpulab_nodes_group is defined in groups-and-paths.yml and in zz-late.yml'):
+        common_defaults()
+
+
 def test_the_own_units_are_listed_once():
-    defaults = yaml.safe_load(COMMON_DEFAULTS.read_text())
+    defaults = common_defaults()
     assert defaults['gpulab_own_units'] == {
         'llama_cpp': ['{{ gpulab_llama_server_unit }}.service', '{{ gpulab_rpc_server_unit }}@[0-9]*.service'],
         'vllm': ['{{ gpulab_vllm_unit }}.service']}
@@ -75,7 +92,7 @@ def test_the_own_units_are_listed_once():
     assert own_list.search("default: [gpulab-llama-server.service, gpulab-rpc-server@*.service]")
     assert own_list.search("select('match', (gpulab_rpc_server_unit | regex_escape) ~ '@[0-9]+[.]service$')")
     assert own_list.search("when: gpulab_vllm_unit ~ '.service' in ansible_facts.services")
-    found = [hit for hit in hits(own_list, skip=(COMMON_DEFAULTS,)) if 'gpulab_own_unit' not in hit]
+    found = [hit for hit in hits(own_list, skip=tuple(common_defaults_files())) if 'gpulab_own_unit' not in hit]
     assert not found, 'name gpulab_own_units / gpulab_own_unit_patterns instead:\n' + '\n'.join(found)
 
 

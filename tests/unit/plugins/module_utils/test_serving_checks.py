@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from common_defaults import common_defaults
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
@@ -26,8 +27,9 @@ def role_file(role, *path):
 
 def role_default(name):
     """A variable's default: its role's, or role common's (every role depends on common)."""
-    defaults = role_file(OPTIONS[name]["role"], "defaults", "main.yml") or {}
-    return defaults if name in defaults else role_file("common", "defaults", "main.yml")
+    role = OPTIONS[name]["role"]
+    defaults = (role_file(role, "defaults", "main.yml") or {}) if role != "common" else {}
+    return defaults if name in defaults else common_defaults()
 
 
 def validate(values):
