@@ -21,15 +21,16 @@
 # Ordered for one lease: the llama.cpp build and model are written side by side while vLLM is
 # deployed and measured on the otherwise idle GPU (the build needs no GPU). GPULAB_E2E_VLLM_STASH
 # (default /tmp/gpulab-stash): where the vLLM wheelhouse parts arrive (scripts/vllm-wheelhouse.sh
-# stash), READY once all are there. OUTDIR/llama, OUTDIR/vllm, OUTDIR/compare: the outputs;
-# OUTDIR/DONE at the end.
+# stash), READY once all are there; set and empty: the wheelhouse is already in place.
+# OUTDIR/llama, OUTDIR/vllm, OUTDIR/compare: the outputs; OUTDIR/DONE at the end. Run it from a
+# copy of the tree outside the device tool's working tree (each call replaces that tree).
 set -uo pipefail
 
 out=${1:?usage: scripts/gpu-e2e-auto.sh OUTDIR}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$out/compare"
 out=$(cd "$out" && pwd)
-export GPULAB_E2E_VLLM_STASH=${GPULAB_E2E_VLLM_STASH:-/tmp/gpulab-stash}
+export GPULAB_E2E_VLLM_STASH=${GPULAB_E2E_VLLM_STASH-/tmp/gpulab-stash}
 kept_gib=${GPULAB_E2E_KEPT_GIB:-80}
 trained_ctx=${GPULAB_E2E_TRAINED_CTX:-262144}
 compare_kv_gib=${GPULAB_E2E_COMPARE_KV_GIB:-40}
