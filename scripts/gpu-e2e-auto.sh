@@ -94,7 +94,8 @@ if [ -x "$cdir/gpulab-vllm" ] && [ -s "$out/llama/auto/hosts.json" ]; then
   # As the wrapper's own comment runs it by hand, with the service's environment.
   # shellcheck disable=SC2046
   env $(grep -v '^#' "$cdir/environment") setsid "$cdir/gpulab-vllm" \
-    --kv-cache-memory-bytes $((compare_kv_gib << 30)) --gpu-memory-utilization 0.5 >"$cdir/vllm-by-hand.log" 2>&1 &
+    --kv-cache-memory-bytes $((compare_kv_gib << 30)) --gpu-memory-utilization 0.5 >"$cdir/vllm-by-hand.log" 2>&1 </dev/null &
+  vllm_group=$!
   t0=$SECONDS
   until curl -sf http://127.0.0.1:8000/health >/dev/null; do
     if [ $((SECONDS - t0)) -gt 420 ]; then log "vLLM by hand: no /health after 420 s"; tail -n 20 "$cdir/vllm-by-hand.log" >&2; break; fi
@@ -102,11 +103,14 @@ if [ -x "$cdir/gpulab-vllm" ] && [ -s "$out/llama/auto/hosts.json" ]; then
   done
   log "vLLM by hand: healthy after $((SECONDS - t0)) s; $(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader | tr '\n' ';')"
   bstart=$SECONDS
-  "$python" -m ansible.cli.playbook -i "$out/llama/auto/hosts.json" "$repo/playbooks/bench.yml" \
-    -e '{"bench_compare": [{"label": "vllm", "base_url": "http://127.0.0.1:8000"}], "bench_label": "llama.cpp", "gpulab_bench_profile": "full"}' \
+  # The tools and settings the llama.cpp part's harness installed (scripts/gpu-e2e.sh).
+  env PYTHONPATH=/tmp/gpulab-e2e/site ANSIBLE_CONFIG=/tmp/gpulab-e2e/ansible.cfg PATH="/opt/gpulab-e2e/bin:$PATH" \
+    ANSIBLE_COLLECTIONS_PATH="/tmp/gpulab-e2e/collections:${GPULAB_E2E_WHEELS:-$repo/.whl}/collections" \
+    "$python" -m ansible.cli.playbook -i "$out/llama/auto/hosts.json" "$repo/playbooks/bench.yml" \
+    -e '{"bench_compare": [{"label": "vllm", "base_url": "http://127.0.0.1:8000"}], "bench_label": "llama.cpp", "gpulab_bench_profile": "short", "bench_request_rates": [2]}' \
     -e "bench_report_dir=$cdir/reports" >"$cdir/bench-playbook.log" 2>&1 || log "bench.yml (compare) failed: $(tail -n 5 "$cdir/bench-playbook.log")"
   log "bench.yml (compare): $((SECONDS - bstart)) s, $(grep -E '^gpu-host +:' "$cdir/bench-playbook.log" | tail -n 1 | tr -s ' ')"
-  pkill -f 'vllm serve' || true
+  kill -- -"$vllm_group" 2>/dev/null || true
 fi
 log "done, $((SECONDS - start)) s"
 touch "$out/DONE"
