@@ -425,15 +425,38 @@ def shared_gpus(devices):
     return sorted((members for members in groups.values() if len(members) > 1), key=lambda members: members[0])
 
 
+def cuda_context_figures(cuda_context_mib, cuda_idle_context_mib):
+    """(context, idle context) in MiB, each a number >= 0, else PlanError naming the option."""
+    figures = []
+    for value, name, what in ((cuda_context_mib, "cuda_context_mib", "the CUDA context"),
+                              (cuda_idle_context_mib, "cuda_idle_context_mib", "the idle CUDA context")):
+        number = _number(value, name)
+        if number < 0:
+            raise PlanError("%s %r must be >= 0 (0 leaves %s out)" % (name, value, what))
+        figures.append(number)
+    return tuple(figures)
+
+
+def cuda_context_bytes(cuda, computes, context_mib, idle_mib):
+    """Bytes a device's process holds on its GPU beyond llama.cpp's buffers: the full context when
+    it holds layers or the output, the idle one when it holds none, nothing without CUDA."""
+    if not cuda:
+        return 0
+    return (context_mib if computes else idle_mib) * MIB
+
+
 def plan_layout(model, devices, split="equal", n_gpu_layers="all", ctx_size=0, parallel=1, kv_unified=False,
                 cache_type_k="f16", cache_type_v="f16", flash_attn="auto", margin_mib=1024, offload_kqv=True,
-                ubatch=DEFAULT_UBATCH, alignment=32, facts=None, cuda_context_mib=0):
+                ubatch=DEFAULT_UBATCH, alignment=32, facts=None, cuda_context_mib=0, cuda_idle_context_mib=0):
     """Per-device weights, KV cache, compute buffer and whether each fits; plus the CPU's part.
 
     cuda_context_mib: what a process holds on each GPU it uses beyond llama.cpp's buffers (the
     CUDA context, cuBLAS and other library workspaces). llama.cpp's own log leaves it out; each
     RPC server is a process of its own, and the head has one context per local GPU, so every
-    GPU device carries it once.
+    GPU device that holds layers or the output carries it once.
+    cuda_idle_context_mib: what such a process holds on a GPU device given no layers (its bare
+    CUDA context, no library workspaces): an RPC server left without layers still runs and
+    holds it.
     Devices on one GPU (shared_gpus) share its free memory and one margin: their rows show the
     GPU's headroom after all of them, so two devices never overcommit it between them.
     """
@@ -453,9 +476,7 @@ def plan_layout(model, devices, split="equal", n_gpu_layers="all", ctx_size=0, p
     margin_mib = _number(margin_mib, "margin_mib")
     if margin_mib < 0:
         raise PlanError("margin_mib %r must be >= 0" % (margin_mib,))
-    context_mib = _number(cuda_context_mib, "cuda_context_mib")
-    if context_mib < 0:
-        raise PlanError("cuda_context_mib %r must be >= 0 (0 leaves the CUDA context out)" % (cuda_context_mib,))
+    context_mib, idle_mib = cuda_context_figures(cuda_context_mib, cuda_idle_context_mib)
     cells, streams = kv_cells(ctx_size, parallel, facts["context_length_train"], kv_unified)
     facts = dict(facts, expert_ffn_size=_expert_ffn(model, facts))
     weights = weight_bytes_by_layer(model, n_layer, alignment)
@@ -471,7 +492,7 @@ def plan_layout(model, devices, split="equal", n_gpu_layers="all", ctx_size=0, p
         kv_v = sum(kv[il][1] for il in layers) if offload_kqv else 0
         compute = compute_bytes_estimate(facts, cells, bool(layers), holds_output, flash_attn != "off", ubatch,
                                          max(parallel, 1))
-        context = int(context_mib * MIB) if device["cuda"] and (layers or holds_output) else 0
+        context = int(cuda_context_bytes(device["cuda"], bool(layers or holds_output), context_mib, idle_mib))
         total = weight + kv_k + kv_v + compute + context
         row = {
             "name": device["name"],

@@ -229,7 +229,8 @@ class _Costs:
     def __init__(self, model, facts, devices, options):
         opts = dict(options)
         self.margin = float(opts.get("margin_mib", 1024))
-        self.context_mib = float(opts.get("cuda_context_mib", 0))
+        self.context_mib, self.idle_mib = gp.cuda_context_figures(opts.get("cuda_context_mib", 0),
+                                                                  opts.get("cuda_idle_context_mib", 0))
         n_layer = facts["layers"]
         ngl = gp.gpu_layers(opts.get("n_gpu_layers", "all"), n_layer)
         self.start = max(n_layer + 1 - ngl, 0)
@@ -266,14 +267,14 @@ class _Costs:
         self.caps = _capacities(devices)
 
     def used_mib(self, d, a, b):
-        """MiB device d holds with slots [a, b)."""
+        """MiB device d holds with slots [a, b); with none, a CUDA device still holds its idle context."""
+        cuda = self.devices[d].get("cuda", True) is not False
         if b <= a:
-            return 0.0
+            return gp.cuda_context_bytes(cuda, False, self.context_mib, self.idle_mib) / float(MIB)
         output = b == self.slots and self.start + self.slots - 1 == self.n_layer
         layers = (b - a) - (1 if output else 0) > 0
         total = self.prefix[b] - self.prefix[a] + self.compute[(layers, output)]
-        if self.devices[d].get("cuda", True) is not False:
-            total += self.context_mib * MIB
+        total += gp.cuda_context_bytes(cuda, True, self.context_mib, self.idle_mib)
         return total / float(MIB)
 
     def headroom(self, d, a, b):
@@ -413,7 +414,7 @@ def choose_tensor_split(model, devices, facts=None, limit=REJECTED_LIMIT, **opti
     """llama_server_tensor_split auto: the whole-layer split with the largest smallest headroom.
 
     options: gguf_plan.plan_layout's (ctx_size resolved, parallel, cache types, margin_mib,
-    cuda_context_mib, ...). Returns {tensor_split (whole-layer counts), plan, reason, rejected,
+    cuda_context_mib, cuda_idle_context_mib, ...). Returns {tensor_split (whole-layer counts), plan, reason, rejected,
     smallest_headroom_mib}. Devices whose memory is unknown get llama.cpp's equal split.
     """
     facts = facts or gp.model_facts(model)

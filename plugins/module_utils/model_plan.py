@@ -109,7 +109,7 @@ def llama_row(model, facts, nodes, options, label):
 
 def _llama_options(options):
     keys = ("parallel", "kv_unified", "cache_type_k", "cache_type_v", "flash_attn", "margin_mib", "offload_kqv",
-            "ubatch", "cuda_context_mib", "n_gpu_layers")
+            "ubatch", "cuda_context_mib", "cuda_idle_context_mib", "n_gpu_layers")
     return dict((k, options[k]) for k in keys if k in options)
 
 

@@ -253,6 +253,8 @@ RULES = {
     "llama_rpc_server_listen_timeout_s": (_at_least(1), "seconds to wait for the servers to listen, e.g. 60"),
     "memory_plan_margin_mib": (_at_least(0), "MiB every device keeps free, e.g. 1024"),
     "memory_plan_cuda_context_mib": (_at_least(0), "MiB per process and GPU for the CUDA context, e.g. 720"),
+    "memory_plan_cuda_idle_context_mib": (_at_least(0), "MiB per process and GPU without layers for the bare "
+                                          "CUDA context, e.g. 518 (0 leaves it out)"),
     "llama_cpp_keep_builds": (_at_least(2), "builds to keep, 2 or more (the current one and the previous for a rollback)"),
     "llama_cpp_build_timeout_s": (_at_least(1), "seconds the build may take, e.g. 7200"),
     "bench_concurrency": (_levels, "the concurrency levels, e.g. [1, 2, 4]"),

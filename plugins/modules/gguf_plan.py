@@ -121,6 +121,14 @@ options:
       - 683 to 757 MiB per process were measured with CUDA 13.0 on an H200 (docs/benchmarks.md).
     type: int
     default: 720
+  cuda_idle_context_mib:
+    description:
+      - What a process holds on a GPU where it has no llama.cpp buffers (its bare CUDA context, no
+        library workspaces), added to every GPU device that gets no layers and not the output; an RPC
+        server left without layers still runs and holds it. V(0) leaves it out.
+      - 518 MiB were measured for such an RPC server with CUDA 13.0 (driver 580) on an H200.
+    type: int
+    default: 518
   require_fit:
     description: Fail, with the per-device table, when a checked device would overflow.
     type: bool
@@ -189,7 +197,7 @@ devices:
     Per device in llama.cpp's order: name, host, kind, gpu_index (the nvidia-smi index of its
     GPU, V(null) for a CPU device or one given without it), layers (indices), layer_range,
     output_layer, split, weights_mib, kv_cache_mib, compute_mib_estimate, context_mib (see
-    O(cuda_context_mib)), total_mib, free_mib,
+    O(cuda_context_mib), or O(cuda_idle_context_mib) on a device without layers), total_mib, free_mib,
     margin_mib, headroom_mib and fits (V(null) when the free memory is unknown), shares_gpu_with
     (the other devices on the same host and GPU; their headroom is that GPU's after all of them).
   returned: success
@@ -310,6 +318,7 @@ def build_module():
             server=dict(type="dict"),
             margin_mib=dict(type="int", default=1024),
             cuda_context_mib=dict(type="int", default=720),
+            cuda_idle_context_mib=dict(type="int", default=518),
             require_fit=dict(type="bool", default=False),
         ),
         required_one_of=[("devices", "nodes")],
@@ -323,7 +332,8 @@ def main():
     params = module.params
     try:
         options = dict(memory_options(params), margin_mib=params["margin_mib"],
-                       cuda_context_mib=params["cuda_context_mib"])
+                       cuda_context_mib=params["cuda_context_mib"],
+                       cuda_idle_context_mib=params["cuda_idle_context_mib"])
         model = gguf.read_gguf_model(params["path"])
         facts = gguf_plan.model_facts(model)
         if params["nodes"] is not None:

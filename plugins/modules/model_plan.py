@@ -78,7 +78,8 @@ options:
   llama:
     description:
       - llama.cpp's options as C(gguf_plan) takes them - C(parallel) (default 1), C(ctx_size) (V(auto) or tokens),
-        C(cache_type_k), C(cache_type_v), C(flash_attn), C(margin_mib) (default 1024), C(cuda_context_mib) (default 720).
+        C(cache_type_k), C(cache_type_v), C(flash_attn), C(margin_mib) (default 1024), C(cuda_context_mib) (default 720),
+        C(cuda_idle_context_mib) (default 518).
     type: dict
     default: {}
   vllm:
@@ -171,7 +172,8 @@ from ansible_collections.gpulab.inference.plugins.module_utils import model_plan
 from ansible_collections.gpulab.inference.plugins.module_utils import model_transfer as mt
 from ansible_collections.gpulab.inference.plugins.module_utils import vllm_plan as vp
 
-LLAMA_DEFAULTS = {"parallel": 1, "ctx_size": la.AUTO, "margin_mib": 1024, "cuda_context_mib": 720}
+LLAMA_DEFAULTS = {"parallel": 1, "ctx_size": la.AUTO, "margin_mib": 1024, "cuda_context_mib": 720,
+                  "cuda_idle_context_mib": 518}
 VLLM_DEFAULTS = {"gpu_memory_utilization": 0.9, "max_model_len": None, "kv_cache_dtype": "auto",
                  "reserve_mib": vp.DEFAULT_RESERVE_MIB}
 

@@ -482,6 +482,60 @@ def test_negative_cuda_context_is_named(lab_model):
         gp.plan_layout(lab_model, devices(100), cuda_context_mib=-1)
 
 
+# The H200 of issue 34 (CUDA 13.0, driver 580): an RPC server given no layers (--tensor-split 0,63)
+# beside llama-server on the same GPU; nvidia-smi showed the idle server holding 518 MiB.
+H200_IDLE_RPC_MIB = 518
+
+
+def one_h200(free_mib=143000):
+    return [{"name": "RPC0", "host": "h200", "gpu_index": 0, "free_mib": free_mib},
+            {"name": "CUDA0", "host": "h200", "gpu_index": 0, "free_mib": free_mib}]
+
+
+def test_a_gpu_device_without_layers_holds_its_idle_context(lab_model):
+    options = dict(split=[0, 1], ctx_size=2048, margin_mib=1024, cuda_context_mib=720)
+    bare = gp.plan_layout(lab_model, one_h200(), **options)
+    plan = gp.plan_layout(lab_model, one_h200(), cuda_idle_context_mib=H200_IDLE_RPC_MIB, **options)
+    rpc, head = plan["devices"]
+    assert rpc["layers"] == [] and rpc["output_layer"] is False
+    assert (rpc["context_mib"], rpc["total_mib"]) == (518.0, 518.0)
+    assert (bare["devices"][0]["context_mib"], bare["devices"][0]["total_mib"]) == (0.0, 0.0)
+    # the device with every layer keeps the full context and its total
+    assert head["context_mib"] == 720.0 and head["total_mib"] == bare["devices"][1]["total_mib"]
+    # one GPU: its headroom loses the idle server's context
+    assert head["headroom_mib"] == pytest.approx(bare["devices"][1]["headroom_mib"] - 518, abs=0.01)
+    assert "518" in gp.format_table(plan)[1]
+
+
+def test_the_idle_context_stays_off_cpu_devices_and_devices_with_layers(lab_model):
+    devs = [{"name": "RPC0", "free_mib": None, "cuda": False}, {"name": "CUDA0", "free_mib": 24105},
+            {"name": "CUDA1", "free_mib": 24105}]
+    plan = gp.plan_layout(lab_model, devs, split=[1, 1, 0], ctx_size=2048, cuda_context_mib=720,
+                          cuda_idle_context_mib=518)
+    assert [r["context_mib"] for r in plan["devices"]] == [0.0, 720.0, 518.0]
+    assert plan["devices"][2]["total_mib"] == 518.0
+    # the equal split gives every device layers: the idle figure changes nothing
+    equal = dict(split="equal", ctx_size=2048, cuda_context_mib=720)
+    assert gp.plan_layout(lab_model, devs, cuda_idle_context_mib=518, **equal) == gp.plan_layout(lab_model, devs,
+                                                                                                   **equal)
+
+
+def test_idle_context_zero_leaves_it_out(lab_model):
+    plan = gp.plan_layout(lab_model, one_h200(), split=[0, 1], ctx_size=2048, cuda_context_mib=720,
+                          cuda_idle_context_mib=0)
+    assert (plan["devices"][0]["context_mib"], plan["devices"][0]["total_mib"]) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("value, message", [
+    (-1, "cuda_idle_context_mib -1 must be >= 0 (0 leaves the idle CUDA context out)"),
+    ("abc", "cuda_idle_context_mib 'abc' is not a number"),
+    (True, "cuda_idle_context_mib True is not a number"),
+])
+def test_a_bad_idle_context_is_named(lab_model, value, message):
+    with pytest.raises(gp.PlanError, match=re.escape(message)):
+        gp.plan_layout(lab_model, devices(100), cuda_idle_context_mib=value)
+
+
 # The GPU harness on two H200s (docs/benchmarks.md, 2026-11-30): its synthetic model, llama-server's
 # defaults (4 slots, flash attention auto, f16 cache) and what nvidia-smi showed per process, MiB.
 E2E_MODEL = dict(layers=16, hidden_size=3072, attention_heads=48, kv_heads=8, experts=64, experts_used=8,

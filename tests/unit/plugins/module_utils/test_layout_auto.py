@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
-from test_gguf_plan import MINIMAX_M2, ShapedModel
+from test_gguf_plan import E2E_MODEL, H200_IDLE_RPC_MIB, MINIMAX_M2, ShapedModel
 
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf_plan as gp
 from ansible_collections.gpulab.inference.plugins.module_utils import layout_auto as la
@@ -488,6 +488,49 @@ def test_the_search_with_a_shared_gpu_beats_every_other_split(minimax):
     assert rows[0]["headroom_mib"] == rows[2]["headroom_mib"]
     assert rows[0]["headroom_mib"] == pytest.approx(165000 - 1024 - rows[0]["total_mib"] - rows[2]["total_mib"],
                                                     abs=0.05)
+
+
+def test_a_device_the_split_leaves_without_layers_holds_its_idle_context():
+    """Issue 34's H200: RPC0 and CUDA0 on one GPU, every layer went to the head, and the idle RPC
+    server held 518 MiB that the plan had at 0. The search counts it as plan_layout does."""
+    model = ShapedModel(E2E_MODEL, 151936)
+    devs = [{"name": "RPC0", "host": "h200", "gpu_index": 0, "free_mib": H200_MIB},
+            {"name": "CUDA0", "host": "h200", "gpu_index": 0, "free_mib": H200_MIB}]
+    options = dict(OPTIONS, ctx_size=8192, parallel=4)
+    bare = la.choose_tensor_split(model, devs, **options)
+    choice = la.choose_tensor_split(model, devs, cuda_idle_context_mib=H200_IDLE_RPC_MIB, **options)
+    # one process computes: two would each add a full context and a compute buffer
+    assert choice["tensor_split"] == bare["tensor_split"] == [0.0, 17.0]
+    rpc, head = choice["plan"]["devices"]
+    assert (rpc["layer_range"], rpc["context_mib"], rpc["total_mib"]) == ("", 518.0, 518.0)
+    assert head["total_mib"] == bare["plan"]["devices"][1]["total_mib"]
+    assert choice["smallest_headroom_mib"] == pytest.approx(H200_MIB - 1024 - 518 - head["total_mib"], abs=0.01)
+    assert choice["smallest_headroom_mib"] == pytest.approx(bare["smallest_headroom_mib"] - 518, abs=0.01)
+
+
+def test_search_costs_match_the_planner_for_a_device_without_layers(minimax):
+    # a worker with 1800 MiB free beside two idle H200 (MiniMax, about 226 GiB, fits on the pair)
+    devs = [{"name": "RPC0", "host": "node-b", "free_mib": 1800}, {"name": "CUDA0", "host": "node-a", "free_mib": H200_MIB},
+            {"name": "CUDA1", "host": "node-a", "free_mib": H200_MIB}, {"name": "RPC1", "free_mib": None, "cuda": False}]
+    options = dict(OPTIONS, ctx_size=8192, cuda_idle_context_mib=H200_IDLE_RPC_MIB)
+    costs = la._Costs(minimax, gp.model_facts(minimax), gp.normalise_devices(devs), options)
+    assert (costs.used_mib(0, 0, 0), costs.used_mib(3, 63, 63)) == (518.0, 0.0)
+    plan = gp.plan_layout(minimax, devs, split=[0, 31, 32, 0], **options)
+    assert [r["context_mib"] for r in plan["devices"]] == [518.0, 720.0, 720.0, 0.0]
+    assert [r["headroom_mib"] for r in plan["devices"][:3]] == pytest.approx(
+        [costs.headroom(0, 0, 0), costs.headroom(1, 0, 31), costs.headroom(2, 31, 63)], abs=0.01)
+    # the worker takes no layer and keeps 1800 - 1024 - 518, the tightest of the three
+    choice = la.choose_tensor_split(minimax, devs[:3], **options)
+    assert choice["tensor_split"][0] == 0.0
+    assert choice["smallest_headroom_mib"] == pytest.approx(1800 - 1024 - 518, abs=0.01)
+    assert choice["plan"]["devices"][0]["headroom_mib"] == pytest.approx(258, abs=0.01)
+
+
+@pytest.mark.parametrize("value, message", [
+    (-1, "cuda_idle_context_mib -1 must be >= 0"), ("518 MiB", "cuda_idle_context_mib '518 MiB' is not a number")])
+def test_a_bad_idle_context_is_named_before_the_search(minimax, value, message):
+    with pytest.raises(gp.PlanError, match=re.escape(message)):
+        la.choose_ctx_and_split(minimax, seed_devices(), cuda_idle_context_mib=value, **OPTIONS)
 
 
 def test_kept_memory_leaves_out_the_collections_supervisord_programs():

@@ -49,6 +49,19 @@ def test_seed_gguf_fits_only_over_both_nodes(minimax):
     assert any(line.strip().startswith("RPC0") and "node-b" in line for line in lines)
 
 
+def test_a_gpu_left_without_layers_shows_its_idle_cuda_context(minimax):
+    """The idle figure reaches the plan: node-b's small GPU gets no layer yet its RPC server runs."""
+    nodes = mh.parse_hardware([{"name": "node-a", "gpus": [{"memory_mib": 143771}, {"memory_mib": 143771}]},
+                               {"name": "node-b", "gpus": [{"memory_mib": 1800}]}])
+    options = dict(OPTIONS, ctx_size=8192, cuda_idle_context_mib=518)
+    row = mp.llama_row(minimax, None, nodes, options, "all 2 nodes")
+    assert row["tensor_split"][0] == 0.0 and row["fits"] is True
+    assert [(d["name"], d["context_mib"]) for d in row["devices"]] == [("RPC0", 518.0), ("CUDA0", 720.0), ("CUDA1", 720.0)]
+    assert row["devices"][0]["total_mib"] == 518.0 and row["smallest_headroom_mib"] == pytest.approx(258, abs=0.01)
+    without = mp.llama_row(minimax, None, nodes, dict(options, cuda_idle_context_mib=0), "all 2 nodes")
+    assert without["devices"][0]["total_mib"] == 0.0
+
+
 def test_a_model_that_fits_nowhere_names_the_smallest_hardware(minimax):
     nodes = mh.parse_hardware([{"name": "box", "gpus": 2, "memory_gib": 80}])
     table = mp.llama_table(minimax, nodes, OPTIONS)

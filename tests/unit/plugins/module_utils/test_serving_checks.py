@@ -192,6 +192,7 @@ RULE_REFUSED = [
     ("llama_rpc_server_port_base", 65536, "is above 65535: set the first RPC port"),
     ("llama_rpc_server_gpu_indices", [0, -1], "has an entry -1 that is not a GPU index"),
     ("llama_cpp_keep_builds", 1, "is below 2: set builds to keep, 2 or more"),
+    ("memory_plan_cuda_idle_context_mib", -1, "is below 0: set MiB per process and GPU without layers"),
     ("bench_concurrency", [1, 0], "has an entry 0 that is not a concurrency of 1 or more"),
     ("bench_concurrency", [], "is an empty list"),
     ("bench_max_tokens", "1", "is below 2"),

@@ -125,6 +125,22 @@ def test_record_leaves_out_live_free_memory(split_model):
     assert first["model"]["files"] == 2
 
 
+def test_a_device_without_layers_holds_the_idle_cuda_context(split_model):
+    """Issue 34's H200: the RPC server given no layers still held 518 MiB (the default)."""
+    args = {"path": split_model.paths[0], "devices": DEVICES, "ctx_size": 2048, "tensor_split": [0, 1]}
+    run = plan(args)
+    assert run.kind is ExitJson, run.result
+    idle, busy = run.result["devices"]
+    assert (idle["layer_range"], idle["context_mib"], idle["total_mib"]) == ("", 518.0, 518.0)
+    assert busy["context_mib"] == 720.0
+    assert run.result["record"]["options"]["cuda_idle_context_mib"] == 518
+    off = plan(dict(args, cuda_idle_context_mib=0)).result["devices"]
+    assert (off[0]["context_mib"], off[0]["total_mib"], off[1]["total_mib"]) == (0.0, 0.0, busy["total_mib"])
+    bad = plan(dict(args, cuda_idle_context_mib=-5))
+    assert bad.kind is FailJson
+    assert "cuda_idle_context_mib -5 must be >= 0 (0 leaves the idle CUDA context out)" in bad.result["msg"]
+
+
 def kv_mib(result):
     return sum(d["kv_cache_mib"] for d in result["devices"])
 
