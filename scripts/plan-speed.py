@@ -6,16 +6,25 @@ RTX PRO 6000 each (the container lab's fake nvidia-smi profile rtx-pro-6000-x2; 
 GPU count on every node, so the lab's one-GPU worker would leave it no layout).
 
     .venv/bin/python scripts/plan-speed.py [--dir .build/plan-speed] [--runs 3]
+    GPULAB_LAB_NAME=gpulab-plan GPULAB_LAB_FABRIC_PREFIX=10.231.85 make lab
+    GPULAB_LAB_NAME=gpulab-plan GPULAB_LAB_FABRIC_PREFIX=10.231.85 .venv/bin/python scripts/plan-speed.py --lab
+
+With --lab the mirror is the container lab's own nginx (molecule/lab/create.yml): the models are
+generated once into its lab_mirror_host_dir (removed by `make lab-destroy`), plan.yml reads them
+from lab_mirror_url over the lab's fabric bridge, and the bytes it sent are the body bytes of
+this run's lines in the container's access log. --mirror-dir, --mirror-url and --mirror-container
+name another such mirror by hand.
 
 Run from the repository root with ANSIBLE_COLLECTIONS_PATH naming .build/collections. Writes
 JSON: per model its size, the bytes the plan says it read, the bytes the mirror sent (headers
-included), the reads, and each run's wall time of `ansible-playbook playbooks/plan.yml`. The
-models are generated once into --dir and kept for the next run.
+included on 127.0.0.1, the body alone from nginx's log), the reads, and each run's wall time of
+`ansible-playbook playbooks/plan.yml`. The models are generated once and kept for the next run.
 """
 
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -30,6 +39,10 @@ from ansible_collections.gpulab.inference.plugins.module_utils import synthetic_
 from ansible_collections.gpulab.inference.plugins.module_utils import synthetic_model as sm  # noqa: E402
 
 LAB_FILES = os.path.join(REPO, "molecule", "lab", "files")
+LAB_INVENTORY = os.path.join(REPO, "inventory", "demo")
+NGINX_LOG = "/var/log/nginx/gpulab-mirror.log"
+# nginx's combined format: ... "GET /path HTTP/1.1" status body_bytes_sent "referer" "agent"
+COMBINED_LINE = re.compile(r'"(?P<method>[A-Z]+) (?P<path>\S+) [^"]*" (?P<status>\d{3}) (?P<body_bytes>\d+) ')
 # A few GiB each: 3.3 GiB of Q8_0 GGUF in two shards, 4.6 GiB of FP8 safetensors in 1 GiB shards.
 GGUF_OPTIONS = {"shards": 2, "layers": 16, "hidden_size": 2048, "experts": 32, "expert_ffn_size": 1024}
 HF_OPTIONS = {"hidden_size": 2048, "layers": 16, "experts": 32, "expert_ffn_size": 1536, "shard_max_mib": 1024}
@@ -62,6 +75,76 @@ class _Counted:
 
     def __getattr__(self, name):
         return getattr(self.raw, name)
+
+
+class LocalMirror:
+    """The model role's ranged server on 127.0.0.1, counting what it sends, headers included."""
+
+    counted = "status line, headers and body, as the server wrote them"
+
+    def __init__(self, root):
+        allowed = [os.path.relpath(os.path.join(d, f), root) for d, _s, files in os.walk(root) for f in files]
+        self.server = model_io.ModelServer("127.0.0.1", 0, root, allowed)
+        self.server.RequestHandlerClass = CountingHandler
+        self.server.count_lock, self.server.sent_bytes, self.server.requests = threading.Lock(), 0, 0
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+
+    def mark(self):
+        return self.server.sent_bytes
+
+    def since(self, mark):
+        return self.server.sent_bytes - mark, None
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class NginxMirror:
+    """The lab's nginx mirror: what it sent is read from its access log, this run's lines only
+    (the log's length before a run marks where they start)."""
+
+    counted = "body bytes of nginx's access log ($body_bytes_sent), headers not included"
+
+    def __init__(self, url, container):
+        self.url, self.container = url.rstrip("/"), container
+
+    def _log(self):
+        done = subprocess.run(["podman", "exec", self.container, "cat", NGINX_LOG], capture_output=True, check=False)
+        if done.returncode != 0:
+            sys.exit("cannot read the mirror's access log (podman exec %s cat %s): %s"
+                     % (self.container, NGINX_LOG, done.stderr.decode(errors="replace").strip()))
+        return done.stdout
+
+    def mark(self):
+        return len(self._log())
+
+    def since(self, mark):
+        lines = self._log()[mark:].decode(errors="replace").splitlines()
+        hits = [m for m in (COMBINED_LINE.search(line) for line in lines) if m]
+        if len(hits) != len(lines):
+            sys.exit("unexpected lines in the mirror's access log: %r" % lines)
+        return sum(int(m.group("body_bytes")) for m in hits), [
+            "%s %s %s %s" % (m.group("method"), m.group("path"), m.group("status"), m.group("body_bytes")) for m in hits]
+
+    def close(self):
+        pass
+
+
+def lab_mirror():
+    """lab_mirror_host_dir, lab_mirror_url and lab_mirror_container_name as the lab's inventory
+    renders them (GPULAB_LAB_NAME and GPULAB_LAB_FABRIC_PREFIX included); debug runs on the
+    controller, so no node is contacted."""
+    names = ["lab_mirror_host_dir", "lab_mirror_url", "lab_mirror_container_name"]
+    env = dict(os.environ, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json")
+    done = subprocess.run(["ansible", "node-a", "-i", LAB_INVENTORY, "-m", "ansible.builtin.debug",
+                           "-a", "msg={{ [%s] }}" % ", ".join(names)], cwd=REPO, env=env, capture_output=True, text=True,
+                          check=False)
+    if done.returncode != 0:
+        sys.exit("cannot read the lab's mirror from %s:\n%s" % (LAB_INVENTORY, done.stdout[-2000:] + done.stderr[-2000:]))
+    values = json.loads(done.stdout)["plays"][0]["tasks"][0]["hosts"]["node-a"]["msg"]
+    return dict(zip(names, values))
 
 
 def make_models(root):
@@ -116,39 +199,53 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--dir", default=os.path.join(REPO, ".build", "plan-speed"))
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--lab", action="store_true",
+                        help="the container lab's nginx mirror, named by inventory/demo (GPULAB_LAB_NAME, GPULAB_LAB_FABRIC_PREFIX)")
+    parser.add_argument("--mirror-dir", help="the directory an nginx mirror serves (the models are generated there)")
+    parser.add_argument("--mirror-url", help="the URL that serves --mirror-dir")
+    parser.add_argument("--mirror-container", help="the podman container of the nginx mirror, for its access log")
     args = parser.parse_args()
     root = os.path.abspath(args.dir)
     os.makedirs(root, exist_ok=True)
+    if args.lab:
+        lab = lab_mirror()
+        args.mirror_dir = args.mirror_dir or lab["lab_mirror_host_dir"]
+        args.mirror_url = args.mirror_url or lab["lab_mirror_url"]
+        args.mirror_container = args.mirror_container or lab["lab_mirror_container_name"]
+    given = [args.mirror_dir, args.mirror_url, args.mirror_container]
+    if any(given) and not all(given):
+        parser.error("--mirror-dir, --mirror-url and --mirror-container go together (or --lab for all three)")
+    models_dir = os.path.abspath(args.mirror_dir) if args.mirror_dir else os.path.join(root, "mirror")
     started = time.monotonic()
-    gguf, hf, sizes = make_models(os.path.join(root, "mirror"))
+    gguf, hf, sizes = make_models(models_dir)
     generated_s = time.monotonic() - started
-    mirror = os.path.join(root, "mirror")
-    allowed = [os.path.relpath(os.path.join(d, f), mirror) for d, _s, files in os.walk(mirror) for f in files]
-    server = model_io.ModelServer("127.0.0.1", 0, mirror, allowed)
-    server.RequestHandlerClass = CountingHandler
-    server.count_lock, server.sent_bytes = threading.Lock(), 0
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = "http://127.0.0.1:%d" % server.server_address[1]
+    mirror = NginxMirror(args.mirror_url, args.mirror_container) if args.mirror_dir else LocalMirror(models_dir)
     inv = inventory(root)
-    results = {"generated_s": round(generated_s, 1), "models": []}
+    results = {"generated_s": round(generated_s, 1), "models_dir": models_dir, "mirror_url": mirror.url,
+               "mirror_counted": mirror.counted, "models": []}
     try:
-        for name, source in (("two-shard GGUF", "%s/%s" % (url, gguf)), ("FP8 checkpoint", "%s/%s" % (url, hf))):
-            walls, sent = [], []
+        for name, source in (("two-shard GGUF", "%s/%s" % (mirror.url, gguf)), ("FP8 checkpoint", "%s/%s" % (mirror.url, hf))):
+            walls, sent, logged = [], [], []
             for run in range(args.runs):
-                before = server.sent_bytes
+                mark = mirror.mark()
                 wall, document = plan_once(root, inv, source, os.path.join(root, "plan-%d.json" % run))
                 walls.append(round(wall, 2))
-                sent.append(server.sent_bytes - before)
-            results["models"].append({
+                sent_bytes, lines = mirror.since(mark)
+                sent.append(sent_bytes)
+                logged.append(lines)
+            entry = {
                 "model": name, "source": source, "format": document["format"], "engine": document["engine"]["engine"],
                 "size_bytes": document["size_bytes"], "files_bytes_on_disk": sizes[document["format"]],
                 "bytes_read": document["bytes_read"], "requests": document["requests"],
                 "mirror_sent_bytes": sent, "read_percent": round(100.0 * max(sent) / document["size_bytes"], 4),
                 "wall_s": walls, "chosen": [r.get("layout") for r in document["table"]["rows"][:1]],
-                "error": document["table"].get("error")})
+                "error": document["table"].get("error")}
+            if logged[0] is not None:
+                entry["mirror_requests"] = [len(run_lines) for run_lines in logged]
+                entry["mirror_log_last_run"] = logged[-1]
+            results["models"].append(entry)
     finally:
-        server.shutdown()
-        server.server_close()
+        mirror.close()
     json.dump(results, sys.stdout, indent=2)
     sys.stdout.write("\n")
 
