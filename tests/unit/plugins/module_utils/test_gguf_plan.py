@@ -516,8 +516,8 @@ def test_the_idle_context_stays_off_cpu_devices_and_devices_with_layers(lab_mode
     assert plan["devices"][2]["total_mib"] == 518.0
     # the equal split gives every device layers: the idle figure changes nothing
     equal = dict(split="equal", ctx_size=2048, cuda_context_mib=720)
-    assert gp.plan_layout(lab_model, devs, cuda_idle_context_mib=518, **equal) == gp.plan_layout(lab_model, devs,
-                                                                                                   **equal)
+    with_idle = gp.plan_layout(lab_model, devs, cuda_idle_context_mib=518, **equal)
+    assert with_idle == gp.plan_layout(lab_model, devs, **equal)
 
 
 def test_idle_context_zero_leaves_it_out(lab_model):

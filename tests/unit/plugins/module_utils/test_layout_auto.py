@@ -496,7 +496,8 @@ def test_a_device_the_split_leaves_without_layers_holds_its_idle_context():
     model = ShapedModel(E2E_MODEL, 151936)
     devs = [{"name": "RPC0", "host": "h200", "gpu_index": 0, "free_mib": H200_MIB},
             {"name": "CUDA0", "host": "h200", "gpu_index": 0, "free_mib": H200_MIB}]
-    options = dict(OPTIONS, ctx_size=8192, parallel=4)
+    options = dict(OPTIONS)
+    options.update(ctx_size=8192, parallel=4)
     bare = la.choose_tensor_split(model, devs, **options)
     choice = la.choose_tensor_split(model, devs, cuda_idle_context_mib=H200_IDLE_RPC_MIB, **options)
     # one process computes: two would each add a full context and a compute buffer
