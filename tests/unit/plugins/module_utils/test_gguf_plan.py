@@ -562,6 +562,31 @@ def test_plan_with_the_cuda_context_meets_nvidia_smi_on_an_h200(layout, ctx):
     assert sum(r["total_mib"] for r in bare["devices"]) < 0.97 * sum(measured)
 
 
+# The H200 run of scripts/gpu-e2e-auto.sh (docs/benchmarks.md, 2026-12-02): m2-62 with a trained
+# context of 262,144 beside a kept service of 80 GiB; the auto choice, the options memory-plan.json
+# recorded, and what nvidia-smi showed per process (RPC0 with no layers, CUDA0 with all 63).
+E2E_MODEL_62 = dict(layers=62, hidden_size=3072, attention_heads=48, kv_heads=8, experts=16, experts_used=8,
+                    expert_ffn_size=1536, shards=2, context_length=262144)
+H200_AUTO_RUN = dict(split=[0.0, 63.0], ctx_size=169984, parallel=4, cuda_context_mib=720)
+H200_AUTO_MEASURED = {"RPC0": 518, "CUDA0": 59666}
+
+
+def test_the_h200_autopilot_run_replayed_meets_nvidia_smi_per_process():
+    model = ShapedModel(E2E_MODEL_62, 151936)
+    devs = [{"name": "RPC0", "host": "gpu-host", "gpu_index": 0, "free_mib": 60000},
+            {"name": "CUDA0", "host": "gpu-host", "gpu_index": 0, "free_mib": 60000}]
+    plan = gp.plan_layout(model, devs, cuda_idle_context_mib=H200_IDLE_RPC_MIB, **H200_AUTO_RUN)
+    rows = dict((row["name"], row) for row in plan["devices"])
+    # the head's row as memory-plan.json recorded it on the GPU host
+    assert rows["CUDA0"]["total_mib"] == pytest.approx(59564.8, abs=0.1)
+    assert (rows["RPC0"]["layer_range"], rows["RPC0"]["total_mib"]) == ("", 518.0)
+    for name, measured in H200_AUTO_MEASURED.items():
+        assert rows[name]["total_mib"] == pytest.approx(measured, rel=0.02), (name, rows[name]["total_mib"], measured)
+    # without the idle context the RPC server was planned at nothing
+    bare = gp.plan_layout(model, devs, **H200_AUTO_RUN)
+    assert bare["devices"][0]["total_mib"] == 0.0
+
+
 # ---------------------------------------------------------------- devices on one GPU
 
 def test_devices_keep_their_gpu_index_and_a_bad_one_is_named():
