@@ -193,13 +193,18 @@ def check_commands(commands):
             check_value(line, 'str!', 'commands of %s' % host, 'line %d' % position, FIX_RESULT)
 
 
+def _results_by_host(option, value):
+    """The (host, registered result) pairs of an option that maps host names to results; none when unset."""
+    if value is None:
+        return []
+    if not isinstance(value, dict):
+        _fail(option, 'the option', value, 'a mapping of host name to its result', FIX_RESULT)
+    return value.items()
+
+
 def check_rpc_transport(transport):
     """rpc_transport: host -> a looped result whose results name their server under the loop var."""
-    if transport is None:
-        return
-    if not isinstance(transport, dict):
-        _fail('rpc_transport', 'the option', transport, 'a mapping of host name to its result', FIX_RESULT)
-    for host, registered in transport.items():
+    for host, registered in _results_by_host('rpc_transport', transport):
         where = 'rpc_transport of %s' % host
         if registered is None:
             continue
@@ -216,11 +221,7 @@ def check_rpc_transport(transport):
 
 def check_rpc_cache(cache):
     """rpc_cache: host -> rpc_cache's query result; a skipped one, or one without a status, is passed over."""
-    if cache is None:
-        return
-    if not isinstance(cache, dict):
-        _fail('rpc_cache', 'the option', cache, 'a mapping of host name to its result', FIX_RESULT)
-    for host, registered in cache.items():
+    for host, registered in _results_by_host('rpc_cache', cache):
         if not isinstance(registered, dict) or 'status' not in registered:
             continue  # the report passes these over
         check_value(registered['status'], ('map!', CACHE_STATUS), 'rpc_cache of %s' % host, 'the field status',

@@ -239,13 +239,13 @@ def cache_status(record, files, free, enabled=True):
                              'no record (gpulab_rpc_cache_file): no deploy has bounded the cache here yet')
         return status
     bound = max_bytes(record.get('max_gib'), record.get('disk_fraction'), free or 0, size)
-    bound_gib = round(bound / float(GIB), 2)
-    status.update(path=record['path'], max_bytes=bound, bound_gib=bound_gib, over_bound=size > bound)
+    bound_gib, over_bound = round(bound / float(GIB), 2), size > bound
+    status.update(path=record['path'], max_bytes=bound, bound_gib=bound_gib, over_bound=over_bound)
     held = '%s holds %.2f GiB in %d file%s' % (record['path'], size / float(GIB), len(files), '' if len(files) == 1 else 's')
     if not enabled:
         status['summary'] = 'off (llama_rpc_server_cache_enabled is false); %s from an earlier deploy' % held
     else:
-        status['summary'] = '%s, bound %.2f GiB%s' % (held, bound_gib, '; over its bound' if size > bound else '')
+        status['summary'] = '%s, bound %.2f GiB%s' % (held, bound_gib, '; over its bound' if over_bound else '')
     return status
 
 
