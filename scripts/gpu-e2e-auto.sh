@@ -22,7 +22,9 @@
 # deployed and measured on the otherwise idle GPU (the build needs no GPU). GPULAB_E2E_VLLM_STASH
 # (default /tmp/gpulab-stash): where the vLLM wheelhouse parts arrive (scripts/vllm-wheelhouse.sh
 # stash), READY once all are there; set and empty: the wheelhouse is already in place.
-# OUTDIR/llama, OUTDIR/vllm, OUTDIR/compare: the outputs; OUTDIR/DONE at the end. Run it from a
+# GPULAB_E2E_AUTO_ENGINES (default "vllm llama_cpp"): "llama_cpp" alone skips the vLLM part and the
+# side-by-side bench (no wheelhouse needed). OUTDIR/llama, OUTDIR/vllm, OUTDIR/compare: the outputs;
+# OUTDIR/DONE at the end. Run it from a
 # copy of the tree outside the device tool's working tree (each call replaces that tree).
 set -uo pipefail
 
@@ -32,6 +34,7 @@ mkdir -p "$out/compare"
 out=$(cd "$out" && pwd)
 export GPULAB_E2E_VLLM_STASH=${GPULAB_E2E_VLLM_STASH-/tmp/gpulab-stash}
 kept_gib=${GPULAB_E2E_KEPT_GIB:-80}
+engines=${GPULAB_E2E_AUTO_ENGINES:-vllm llama_cpp}
 trained_ctx=${GPULAB_E2E_TRAINED_CTX:-262144}
 compare_kv_gib=${GPULAB_E2E_COMPARE_KV_GIB:-40}
 python=$(command -v python3)
@@ -46,22 +49,10 @@ llama_auto=(GPULAB_E2E_ENGINES=llama_cpp GPULAB_E2E_LAYOUTS=auto GPULAB_E2E_CTX_
   "GPULAB_E2E_MODEL_NAME=$model_name" "GPULAB_E2E_MODEL=$model_options" GPULAB_E2E_LLAMA_BENCH=0
   'GPULAB_E2E_LLAMA_EXTRA={"gpu_drain_keep": ["asr"]}')
 
-start=$SECONDS
-env "${llama_auto[@]}" GPULAB_E2E_PHASE=prepare GPULAB_E2E_PREPARE_PARALLEL=1 \
-  "$repo/scripts/gpu-e2e.sh" "$out/llama" >"$out/llama-prepare.log" 2>&1 &
-prepare=$!
-log "llama.cpp build and model (trained context $trained_ctx) started (pid $prepare)"
-
-# Its own work directory: the two harness runs install their tools side by side.
-env GPULAB_E2E_WORK=/tmp/gpulab-e2e-vllm GPULAB_E2E_ENGINES=vllm GPULAB_E2E_VLLM_LAYOUT=auto \
-  GPULAB_E2E_VLLM_BENCH=0 "$repo/scripts/gpu-e2e.sh" "$out/vllm" >"$out/vllm.log" 2>&1
-log "vLLM part: rc=$?, $((SECONDS - start)) s"
-# The wrapper and environment the collection wrote, for the side-by-side run (the llama.cpp deploy
-# retires vLLM's program, not these files; copied all the same).
-cp /opt/gpulab/bin/gpulab-vllm /etc/gpulab/vllm/environment "$out/compare/" 2>/dev/null || log "no vLLM wrapper to copy"
-
 # The kept service: not the collection's, so the drain leaves it and the plan counts its memory.
-cat >/etc/gpulab/supervisor.d/asr.conf <<CONF
+start_kept_service() {
+  mkdir -p /var/log/gpulab /etc/gpulab/supervisor.d
+  cat >/etc/gpulab/supervisor.d/asr.conf <<CONF
 [program:asr]
 command=$python -c "import time, torch; held = torch.empty($kept_gib << 30, dtype=torch.uint8, device='cuda'); torch.cuda.synchronize(); time.sleep(10 ** 9)"
 environment=CUDA_VISIBLE_DEVICES="0"
@@ -71,12 +62,44 @@ startsecs=10
 stdout_logfile=/var/log/gpulab/asr.log
 redirect_stderr=true
 CONF
-sup update >>"$out/progress.log" 2>&1
-sleep 12
-log "kept service: $(sup status asr 2>&1 | tr -s ' '); $(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader | tr '\n' ';')"
+  sup update >>"$out/progress.log" 2>&1
+  sleep 12
+  log "kept service: $(sup status asr 2>&1 | tr -s ' '); $(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader | tr '\n' ';')"
+}
 
-wait "$prepare"
-rc=$?
+# The tools the llama.cpp part's harness installed (scripts/gpu-e2e.sh).
+harness() {
+  env PYTHONPATH=/tmp/gpulab-e2e/site ANSIBLE_CONFIG=/tmp/gpulab-e2e/ansible.cfg PATH="/opt/gpulab-e2e/bin:$PATH" \
+    ANSIBLE_COLLECTIONS_PATH="/tmp/gpulab-e2e/collections:${GPULAB_E2E_WHEELS:-$repo/.whl}/collections" "$@"
+}
+
+start=$SECONDS
+env "${llama_auto[@]}" GPULAB_E2E_PHASE=prepare GPULAB_E2E_PREPARE_PARALLEL=1 \
+  "$repo/scripts/gpu-e2e.sh" "$out/llama" >"$out/llama-prepare.log" 2>&1 &
+prepare=$!
+log "llama.cpp build and model (trained context $trained_ctx) started (pid $prepare)"
+
+if [[ " $engines " == *" vllm "* ]]; then
+  # Its own work directory: the two harness runs install their tools side by side.
+  env GPULAB_E2E_WORK=/tmp/gpulab-e2e-vllm GPULAB_E2E_ENGINES=vllm GPULAB_E2E_VLLM_LAYOUT=auto \
+    GPULAB_E2E_VLLM_BENCH=0 "$repo/scripts/gpu-e2e.sh" "$out/vllm" >"$out/vllm.log" 2>&1
+  log "vLLM part: rc=$?, $((SECONDS - start)) s"
+  # The wrapper and environment the collection wrote, for the side-by-side run (the llama.cpp deploy
+  # retires vLLM's program, not these files; copied all the same).
+  cp /opt/gpulab/bin/gpulab-vllm /etc/gpulab/vllm/environment "$out/compare/" 2>/dev/null || log "no vLLM wrapper to copy"
+  start_kept_service
+  wait "$prepare"
+  rc=$?
+else
+  wait "$prepare"
+  rc=$?
+  # Without the vLLM part nothing has installed supervisord yet: its role alone, as deploy.yml runs it.
+  wheel=$(find "${GPULAB_E2E_WHEELS:-$repo/.whl}" -maxdepth 1 -name 'supervisor-*-none-any.whl' | sort | tail -n 1)
+  printf -- '- name: supervisord alone\n  hosts: gpu-host\n  roles: [gpulab.inference.supervisor]\n' >/tmp/gpulab-e2e/supervisor.yml
+  harness "$python" -m ansible.cli.playbook -i /tmp/gpulab-e2e/facts.yml /tmp/gpulab-e2e/supervisor.yml \
+    -e "supervisor_wheel_src=$wheel supervisor_python=$python" >"$out/supervisor.log" 2>&1 || log "supervisor role failed: $(tail -n 5 "$out/supervisor.log")"
+  start_kept_service
+fi
 log "llama.cpp build and model: rc=$rc, $((SECONDS - start)) s"
 if [ "$rc" = 0 ]; then
   env "${llama_auto[@]}" GPULAB_E2E_PREPARE=0 GPULAB_E2E_IDEMPOTENCE=auto GPULAB_E2E_BENCH_PLAYBOOK=none \
@@ -103,10 +126,7 @@ if [ -x "$cdir/gpulab-vllm" ] && [ -s "$out/llama/auto/hosts.json" ]; then
   done
   log "vLLM by hand: healthy after $((SECONDS - t0)) s; $(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader | tr '\n' ';')"
   bstart=$SECONDS
-  # The tools and settings the llama.cpp part's harness installed (scripts/gpu-e2e.sh).
-  env PYTHONPATH=/tmp/gpulab-e2e/site ANSIBLE_CONFIG=/tmp/gpulab-e2e/ansible.cfg PATH="/opt/gpulab-e2e/bin:$PATH" \
-    ANSIBLE_COLLECTIONS_PATH="/tmp/gpulab-e2e/collections:${GPULAB_E2E_WHEELS:-$repo/.whl}/collections" \
-    "$python" -m ansible.cli.playbook -i "$out/llama/auto/hosts.json" "$repo/playbooks/bench.yml" \
+  harness "$python" -m ansible.cli.playbook -i "$out/llama/auto/hosts.json" "$repo/playbooks/bench.yml" \
     -e '{"bench_compare": [{"label": "vllm", "base_url": "http://127.0.0.1:8000"}], "bench_label": "llama.cpp", "gpulab_bench_profile": "short", "bench_request_rates": [2]}' \
     -e "bench_report_dir=$cdir/reports" >"$cdir/bench-playbook.log" 2>&1 || log "bench.yml (compare) failed: $(tail -n 5 "$cdir/bench-playbook.log")"
   log "bench.yml (compare): $((SECONDS - bstart)) s, $(grep -E '^gpu-host +:' "$cdir/bench-playbook.log" | tail -n 1 | tr -s ' ')"
