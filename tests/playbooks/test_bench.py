@@ -87,6 +87,39 @@ def test_bench_playbook_writes_the_report(tmp_path):
     assert '| build | b8070-test |' in summary
 
 
+def test_a_deploy_that_changed_nothing_does_not_measure_again(tmp_path):
+    """The bench step as deploy.yml runs it (bench_again_unchanged false): the first run measures and
+    records on the head what it measured; the second, with nothing restarted and the same settings, sends
+    no request and names the report that stands; a changed setting, or the report removed, measures again."""
+    (tmp_path / 'BUILD_INFO.json').write_text(json.dumps({'build_id': 'b8070-test', 'cuda': False}))
+    deploy_step = {'bench_again_unchanged': False, 'bench_concurrency': [1]}
+    runs = []
+    with OpenAIDouble(ttft_s=0.01, itl_s=0.005) as server:
+        for label, extra in (('first', {}), ('again', {}), ('tokens', {'bench_max_tokens': 12})):
+            before = len(server.requests)
+            run = run_in(tmp_path / label, 'playbooks/bench.yml', inventory(),
+                         bench_vars(tmp_path, server.base_url, **dict(deploy_step, **extra)), envvars=ENV)
+            assert run.status == 'successful', run.failures
+            (said,) = run.ok_results('Say why the last report stands, or why this run measures')
+            runs.append((said['msg'], len(server.requests) - before))
+        first_reports = sorted((tmp_path / 'reports').iterdir())
+        for report in first_reports:
+            (report / 'report.md').unlink()
+        run = run_in(tmp_path / 'gone', 'playbooks/bench.yml', inventory(),
+                     bench_vars(tmp_path, server.base_url, **dict(deploy_step, bench_max_tokens=12)), envvars=ENV)
+        assert run.status == 'successful', run.failures
+        (gone,) = run.ok_results('Say why the last report stands, or why this run measures')
+    (first, sent_first), (again, sent_again), (tokens, sent_tokens) = runs
+    assert 'no earlier benchmark' in first and sent_first > 0
+    record = json.loads((tmp_path / 'work' / 'last-run.json').read_text())
+    assert len(record['identity']) == 64 and record['finished'].endswith('Z')
+    assert sent_again == 0
+    assert 'its report stands (%s/report.md)' % first_reports[0] in again and 'bench_again_unchanged' in again
+    assert 'benchmark settings changed' in tokens and sent_tokens > 0
+    assert 'is gone' in gone['msg']
+    assert len(first_reports) == 2
+
+
 def test_concurrency_zero_stops_before_any_load(tmp_path):
     with OpenAIDouble() as server:
         run = run_in(tmp_path / 'runner', 'playbooks/bench.yml', inventory(),
