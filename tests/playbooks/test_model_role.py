@@ -4,6 +4,7 @@ input stops the play before any change."""
 
 import hashlib
 import json
+import os
 import tarfile
 import threading
 
@@ -30,7 +31,8 @@ def module_options():
 def inventory(tmp_path, **hostvars):
     return {"all": {"children": {"gpu_nodes": {"children": {"inference_head": {"hosts": {
         "head": local_host(model_manifest_path=str(tmp_path / "etc" / "model.json"),
-                           model_vocab_dir=str(tmp_path / "vocab"), **hostvars)}}}}}}}
+                           model_vocab_dir=str(tmp_path / "vocab"),
+                           model_vocab_cache_dir=str(tmp_path / "vocab-cache"), **hostvars)}}}}}}}
 
 
 def manifest(tmp_path):
@@ -93,6 +95,21 @@ def test_vocabulary_from_a_controller_archive(run_playbook, tmp_path):
     again = run_playbook("playbooks/model.yml", inventory(tmp_path, **hostvars))
     assert again.status == "successful"
     assert again.changed_tasks() == []
+    # The member was extracted once, into the controller's cache; the second run read it from there.
+    assert again.ok_results("Extract the vocabulary member") == []
+    (cached,) = list((tmp_path / "vocab-cache").glob("src.tar.gz-*/ggml-vocab-test.gguf"))
+    assert cached.read_bytes() == copied.read_bytes()
+    # A new archive under the same name (another size and time) is extracted again.
+    vocabulary(tmp_path / "ggml-vocab-test.gguf", 60)
+    with tarfile.open(str(archive), "w:gz") as tar:
+        tar.add(str(tmp_path / "ggml-vocab-test.gguf"), arcname="llama.cpp/models/ggml-vocab-test.gguf")
+    os.utime(str(archive), (1_700_000_000, 1_700_000_000))
+    renewed = run_playbook("playbooks/model.yml", inventory(tmp_path, **hostvars))
+    assert renewed.status == "successful", renewed.failures
+    assert copied.read_bytes() == (tmp_path / "ggml-vocab-test.gguf").read_bytes()
+    (rewritten,) = renewed.ok_results("Write the synthetic model")
+    assert rewritten["vocab_size"] == 60
+    assert len(list((tmp_path / "vocab-cache").glob("src.tar.gz-*"))) == 2
 
 
 def test_given_model_is_recorded(run_playbook, tmp_path):
