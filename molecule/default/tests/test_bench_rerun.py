@@ -1,7 +1,10 @@
 """playbooks/bench.yml run again on the converged lab, whose head has not changed since: each run
-sends fresh prompts (a new seed), so llama-server's prompt cache serves none of them and the
-second run reports the prefill figure of the first within noise. Sending the second run's
-prompts again on purpose (bench_prompt_seed) shows that the cached tokens are really counted.
+sends fresh prompts (a new seed), so llama-server's prompt cache serves none of them: the server's own
+count of cached tokens says so for each run. Sending the second run's prompts again on purpose
+(bench_prompt_seed) shows that the cached tokens are really counted, and that a cache hit is visible
+in the time to the first token. Two fresh runs are not compared with each other by time: on two
+shared cores their prefill differed by 2.0x in one `make test` (821 against 1,647 tok/s, neither
+cached), as much as a cache hit would.
 
 Each run is the short profile at concurrency 1 only, with as many prompts as the demo
 inventory's llama-server has slots (llama_server_parallel 4: a warm-up and three requests), so
@@ -24,9 +27,6 @@ RUN = {
     "bench_max_tokens": 8,
     "bench_request_rates": [],
 }
-# A prompt cache serving whole prompts read prefill about 3x faster in the run that found it
-# (issue 37: 6,324 against 1,976 tok/s); two runs on two shared CPU cores differ by far less.
-PREFILL_NOISE = 1.6
 # The chat template's first tokens are the same in every prompt; the prompts are not.
 CACHED_FRESH_FRACTION = 0.1
 
@@ -72,20 +72,12 @@ def test_fresh_prompts_find_nothing_in_the_prompt_cache(runs):
         assert not [w for w in benchmark["warnings"] if "prompt cache" in w]
 
 
-def test_a_second_run_reports_the_prefill_of_the_first_within_noise(runs):
-    first, second = level_one(runs[0]), level_one(runs[1])
-    ratio = second["prefill_tok_s"] / first["prefill_tok_s"]
-    assert 1 / PREFILL_NOISE <= ratio <= PREFILL_NOISE, (
-        "prefill %.1f tok/s (95 %% CI %s) then %.1f tok/s (95 %% CI %s): ratio %.2f"
-        % (first["prefill_tok_s"], first["ci95"]["prefill_tok_s"], second["prefill_tok_s"],
-           second["ci95"]["prefill_tok_s"], ratio))
-    ttft = second["ttft_s"]["mean"] / first["ttft_s"]["mean"]
-    assert 1 / PREFILL_NOISE <= ttft <= PREFILL_NOISE, "TTFT mean %.3f s then %.3f s" % (
-        first["ttft_s"]["mean"], second["ttft_s"]["mean"])
-
-
 def test_the_same_prompts_again_are_served_from_the_cache_and_counted(runs):
     # the control: what the first two runs avoid is measured when it happens
     level = level_one(runs[2])
     assert level["cached_prompt_fraction"] > 0.5, level
+    # The run just before sent the same prompts fresh: served from the cache, the first token comes
+    # sooner (issue 37: prefill about 3x faster when whole prompts were cached).
+    fresh = level_one(runs[1])
+    assert level["ttft_s"]["mean"] < fresh["ttft_s"]["mean"], (level["ttft_s"], fresh["ttft_s"])
     assert [w for w in runs[2]["warnings"] if "prompt cache" in w and "bench_prompt_seed" in w], runs[2]["warnings"]
