@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Measures the model role's node-to-node copy against a plain TCP copy (netcat) of the same file
-# between the same two lab containers, and a second run of playbooks/model.yml against the first.
+# between the same two lab containers and against curl of the same URL from the role's own file
+# server (model_serve), and a second run of playbooks/model.yml against the first.
 # Needs a running lab (make lab, or molecule create -s models) with GPULAB_LAB_NAME and
-# GPULAB_LAB_FABRIC_PREFIX as it was made. Usage: scripts/bench-model-transfer.sh [MiB, default 384]
+# GPULAB_LAB_FABRIC_PREFIX as it was made.
+# Usage: scripts/bench-model-transfer.sh [MiB, default 384] [extra ansible-playbook arguments...]
 set -euo pipefail
 
 mib=${1:-384}
+shift || true
 lab=${GPULAB_LAB_NAME:-gpulab}
 prefix=${GPULAB_LAB_FABRIC_PREFIX:-10.231.77}
 head="$lab-node-a" peer="$lab-node-b"
@@ -31,9 +34,10 @@ YAML
 run_model() {
   local start end
   start=$(date +%s.%N)
+  local log=$1; shift
   ansible-playbook -i inventory/demo -i "$work/vllm_nodes.yml" playbooks/model.yml \
     -e gpulab_engine=vllm -e model_source=head -e model_path=$dir/bench.gguf \
-    -e model_manifest_path=/etc/gpulab/model-bench.json >"$work/$1.log"
+    -e model_manifest_path=/etc/gpulab/model-bench.json "$@" >"$work/$log.log"
   end=$(date +%s.%N)
   echo "$end - $start" | bc
 }
@@ -50,11 +54,27 @@ run_nc() {
   podman exec "$peer" rm -f /var/tmp/bench-nc.gguf
   echo "$end - $start" | bc
 }
+# curl of the same file from the role's file server (model_serve, started as the role starts it:
+# in the background on node-a's fabric address), written to disk on node-b and synced.
+run_curl() {
+  local start end port=18098 pid=/run/gpulab-model-serve-bench.pid
+  ansible -i inventory/demo node-a -b -B 300 -P 0 -m gpulab.inference.model_serve \
+    -a "path=$dir files=bench.gguf address=$prefix.10 port=$port duration_s=300 pid_file=$pid" >/dev/null
+  podman exec "$peer" sh -c "for i in \$(seq 50); do curl -fsI http://$prefix.10:$port/bench.gguf >/dev/null 2>&1 && break; sleep 0.2; done"
+  start=$(date +%s.%N)
+  podman exec "$peer" sh -c "curl -fsS -o /var/tmp/bench-nc.gguf http://$prefix.10:$port/bench.gguf && sync /var/tmp/bench-nc.gguf"
+  end=$(date +%s.%N)
+  podman exec "$peer" rm -f /var/tmp/bench-nc.gguf
+  ansible -i inventory/demo node-a -b -m gpulab.inference.model_serve -a "state=stopped pid_file=$pid" >/dev/null
+  echo "$end - $start" | bc
+}
 nc_before=$(run_nc)
-first=$(run_model first)
-second=$(run_model second)
+curl_before=$(run_curl)
+first=$(run_model first "$@")
+second=$(run_model second "$@")
 rate=$(grep -o 'node-b: [0-9]* bytes in [0-9.]* s ([0-9.]* MiB/s)' "$work/first.log" || true)
 nc_after=$(run_nc)
+curl_after=$(run_curl)
 changed=$(grep -E '^node-(a|b) ' "$work/second.log" | sed -E 's/.*changed=([0-9]+).*/\1/' | paste -sd+ | bc)
 
 for node in "$head" "$peer"; do
@@ -65,4 +85,7 @@ echo "model.yml first run (hash on node-a, copy to node-b, verify): ${first} s; 
 echo "model.yml second run: ${second} s, changed=$changed"
 for nc_s in "$nc_before" "$nc_after"; do
   echo "netcat node-a -> node-b: ${nc_s} s ($(echo "scale=1; $mib / $nc_s" | bc) MiB/s)"
+done
+for curl_s in "$curl_before" "$curl_after"; do
+  echo "curl of model_serve node-a -> node-b: ${curl_s} s ($(echo "scale=1; $mib / $curl_s" | bc) MiB/s)"
 done

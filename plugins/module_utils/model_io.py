@@ -27,9 +27,12 @@ import urllib.parse
 from ansible_collections.gpulab.inference.plugins.module_utils import model_transfer as mt
 from ansible_collections.gpulab.inference.plugins.module_utils.atomic_file import atomic_write, fsync_directory
 
-# 4 MiB blocks, four in flight: few enough system calls and hashlib calls that Python's own
-# cost is small, while the read of one block overlaps the sha256 of the one before.
-CHUNK_BYTES = 4 << 20
+# 1 MiB blocks, four in flight: few enough system calls and hashlib calls that Python's own
+# cost is small, while the read of one block overlaps the sha256 of the one before. Each byte is
+# copied from the socket into a block, from the block into the page cache and read by sha256, so
+# the blocks in flight must stay within the CPU's cache: with 4 MiB blocks the fetch ran at 57-65%
+# of curl of the same URL, with 1 MiB above it (docs/benchmarks.md, issue 36).
+CHUNK_BYTES = 1 << 20
 PIPELINE_DEPTH = 4
 USER_AGENT = 'gpulab.inference-model-fetch'
 
