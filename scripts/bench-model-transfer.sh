@@ -4,7 +4,7 @@
 # server (model_serve), and a second run of playbooks/model.yml against the first.
 # Needs a running lab (make lab, or molecule create -s models) with GPULAB_LAB_NAME and
 # GPULAB_LAB_FABRIC_PREFIX as it was made.
-# Usage: scripts/bench-model-transfer.sh [MiB, default 384] [extra ansible-playbook arguments...]
+# Usage: [ROUNDS=n] scripts/bench-model-transfer.sh [MiB, default 384] [extra ansible-playbook arguments...]
 set -euo pipefail
 
 mib=${1:-384}
@@ -54,6 +54,9 @@ run_nc() {
   podman exec "$peer" rm -f /var/tmp/bench-nc.gguf
   echo "$end - $start" | bc
 }
+rate_of() {
+  echo "$1 s ($(echo "scale=1; $mib / $1" | bc) MiB/s)"
+}
 # curl of the same file from the role's file server (model_serve, started as the role starts it:
 # in the background on node-a's fabric address), written to disk on node-b and synced.
 run_curl() {
@@ -68,24 +71,51 @@ run_curl() {
   ansible -i inventory/demo node-a -b -m gpulab.inference.model_serve -a "state=stopped pid_file=$pid" >/dev/null
   echo "$end - $start" | bc
 }
-nc_before=$(run_nc)
-curl_before=$(run_curl)
-first=$(run_model first "$@")
+# This machine is a VM whose kernel gives free memory back to its host (virtio_balloon's free page
+# reporting, in 2 MiB blocks, seconds after they are freed): a copy that writes a few GiB into
+# such memory (the page cache of the received file) pays for every page on first touch, about
+# 2.5 s of system time per GiB, whatever copies. A copy right after an idle minute ran at half the
+# rate of the same copy right after another, and model.yml's copy always follows several seconds
+# of other steps. So every measured copy starts from the same state (MEMORY):
+#   cold (default): after SETTLE_S seconds (default 20) idle, memory given back, as in model.yml;
+#   warm: right after touching twice the file's size of memory.
+# A first copy nobody counts comes first; then ROUNDS rounds of netcat, curl and model.yml, each
+# round in a new order.
+settle() {
+  case ${MEMORY:-cold} in
+    warm) python3 -c "bytearray($(( mib * 2 ))<<20)" ;;
+    *) sleep "${SETTLE_S:-20}" ;;
+  esac
+}
+run_nc >/dev/null
+rounds=${ROUNDS:-1}
+report=()
+for round in $(seq "$rounds"); do
+  case $(( round % 3 )) in
+    1) order="nc curl model" ;;
+    2) order="model nc curl" ;;
+    0) order="curl model nc" ;;
+  esac
+  for what in $order; do
+    case $what in
+      nc) settle; report+=("round $round netcat node-a -> node-b: $(rate_of "$(run_nc)")") ;;
+      curl) settle; report+=("round $round curl of model_serve node-a -> node-b: $(rate_of "$(run_curl)")") ;;
+      model)
+        podman exec "$peer" rm -rf "$dir" /etc/gpulab/model-bench.json
+        settle
+        first=$(run_model "first-$round" "$@")
+        rate=$(grep -o 'node-b: [0-9]* bytes in [0-9.]* s ([0-9.]* MiB/s)' "$work/first-$round.log" || true)
+        report+=("round $round model.yml first run (hash on node-a, copy to node-b, verify): ${first} s; the copy: ${rate:-not found}")
+        ;;
+    esac
+  done
+done
 second=$(run_model second "$@")
-rate=$(grep -o 'node-b: [0-9]* bytes in [0-9.]* s ([0-9.]* MiB/s)' "$work/first.log" || true)
-nc_after=$(run_nc)
-curl_after=$(run_curl)
 changed=$(grep -E '^node-(a|b) ' "$work/second.log" | sed -E 's/.*changed=([0-9]+).*/\1/' | paste -sd+ | bc)
 
 for node in "$head" "$peer"; do
   podman exec "$node" rm -rf "$dir" /etc/gpulab/model-bench.json /var/tmp/bench-nc.gguf
 done
 echo "file: $mib MiB; load average at the start $load_start, at the end $(cut -d" " -f1-3 /proc/loadavg)"
-echo "model.yml first run (hash on node-a, copy to node-b, verify): ${first} s; the copy: ${rate:-not found}"
+printf '%s\n' "${report[@]}"
 echo "model.yml second run: ${second} s, changed=$changed"
-for nc_s in "$nc_before" "$nc_after"; do
-  echo "netcat node-a -> node-b: ${nc_s} s ($(echo "scale=1; $mib / $nc_s" | bc) MiB/s)"
-done
-for curl_s in "$curl_before" "$curl_after"; do
-  echo "curl of model_serve node-a -> node-b: ${curl_s} s ($(echo "scale=1; $mib / $curl_s" | bc) MiB/s)"
-done
