@@ -1,4 +1,4 @@
-"""Every module, module_utils file and filter plugin has its unit test file, and no two test
+"""Every module, module_utils file, filter and callback plugin has its unit test file, and no two test
 files share a basename.
 
 The layout mirrors the tree: plugins/<kind>/<name>.py is tested by
@@ -17,6 +17,7 @@ KINDS = {
     'modules': ('test_{}.py', 'test_{}_module.py'),
     'module_utils': ('test_{}.py',),
     'filter': ('test_{}.py',),
+    'callback': ('test_{}.py',),
 }
 
 # Directories whose test files pytest collects in one run (make unit, make test).
