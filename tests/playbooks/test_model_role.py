@@ -110,6 +110,8 @@ def test_vocabulary_from_a_controller_archive(run_playbook, tmp_path):
     (rewritten,) = renewed.ok_results("Write the synthetic model")
     assert rewritten["vocab_size"] == 60
     assert len(list((tmp_path / "vocab-cache").glob("src.tar.gz-*"))) == 2
+    # The work directories of both extractions are gone (it once stayed, in the controller's /tmp).
+    assert [p.name for p in (tmp_path / "vocab-cache").iterdir() if not p.name.startswith("src.tar.gz-")] == []
 
 
 def test_given_model_is_recorded(run_playbook, tmp_path):
@@ -136,6 +138,8 @@ def test_check_mode_plans_a_fresh_head_and_writes_nothing(tmp_path):
     assert not (tmp_path / "etc").exists()
     assert not (tmp_path / "vocab").exists()
     assert not (tmp_path / "models").exists()
+    # The member is extracted on the controller in check mode too, into the cache; no work directory stays.
+    assert [p.name for p in (tmp_path / "vocab-cache").iterdir() if not p.name.startswith("src.tar.gz-")] == []
 
 
 def test_check_mode_refuses_a_missing_given_model(tmp_path):
