@@ -34,6 +34,13 @@ from ansible_collections.gpulab.inference.plugins.module_utils.atomic_file impor
 # of curl of the same URL, with 1 MiB above it (docs/benchmarks.md, issue 36).
 CHUNK_BYTES = 1 << 20
 PIPELINE_DEPTH = 4
+# Each block goes to the page cache in writes of 16 KiB, as curl and netcat write. Linux sizes a
+# new page-cache folio by the write that creates it, and on a VM whose free memory goes back to
+# its host (virtio_balloon's free page reporting, 2 MiB blocks) the large folios of 1 MiB writes
+# were five times dearer to fill: 4 GiB after an idle spell took 12-13 s of system time in
+# copy_folio_from_iter_atomic with 1 MiB writes, 4-5 s with 16 KiB ones, and the copy ran at
+# 650-810 MiB/s instead of 300 (curl of the same URL: 470-575; docs/benchmarks.md, issue 36).
+WRITE_BYTES = 16 << 10
 USER_AGENT = 'gpulab.inference-model-fetch'
 
 
@@ -90,10 +97,11 @@ class HashThread:
             self._free.put(block)
 
 
-def write_all(fd, view):
-    """os.write until every byte of view is written (a write may take fewer)."""
+def write_all(fd, view, piece=WRITE_BYTES):
+    """os.write until every byte of view is written, at most piece bytes per write (a write may
+    take fewer)."""
     while len(view):
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view[:piece]):]
 
 
 def sha256_file(path, limit=None, chunk=CHUNK_BYTES, digest=None):

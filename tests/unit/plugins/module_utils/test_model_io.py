@@ -280,3 +280,35 @@ def test_a_resumed_fetch_over_many_blocks_equals_hashlib(mirror, tmp_path):
     result = model_io.fetch_file(model_io.HTTPSource(5), url + '/m.gguf', str(dest), entry('m.gguf', DATA), Progress(), chunk=5000)
     assert result['sha256'] == sha(DATA) and result['resumed_from'] == 123457
     assert (dest / 'm.gguf').read_bytes() == DATA
+
+
+def test_write_all_writes_in_pieces_and_resumes_short_writes(tmp_path, monkeypatch):
+    sizes = []
+    real_write = os.write
+
+    def short_write(fd, data):
+        sizes.append(len(data))
+        return real_write(fd, bytes(data[:len(data) - 1 if len(data) > 3000 else len(data)]))
+
+    monkeypatch.setattr(model_io.os, 'write', short_write)
+    fd = os.open(str(tmp_path / 'out'), os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        with memoryview(DATA[:50000]) as view:
+            model_io.write_all(fd, view, piece=4096)
+    finally:
+        os.close(fd)
+    assert (tmp_path / 'out').read_bytes() == DATA[:50000]
+    assert max(sizes) == 4096 and len(sizes) > 50000 // 4096
+    assert model_io.WRITE_BYTES == 16 << 10
+
+
+def test_a_fetch_writes_the_page_cache_in_pieces_of_write_bytes(mirror, tmp_path, monkeypatch):
+    sizes = []
+    real_write = os.write
+    monkeypatch.setattr(model_io.os, 'write', lambda fd, data: sizes.append(len(data)) or real_write(fd, data))
+    url = mirror({'m.gguf': DATA})
+    dest = tmp_path / 'dest'
+    dest.mkdir()
+    model_io.fetch_file(model_io.HTTPSource(5), url + '/m.gguf', str(dest), entry('m.gguf', DATA), Progress())
+    assert (dest / 'm.gguf').read_bytes() == DATA
+    assert sum(sizes) == len(DATA) and max(sizes) == model_io.WRITE_BYTES
