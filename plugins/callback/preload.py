@@ -18,6 +18,10 @@ description:
     and shell plugins an SSH inventory uses (with the configuration each reads from its
     documentation) and every filter plugin of this collection. Some of those filters import the
     collection's planners, about 35 ms each time.
+  - It also has every forked worker freeze, at its start, the objects it inherits (C(gc.freeze)),
+    so that the worker's garbage collections do not walk, and so copy page by page, the main
+    process's whole heap. A no-op C(deploy.yml) on the container lab took about a fifth less of
+    the controller's user time.
   - It changes no result and prints nothing; without it a run is only slower. The repository's
     C(ansible.cfg) and molecule's base configuration enable it.
 version_added: 0.1.0
@@ -25,6 +29,7 @@ requirements:
   - enabled in C(callbacks_enabled) (C(ansible.cfg)) or C(ANSIBLE_CALLBACKS_ENABLED)
 """
 
+import gc
 import os
 
 from ansible.plugins.callback import CallbackBase
@@ -42,6 +47,17 @@ BECOMES = ("ansible.builtin.sudo", "sudo")
 SHELLS = ("ansible.builtin.sh", "sh")
 COLLECTION = "gpulab.inference"
 FILTER_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "filter")
+
+
+_FREEZE_IN_WORKERS = []
+
+
+def freeze_inherited_objects_in_workers():
+    """Have every process forked from this one call gc.freeze() first (once per process)."""
+    if not _FREEZE_IN_WORKERS and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=gc.freeze)
+        _FREEZE_IN_WORKERS.append(True)
+    return bool(_FREEZE_IN_WORKERS)
 
 
 def collection_filter_names(filter_dir=FILTER_DIR):
@@ -64,6 +80,7 @@ class CallbackModule(CallbackBase):
     CALLBACK_NEEDS_ENABLED = True
 
     def v2_playbook_on_start(self, playbook):
+        freeze_inherited_objects_in_workers()
         # Speed only: a plugin that fails to load here is loaded (and its error reported) by the
         # task that uses it, as without this callback.
         for loader, names in (

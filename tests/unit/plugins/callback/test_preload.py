@@ -22,7 +22,17 @@ import ansible.constants as C
 from ansible_collections.gpulab.inference.plugins.callback.preload import CallbackModule, collection_filter_names
 before = sorted(m for m in sys.modules if '.plugins.filter.' in m and 'gpulab' in m)
 CallbackModule().v2_playbook_on_start(None)
+import gc, os
+read, write = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.write(write, str(gc.get_freeze_count()).encode())
+    os._exit(0)
+os.waitpid(pid, 0)
+child_frozen = int(os.read(read, 64))
 print(json.dumps({
+    "child_frozen": child_frozen,
+    "parent_frozen": gc.get_freeze_count(),
     "before": before,
     "after": sorted(m for m in sys.modules if '.plugins.filter.' in m and 'gpulab' in m),
     "names": collection_filter_names(),
@@ -59,3 +69,15 @@ def test_playbook_start_loads_the_filters_and_the_ssh_configuration():
     assert seen["after"] == sorted("ansible_collections.gpulab.inference.plugins.filter." + s for s in stems)
     assert seen["ssh_config"] is True
     assert seen["sudo_config"] is True
+
+
+def test_forked_workers_freeze_what_they_inherit_and_the_main_process_does_not():
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS_DIR), PYTHONPATH=str(COLLECTIONS_DIR))
+    env.pop("ANSIBLE_CONFIG", None)
+    out = subprocess.run([sys.executable, "-c", PROBE, str(COLLECTIONS_DIR)], env=env, cwd="/",
+                         capture_output=True, text=True, check=True, timeout=120)
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    # The child froze the parent's heap (tens of thousands of objects); the parent, which runs
+    # the whole playbook, keeps collecting its own garbage.
+    assert seen["child_frozen"] > 10000
+    assert seen["parent_frozen"] == 0
