@@ -120,7 +120,8 @@ def lab_facts():
     playbook.write_text(json.dumps([{
         "name": "Connection settings", "hosts": "gpu_nodes", "gather_facts": False,
         "tasks": [{"name": "Show them", "ansible.builtin.debug": {"msg": {
-            "host": "{{ ansible_host }}", "user": "{{ ansible_user }}", "key": "{{ ansible_ssh_private_key_file }}",
+            "host": "{{ ansible_host | default(inventory_hostname) }}", "user": "{{ ansible_user }}",
+            "key": "{{ ansible_ssh_private_key_file | default('') }}",
             "common_args": "{{ ansible_ssh_common_args }}",
             "cache": "{{ llama_cpp_distribute_controller_cache }}", "ccache": "{{ lab_ccache_host_dir }}"}}}]}]))
     run = run_playbook(str(playbook))
@@ -133,7 +134,7 @@ def ssh_argv(tool, node):
     control path (so the connection ansible opened is reused), then the inventory's arguments."""
     control_path = os.path.expanduser("~/.ansible/cp/%C")
     args = [tool, "-o", "ControlMaster=auto", "-o", "ControlPersist=120s", "-o", "ControlPath=" + control_path,
-            "-o", "BatchMode=yes", "-i", node["key"], "-o", "User=" + node["user"]]
+            "-o", "BatchMode=yes"] + (["-i", node["key"]] if node["key"] else []) + ["-o", "User=" + node["user"]]
     return args + node["common_args"].split()
 
 

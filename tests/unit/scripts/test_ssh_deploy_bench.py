@@ -76,3 +76,11 @@ def test_ssh_argv_reuses_ansible_control_path_and_the_inventory_arguments():
     assert 'ControlPath=%s' % str(Path('~/.ansible/cp/%C').expanduser()) in argv
     assert argv[-4:] == ['-o', 'UserKnownHostsFile=/k/known_hosts', '-o', 'IdentitiesOnly=yes']
     assert ['-i', '/k/id_ed25519'] == argv[argv.index('-i'):argv.index('-i') + 2]
+
+
+def test_ssh_argv_of_a_node_reached_through_an_ssh_config_names_no_key():
+    # The lab inventories: no ansible_host or key, the lab's ssh_config given with -F.
+    node = {'host': 'node-b', 'user': 'gpulab', 'key': '', 'common_args': '-F /lab/ssh_config'}
+    argv = bench.ssh_argv('ssh', node)
+    assert '-i' not in argv
+    assert argv[-2:] == ['-F', '/lab/ssh_config']
