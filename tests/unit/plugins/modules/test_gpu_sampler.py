@@ -33,23 +33,42 @@ def run(args, env=None):
     return raised.type, raised.value.args[0]
 
 
-def fake_smi(tmp_path):
-    """The lab's fake nvidia-smi, run with this interpreter (its shebang is the lab's python3)."""
+def fake_smi(tmp_path, runs_log=None):
+    """The lab's fake nvidia-smi, run with this interpreter (its shebang is the lab's python3);
+    with runs_log, each run that ended appends a line there."""
     wrapper = tmp_path / 'nvidia-smi'
-    wrapper.write_text('#!/bin/sh\nexec %s %s "$@"\n' % (sys.executable, FAKE_SMI))
+    if runs_log is None:
+        wrapper.write_text('#!/bin/sh\nexec %s %s "$@"\n' % (sys.executable, FAKE_SMI))
+    else:
+        wrapper.write_text('#!/bin/sh\n%s %s "$@"\nrc=$?\necho >> %s\nexit $rc\n' % (sys.executable, FAKE_SMI, runs_log))
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
     return str(wrapper)
 
 
+def after_runs(runs_log, count, action, timeout_s=120):
+    """In a thread: action() once nvidia-smi has ended count runs (a loaded machine takes its time)."""
+    def wait_then_act():
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if runs_log.exists() and len(runs_log.read_text().splitlines()) >= count:
+                break
+            time.sleep(0.05)
+        action()
+    thread = threading.Thread(target=wait_then_act, daemon=True)
+    thread.start()
+    return thread
+
+
 def test_poll_fallback_with_the_lab_fake_stops_at_the_stop_file(tmp_path):
     stop = tmp_path / 'stop'
-    threading.Timer(1.0, stop.touch).start()
-    started = time.monotonic()
-    kind, result = run({'trace_path': str(tmp_path / 'trace.json'), 'stop_file': str(stop), 'duration_s': 30,
-                        'interval_ms': 100, 'nvidia_smi_path': fake_smi(tmp_path)},
+    # Seven runs of nvidia-smi: the refused -lms, then enough polls for four samples.
+    runs_log = tmp_path / 'smi-runs'
+    waiter = after_runs(runs_log, 7, stop.touch)
+    kind, result = run({'trace_path': str(tmp_path / 'trace.json'), 'stop_file': str(stop), 'duration_s': 300,
+                        'interval_ms': 100, 'nvidia_smi_path': fake_smi(tmp_path, runs_log)},
                        env={'GPULAB_FAKE_NVIDIA_SMI_DIR': str(PROFILES / 'rtx-pro-6000-x2')})
+    waiter.join()
     assert kind is ExitJson, result
-    assert time.monotonic() - started < 10
     sampler = result['sampler']
     # the fake refuses -lms (as it refuses every command line it has no answer for)
     assert sampler['method'] == 'nvidia-smi-poll' and sampler['stopped_by'] == 'stop_file'
@@ -143,10 +162,13 @@ def test_a_trace_path_that_cannot_be_written_leaves_no_temp_file(tmp_path):
         trace.mkdir()
         stop.touch()
 
-    threading.Timer(0.5, make_dir_and_stop).start()
-    kind, result = run({'trace_path': str(trace), 'stop_file': str(stop), 'duration_s': 10, 'interval_ms': 100,
-                        'method': 'nvidia-smi-poll', 'nvidia_smi_path': fake_smi(tmp_path)},
+    # After three runs of nvidia-smi at least one sample was taken, however slow the machine is.
+    runs_log = tmp_path / 'smi-runs'
+    waiter = after_runs(runs_log, 3, make_dir_and_stop)
+    kind, result = run({'trace_path': str(trace), 'stop_file': str(stop), 'duration_s': 120, 'interval_ms': 100,
+                        'method': 'nvidia-smi-poll', 'nvidia_smi_path': fake_smi(tmp_path, runs_log)},
                        env={'GPULAB_FAKE_NVIDIA_SMI_DIR': str(PROFILES / 'rtx-pro-6000-x2')})
+    waiter.join()
     assert kind is FailJson, result
     assert result['msg'].startswith('trace_path %s cannot be written' % trace)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ['nvidia-smi', 'stop', 'trace.json']
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['nvidia-smi', 'smi-runs', 'stop', 'trace.json']
