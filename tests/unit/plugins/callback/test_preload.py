@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from ansible_collections.gpulab.inference.plugins.callback.preload import collection_filter_names
 
 REPO_ROOT = Path(__file__).resolve().parents[4]
@@ -58,12 +60,18 @@ def test_a_missing_filter_directory_names_none(tmp_path):
     assert collection_filter_names(str(tmp_path)) == ["gpulab.inference.a"]
 
 
-def test_playbook_start_loads_the_filters_and_the_ssh_configuration():
+@pytest.fixture(name="seen", scope="module")
+def fixture_seen():
+    """What the probe's process held after the callback ran, and what a fork of it froze."""
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS_DIR), PYTHONPATH=str(COLLECTIONS_DIR))
     env.pop("ANSIBLE_CONFIG", None)
     out = subprocess.run([sys.executable, "-c", PROBE, str(COLLECTIONS_DIR)], env=env, cwd="/",
                          capture_output=True, text=True, check=True, timeout=120)
     seen = json.loads(out.stdout.strip().splitlines()[-1])
+    return seen
+
+
+def test_playbook_start_loads_the_filters_and_the_ssh_configuration(seen):
     assert seen["before"] == []
     stems = [name.split(".")[-1] for name in seen["names"]]
     assert seen["after"] == sorted("ansible_collections.gpulab.inference.plugins.filter." + s for s in stems)
@@ -71,12 +79,7 @@ def test_playbook_start_loads_the_filters_and_the_ssh_configuration():
     assert seen["sudo_config"] is True
 
 
-def test_forked_workers_freeze_what_they_inherit_and_the_main_process_does_not():
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS_DIR), PYTHONPATH=str(COLLECTIONS_DIR))
-    env.pop("ANSIBLE_CONFIG", None)
-    out = subprocess.run([sys.executable, "-c", PROBE, str(COLLECTIONS_DIR)], env=env, cwd="/",
-                         capture_output=True, text=True, check=True, timeout=120)
-    seen = json.loads(out.stdout.strip().splitlines()[-1])
+def test_forked_workers_freeze_what_they_inherit_and_the_main_process_does_not(seen):
     # The child froze the parent's heap (tens of thousands of objects); the parent, which runs
     # the whole playbook, keeps collecting its own garbage.
     assert seen["child_frozen"] > 10000
