@@ -32,8 +32,11 @@ options:
       - The service manager to ask. V(auto) asks systemd where it runs as the init system
         (C(/run/systemd/system) exists), else supervisord where O(supervisor_config) exists,
         else reports no services.
+      - V(init) asks systemd where it runs as the init system and reports no services elsewhere,
+        without asking supervisord. That is what a stop of units must know, in one C(systemctl)
+        call (M(ansible.builtin.service_facts) also runs the status of every SysV script).
     type: str
-    choices: [auto, systemd, supervisor]
+    choices: [auto, init, systemd, supervisor]
     default: auto
   patterns:
     description: Shell patterns of the unit (systemd, with C(.service)) or program (supervisord) names to report.
@@ -110,7 +113,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 manager:
-  description: The service manager asked (V(systemd), V(supervisor)), or V(none) when neither runs.
+  description:
+    - The service manager asked (V(systemd), V(supervisor)), or V(none) when neither runs
+      (with O(manager=init), when systemd is not the init system).
   returned: success
   type: str
   sample: systemd
@@ -237,10 +242,12 @@ class ServiceStatus:
             return None
 
     def pick_manager(self, manager):
-        if manager != "auto":
+        if manager in ("systemd", "supervisor"):
             return manager
         if os.path.isdir("/run/systemd/system"):
             return "systemd"
+        if manager == "init":
+            return "none"
         if os.path.exists(self.params["supervisor_config"]):
             return "supervisor"
         return "none"
@@ -328,7 +335,7 @@ class ServiceStatus:
 def build_module():
     return AnsibleModule(
         argument_spec=dict(
-            manager=dict(type="str", choices=["auto", "systemd", "supervisor"], default="auto"),
+            manager=dict(type="str", choices=["auto", "init", "systemd", "supervisor"], default="auto"),
             patterns=dict(type="list", elements="str", default=["gpulab-*"]),
             log_lines=dict(type="int", default=0),
             log_since_start=dict(type="bool", default=False),

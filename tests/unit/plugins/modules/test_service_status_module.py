@@ -62,6 +62,23 @@ def test_no_units_runs_no_show():
     assert result.result["services"] == [] and result.commands == [list(LIST)]
 
 
+def test_init_asks_systemd_where_it_is_the_init_system(monkeypatch):
+    monkeypatch.setattr(service_status.os.path, "isdir", lambda path: path == "/run/systemd/system")
+    result = run({"manager": "init"}, {LIST: (0, LISTED, ""), SHOW: (0, SHOWN, "")})
+    assert result.result["manager"] == "systemd"
+    assert [unit["name"] for unit in result.result["services"]] == ["gpulab-llama-server.service"]
+
+
+def test_init_without_systemd_reports_none_and_runs_nothing(monkeypatch, tmp_path):
+    # supervisord's configuration is there, but init does not ask it
+    config = tmp_path / "supervisord.conf"
+    config.write_text("[supervisord]\n")
+    monkeypatch.setattr(service_status.os.path, "isdir", lambda path: False)
+    result = run({"manager": "init", "supervisor_config": str(config)}, {})
+    assert result.kind is ExitJson
+    assert result.result["manager"] == "none" and result.result["services"] == [] and result.commands == []
+
+
 def test_a_failing_systemctl_is_named():
     result = run({"manager": "systemd"}, {LIST: (1, "", "Failed to connect to bus")})
     assert result.kind is FailJson
