@@ -5,7 +5,8 @@ The layout mirrors the tree: plugins/<kind>/<name>.py is tested by
 tests/unit/plugins/<kind>/test_<name>.py. A module may use test_<name>_module.py instead: pytest
 imports test files by basename (the test directories are not packages), so a module whose
 module_utils file has the same name (synthetic_hf, vllm_plan, ...) cannot also use
-test_<name>.py.
+test_<name>.py. An action plugin runs on the controller inside a play, so its test is a playbook
+test: tests/playbooks/test_<name>_action.py.
 """
 
 from pathlib import Path
@@ -18,7 +19,10 @@ KINDS = {
     'module_utils': ('test_{}.py',),
     'filter': ('test_{}.py',),
     'callback': ('test_{}.py',),
+    'action': ('test_{}_action.py',),
 }
+# Kinds whose tests are not under tests/unit/plugins/<kind>.
+TEST_DIRS = {'action': ('tests', 'playbooks')}
 
 # Directories whose test files pytest collects in one run (make unit, make test).
 COLLECTED_TOGETHER = ('tests/unit', 'tests/playbooks', 'tests/integration_llama')
@@ -36,12 +40,12 @@ def missing_test_files(root):
     plugin without its test file; [] when all have one."""
     missing = []
     for kind, patterns in KINDS.items():
-        test_dir = root / 'tests' / 'unit' / 'plugins' / kind
+        test_dir = root.joinpath(*TEST_DIRS.get(kind, ('tests', 'unit', 'plugins', kind)))
         for name in plugin_names(root, kind):
             candidates = [pattern.format(name) for pattern in patterns]
             if not any((test_dir / candidate).is_file() for candidate in candidates):
-                missing.append('plugins/%s/%s.py: no tests/unit/plugins/%s/%s' % (
-                    kind, name, kind, ' or '.join(candidates)))
+                missing.append('plugins/%s/%s.py: no %s/%s' % (
+                    kind, name, test_dir.relative_to(root), ' or '.join(candidates)))
     return missing
 
 
@@ -83,6 +87,7 @@ def test_this_tree_has_plugins_to_check():
     assert 'gpu_facts' in plugin_names(REPO_ROOT, 'modules')
     assert 'nvidia_smi' in plugin_names(REPO_ROOT, 'module_utils')
     assert 'inventory_problems' in plugin_names(REPO_ROOT, 'filter')
+    assert 'file_set' in plugin_names(REPO_ROOT, 'action')
 
 
 # --- the checks themselves, on made-up trees -------------------------------------------------
@@ -107,6 +112,14 @@ def test_module_suffix_counts_for_modules_only(tmp_path):
     assert missing_test_files(tmp_path) == [
         'plugins/module_utils/alpha.py: no tests/unit/plugins/module_utils/test_alpha.py']
     _touch(tmp_path, 'tests/unit/plugins/module_utils/test_alpha.py')
+    assert missing_test_files(tmp_path) == []
+
+
+def test_an_action_plugin_is_tested_by_a_playbook_test(tmp_path):
+    _touch(tmp_path, 'plugins/action/alpha.py')
+    _touch(tmp_path, 'tests/unit/plugins/action/test_alpha.py')
+    assert missing_test_files(tmp_path) == ['plugins/action/alpha.py: no tests/playbooks/test_alpha_action.py']
+    _touch(tmp_path, 'tests/playbooks/test_alpha_action.py')
     assert missing_test_files(tmp_path) == []
 
 
