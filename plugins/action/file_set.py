@@ -12,7 +12,11 @@ import os
 from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
-from ansible.template import trust_as_template
+
+try:
+    from ansible.template import trust_as_template
+except ImportError:  # ansible-core before 2.19: no trust tags, and a whole file renders through do_template
+    trust_as_template = None
 
 from ansible_collections.gpulab.inference.plugins.module_utils.file_set import entry_problems
 
@@ -42,8 +46,18 @@ class ActionModule(ActionBase):
         variables.update(entry.get('vars') or {})
         templar = self._templar.copy_with_new_env(searchpath=self._search_path(task_vars, source),
                                                   available_variables=variables)
-        text = trust_as_template(self._loader.get_text_file_contents(source))
-        rendered = templar.template(text, escape_backslashes=False, overrides=TEMPLATE_OVERRIDES)
+        if trust_as_template is None:
+            real = self._loader.get_real_file(source)
+            try:
+                with open(real, 'rb') as stream:
+                    text = to_text(stream.read(), errors='surrogate_or_strict')
+            finally:
+                self._loader.cleanup_tmp_file(real)
+            rendered = templar.do_template(text, preserve_trailing_newlines=True, escape_backslashes=False,
+                                           overrides=TEMPLATE_OVERRIDES)
+        else:
+            text = trust_as_template(self._loader.get_text_file_contents(source))
+            rendered = templar.template(text, escape_backslashes=False, overrides=TEMPLATE_OVERRIDES)
         return '' if rendered is None else to_text(rendered)
 
     def _read(self, entry):
