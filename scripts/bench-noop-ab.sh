@@ -11,7 +11,8 @@
 # Usage: scripts/bench-noop-ab.sh BASE NEW [rounds, default 3]
 set -euo pipefail
 
-base=$1 new=$2 rounds=${3:-3}
+declare -A commits=([base]=$1 [new]=$2)
+rounds=${3:-3}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 usage_file=/sys/fs/cgroup/cpuacct/cpuacct.usage
 work=$(mktemp -d /tmp/gpulab-bench-noop-ab.XXXXXX)
@@ -21,9 +22,8 @@ trap 'rm -rf "$work"' EXIT
 export PATH="$repo/.venv/bin:$PATH" MOLECULE_PROJECT_DIRECTORY=$repo
 
 for label in base new; do
-  commit=${!label}
   git clone -q "$repo" "$work/$label"
-  git -C "$work/$label" checkout -q "$commit"
+  git -C "$work/$label" checkout -q "${commits[$label]}"
   mkdir -p "$work/$label/.build/collections/ansible_collections/gpulab"
   ln -s "$work/$label" "$work/$label/.build/collections/ansible_collections/gpulab/inference"
 done
@@ -39,14 +39,14 @@ run() {
   t1=$(date +%s.%N); cpu1=$(cat "$usage_file")
   read -r user sys <"$work/time"
   printf '%s %-4s %s wall %6.1f s  machine CPU %6.1f s  ansible-playbook CPU %5.1f s  nodes with changed=0: %s\n' \
-    "$(date -u +%H:%M:%S)" "$label" "${!label}" "$(echo "$t1 - $t0" | bc)" \
+    "$(date -u +%H:%M:%S)" "$label" "${commits[$label]}" "$(echo "$t1 - $t0" | bc)" \
     "$(echo "($cpu1 - $cpu0) / 1000000000" | bc -l)" "$(echo "$user + $sys" | bc)" "$(grep -c ' changed=0 ' "$work/$label.log" || true)"
 }
 
 # The warm-up is nobody's: it warms the page cache and the SSH control connections, and it makes
 # the benchmark whose report the measured runs then find standing.
 run base >/dev/null
-for round in $(seq 1 "$rounds"); do
+for _ in $(seq 1 "$rounds"); do
   run base
   run new
 done
