@@ -11,7 +11,8 @@
 # Usage: scripts/bench-noop-ab.sh BASE NEW [rounds, default 3]
 set -euo pipefail
 
-declare -A commits=([base]=$1 [new]=$2)
+usage="usage: $0 BASE NEW [rounds]"
+declare -A commits=([base]=${1:?$usage} [new]=${2:?$usage})
 rounds=${3:-3}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 usage_file=/sys/fs/cgroup/cpuacct/cpuacct.usage
