@@ -183,9 +183,10 @@ def main():
         uid = _lookup(module, 'owner', entry)
         gid = _lookup(module, 'group', entry)
         current = fs.current_state(entry['path'])
+        after = entry['content'].encode('utf-8') if entry['state'] == 'file' else None
         before = None
-        if entry['state'] == 'file' and current['kind'] == 'file':
-            before = fs.read_small(entry['path'], len(entry['content'].encode('utf-8')))
+        if after is not None and current['kind'] == 'file':
+            before = fs.read_small(entry['path'], len(after))
         steps, problem = fs.plan_entry(entry, current, uid, gid, before)
         if problem:
             problems.append(problem)
@@ -194,7 +195,7 @@ def main():
             steps = steps or ['chown']
         plans.append((steps, uid, gid))
         if 'write' in steps and module._diff:
-            diff = fs.diff_of(entry['path'], before, entry['content'].encode('utf-8'))
+            diff = fs.diff_of(entry['path'], before, after)
             if diff:
                 diffs.append(diff)
     if problems:

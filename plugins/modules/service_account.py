@@ -100,8 +100,9 @@ def main():
     )
     params = module.params
     groups = grp.getgrall()
+    names = set(group.gr_name for group in groups)
     try:
-        joined = device_groups(params['device_groups'], set(entry.gr_name for entry in groups))
+        joined = device_groups(params['device_groups'], names)
     except ServiceManagerError as error:
         module.fail_json(msg='service_account: %s' % error)
     try:
@@ -115,7 +116,7 @@ def main():
     member_of = set(group.gr_name for group in groups if params['user'] in group.gr_mem)
     try:
         commands = account_commands(params['user'], params['group'], joined, params['home'], params['shell'],
-                                    any(group.gr_name == params['group'] for group in groups), current, member_of)
+                                    params['group'] in names, current, member_of)
     except ServiceAccountError as error:
         module.fail_json(msg='service_account: %s' % error)
     if not module.check_mode:
