@@ -4,13 +4,17 @@ named."""
 
 import grp
 import pwd
+from types import SimpleNamespace
 from unittest import mock
 
 from ansible_collections.gpulab.inference.plugins.modules import service_account
 from module_harness import ExitJson, FailJson, run_module
 
-GROUPS = [grp.struct_group(('video', 'x', 44, ['gpulab-llama'])), grp.struct_group(('gpulab-llama', 'x', 998, []))]
-LLAMA = pwd.struct_passwd(('gpulab-llama', 'x', 998, 998, '', '/nonexistent', '/usr/sbin/nologin'))
+# Plain entries with the attributes the module reads: with grp.struct_group and pwd.struct_passwd built from
+# tuples here, CPython 3.11 printed a SystemError at interpreter exit once a playbook test had run in the same process.
+GROUPS = [SimpleNamespace(gr_name='video', gr_gid=44, gr_mem=['gpulab-llama']),
+          SimpleNamespace(gr_name='gpulab-llama', gr_gid=998, gr_mem=[])]
+LLAMA = SimpleNamespace(pw_name='gpulab-llama', pw_uid=998, pw_gid=998, pw_dir='/nonexistent', pw_shell='/usr/sbin/nologin')
 
 
 def run(args, answers, users=()):
