@@ -91,7 +91,8 @@ options:
     default: false
   state_file:
     description:
-      - The drain state file. Its directory must exist and be writable; it is written before anything is stopped.
+      - The drain state file, written before anything is stopped. Its directory is created (root, mode 0755)
+        when missing; one that cannot be created or written fails every drain before anything is stopped.
     type: path
     default: /var/lib/gpulab/drain-state.json
   wait_timeout_s:
@@ -477,12 +478,28 @@ class GpuDrain:
         except DrainStateError as exc:
             self.module.fail_json(msg=str(exc), state_file=self.state_file)
 
-    def check_writable(self):
+    def prepare_state_dir(self):
+        """Create the state file's directory (root, 0755) when missing, and refuse one that cannot be
+        written, on every drain: a bad state_file stops the run before anything is stopped, also on a
+        node with nothing to stop yet. In check mode a missing directory is only reported."""
         directory = os.path.dirname(self.state_file) or '.'
-        if not os.path.isdir(directory) or not os.access(directory, os.W_OK | os.X_OK):
-            self.module.fail_json(
-                msg='drain state directory %s does not exist or is not writable: create it (role gpu_drain does) '
-                    'or set state_file; nothing was stopped' % directory, state_file=self.state_file)
+        if not os.path.isdir(directory):
+            self.changed = True
+            if self.check_mode:
+                return
+            try:
+                os.makedirs(directory, 0o755)
+                os.chmod(directory, 0o755)
+            except OSError as exc:
+                self.fail_state_dir(directory, exc.strerror or str(exc))
+        if not os.access(directory, os.W_OK | os.X_OK):
+            self.fail_state_dir(directory, 'not writable')
+
+    def fail_state_dir(self, directory, reason):
+        self.module.fail_json(
+            msg='drain state directory %s cannot be created or written (%s). Nothing was stopped. Set state_file '
+                '(role gpu_drain: gpu_drain_state_file) to a writable place on a disk that survives reboots.'
+                % (directory, reason), state_file=self.state_file)
 
     def write_state(self, state):
         # Atomic and fsynced: a crash mid-drain must leave the previous state readable for restore.
@@ -495,6 +512,7 @@ class GpuDrain:
     # --- drain ------------------------------------------------------------------------------------
 
     def drain(self):
+        self.prepare_state_dir()
         existing = self.load_state()
         self.state = existing
         self.find_tools()
@@ -544,7 +562,6 @@ class GpuDrain:
         if self.check_mode:
             self.state = state
             return
-        self.check_writable()
         self.write_state(state)
         for entry in pending:
             self.stop(entry)

@@ -253,13 +253,34 @@ def test_corrupt_state_file_fails_with_its_path_and_is_left_alone(tmp_path):
     assert state_file.read_text() == '{"schema": "gpulab.inference.gpu_drain/1", "entries": ['
 
 
-def test_unwritable_state_directory_fails_before_stopping(tmp_path):
-    args = drain_args(tmp_path, state_file=str(tmp_path / 'missing' / 'drain-state.json'))
+def test_missing_state_directory_is_created_before_the_state_file(tmp_path):
+    args = drain_args(tmp_path, state_file=str(tmp_path / 'missing' / 'deeper' / 'drain-state.json'))
+    kind, result, commands, unused_warnings = run(args, drain_answers(args['state_file']))
+    assert kind is ExitJson, result
+    assert (tmp_path / 'missing' / 'deeper').is_dir()
+    assert oct((tmp_path / 'missing' / 'deeper').stat().st_mode & 0o777) == '0o755'
+    assert json.loads((tmp_path / 'missing' / 'deeper' / 'drain-state.json').read_text())['phase'] == 'drained'
+
+
+def test_state_directory_that_cannot_be_created_fails_before_stopping(tmp_path):
+    (tmp_path / 'regular').write_text('a file, not a directory')
+    args = drain_args(tmp_path, state_file=str(tmp_path / 'regular' / 'drain-state.json'))
     kind, result, commands, unused_warnings = run(args, drain_answers(args['state_file']))
     assert kind is FailJson
-    assert result['msg'].startswith('drain state directory %s does not exist or is not writable' % (tmp_path / 'missing'))
-    assert 'nothing was stopped' in result['msg']
+    assert result['msg'].startswith('drain state directory %s cannot be created or written (' % (tmp_path / 'regular'))
+    assert 'Nothing was stopped' in result['msg'] and 'gpu_drain_state_file' in result['msg']
     assert [c for c in commands if c[1] == 'stop'] == []
+    assert commands == []
+
+
+def test_check_mode_creates_no_state_directory_and_says_changed(tmp_path):
+    # nothing to stop (gpu-embed kept too): the directory alone makes the change
+    args = drain_args(tmp_path, state_file=str(tmp_path / 'missing' / 'drain-state.json'),
+                      keep=['whisper-asr', 'gpu-embed'], _ansible_check_mode=True)
+    kind, result, commands, unused_warnings = run(args, drain_answers(args['state_file']))
+    assert kind is ExitJson, result
+    assert (result['changed'], result['stopped']) == (True, [])
+    assert not (tmp_path / 'missing').exists()
 
 
 def test_check_mode_reports_and_changes_nothing(tmp_path):
