@@ -51,6 +51,12 @@ options:
         the GPU (by PCI bus id) that does not answer when asked on its own.
     type: int
     default: 30
+  residency:
+    description:
+      - Also report which processes hold how much memory on which GPU, as M(gpulab.inference.gpu_residency) does
+        (RV(residency)), in the same module run. Skipped on a node without GPUs or with a driver mismatch.
+    type: bool
+    default: false
 extends_documentation_fragment:
   - gpulab.inference.read_only
 attributes:
@@ -78,6 +84,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+residency:
+  description: What M(gpulab.inference.gpu_residency) returns as its RV(gpulab.inference.gpu_residency#module:residency).
+  returned: when O(residency=true) and the node has GPUs and no driver mismatch
+  type: dict
 snapshot:
   description:
     - What identifies the node's GPUs and driver, without live values (memory used, utilisation),
@@ -203,7 +213,7 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi_runner import GpuFacts
+from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi_runner import GpuFacts, GpuResidency
 
 
 def build_module():
@@ -213,6 +223,7 @@ def build_module():
             driver_version_file=dict(type='path', default='/proc/driver/nvidia/version'),
             required=dict(type='bool', default=False),
             timeout_s=dict(type='int', default=30),
+            residency=dict(type='bool', default=False),
         ),
         supports_check_mode=True,
     )
@@ -224,7 +235,12 @@ def main():
     facts = GpuFacts(module, params['nvidia_smi_path'], params['driver_version_file'], params['required'],
                      params['timeout_s'])
     facts.gather()
-    module.exit_json(**facts.result)
+    result = facts.result
+    if params['residency'] and facts.gpus and not facts.driver['mismatch']:
+        residency = GpuResidency(module, params['nvidia_smi_path'], params['timeout_s'])
+        residency.gather()
+        result['residency'] = residency.residency
+    module.exit_json(**result)
 
 
 if __name__ == '__main__':

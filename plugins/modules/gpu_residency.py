@@ -137,75 +137,9 @@ residency:
       sample: 0.0
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi import (
-    COMPUTE_APPS_QUERY_ARGS,
-    GPU_QUERY_ARGS,
-    NvidiaSmiParseError,
-    build_residency,
-    parse_compute_apps_query,
-    parse_gpu_query,
-)
-from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi_runner import NvidiaSmiRunner
-
-
-class GpuResidency:
-    """Runs the two nvidia-smi queries and reads the processes' cgroups and supervisord programs."""
-
-    def __init__(self, module):
-        self.module = module
-        self.nvidia_smi_path = module.params['nvidia_smi_path']
-        self.indices = module.params['gpus']
-        self.proc_root = module.params['proc_root']
-        self.runner = NvidiaSmiRunner(module, self.nvidia_smi_path, module.params['timeout_s'])
-        self.residency = None
-
-    @property
-    def result(self):
-        return {'changed': False, 'residency': self.residency}
-
-    def read_cgroup(self, pid):
-        """Text of /proc/PID/cgroup, or None when the process has exited."""
-        try:
-            with open(os.path.join(self.proc_root, str(pid), 'cgroup'), encoding='utf-8', errors='replace') as cgroup_file:
-                return cgroup_file.read()
-        except (IOError, OSError):
-            return None
-
-    def read_environ(self, pid):
-        """Text of /proc/PID/environ, or None when it cannot be read (exited, or not ours without root)."""
-        try:
-            with open(os.path.join(self.proc_root, str(pid), 'environ'), 'rb') as environ_file:
-                return environ_file.read().decode('utf-8', 'replace')
-        except (IOError, OSError):
-            return None
-
-    def gather(self):
-        if self.runner.find() is None:
-            self.module.fail_json(
-                msg='nvidia-smi (%s) not found: GPU residency needs the NVIDIA driver; '
-                    'install it or set nvidia_smi_path' % self.nvidia_smi_path)
-        gpu_stdout = self.runner.run(GPU_QUERY_ARGS)[1]
-        apps_stdout = self.runner.run(COMPUTE_APPS_QUERY_ARGS)[1]
-        try:
-            gpus = parse_gpu_query(gpu_stdout)
-            processes = parse_compute_apps_query(apps_stdout)
-        except NvidiaSmiParseError as exc:
-            self.module.fail_json(msg=str(exc))
-        cgroups = dict((process['pid'], self.read_cgroup(process['pid'])) for process in processes)
-        environs = dict((process['pid'], self.read_environ(process['pid'])) for process in processes)
-        try:
-            self.residency = build_residency(gpus, processes, self.indices, cgroups, environs)
-        except ValueError as exc:
-            self.module.fail_json(msg='gpus: %s' % exc)
-        for process in self.residency['processes']:
-            if process['gpu_index'] is None:
-                self.module.warn(
-                    'process %d (%s) holds memory on GPU %s, which the GPU query did not list'
-                    % (process['pid'], process['process_name'], process['gpu_uuid']))
+from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi_runner import GpuResidency
 
 
 def build_module():
@@ -222,7 +156,8 @@ def build_module():
 
 def main():
     module = build_module()
-    residency = GpuResidency(module)
+    residency = GpuResidency(module, module.params['nvidia_smi_path'], module.params['timeout_s'],
+                             module.params['gpus'], module.params['proc_root'])
     residency.gather()
     module.exit_json(**residency.result)
 

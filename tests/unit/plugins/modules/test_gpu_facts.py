@@ -242,3 +242,35 @@ def test_non_utf8_driver_version_file_is_a_clear_error(tmp_path):
     assert kind is FailJson
     assert result['msg'].startswith(str(bad)) and 'NVRM version' in result['msg']
     json.dumps(result)
+
+
+APPS_QUERY = bounded([SMI, '--query-compute-apps=pid,process_name,gpu_uuid,used_memory', '--format=csv,noheader,nounits'])
+
+
+def test_residency_in_the_same_run():
+    answers = dict(h200_answers())
+    answers[tuple(APPS_QUERY)] = ok((FIXTURES / 'h200-loaded' / 'query-compute-apps-idle.csv').read_text())
+    version_file = FIXTURES / 'h200-loaded' / 'proc-driver-nvidia-version'
+    kind, result, commands, unused = run_module({'driver_version_file': str(version_file), 'residency': True}, answers)
+    assert kind is ExitJson, result
+    assert commands == [GPU_QUERY, MIG_QUERY, VERSION, GPU_QUERY, APPS_QUERY]
+    assert result['residency']['processes'] == []
+    assert [gpu['index'] for gpu in result['residency']['gpus']] == [0]
+    assert result['ansible_facts']['gpulab_gpu_count'] == 1
+
+
+def test_residency_is_not_read_without_gpus_or_by_default(tmp_path):
+    kind, result, commands, unused = run_module({'residency': True}, {}, bin_path=None)
+    assert kind is ExitJson and 'residency' not in result and commands == []
+    version_file = FIXTURES / 'h200-loaded' / 'proc-driver-nvidia-version'
+    kind, result, commands, unused = run_module({'driver_version_file': str(version_file)}, h200_answers())
+    assert kind is ExitJson and 'residency' not in result and APPS_QUERY not in commands
+
+
+def test_residency_is_not_read_on_a_driver_mismatch():
+    mismatch = (FIXTURES / 'synthetic' / 'nvml-mismatch.txt').read_text()
+    version_file = FIXTURES / 'h200-loaded' / 'proc-driver-nvidia-version'
+    kind, result, commands, unused = run_module({'driver_version_file': str(version_file), 'residency': True},
+                                                {tuple(GPU_QUERY): (18, mismatch, '')})
+    assert kind is ExitJson and commands == [GPU_QUERY] and 'residency' not in result
+    assert result['ansible_facts']['gpulab_gpu_driver']['mismatch'] is True
