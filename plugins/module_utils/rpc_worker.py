@@ -85,6 +85,15 @@ def memory_mib(value, what):
     return non_negative_int(value, what)
 
 
+def meminfo_total_mib(text):
+    """MemTotal of /proc/meminfo's text in MiB, or None when the text has no such line."""
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) >= 2 and fields[0] == "MemTotal:" and fields[1].isdigit():
+            return int(fields[1]) // 1024
+    return None
+
+
 def check_bind_address(address, allow_any=False):
     """Refuse a wildcard bind unless explicitly allowed: the RPC protocol has no authentication."""
     if address in (None, ""):

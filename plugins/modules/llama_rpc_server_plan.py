@@ -61,7 +61,9 @@ options:
     type: int
     default: 50052
   memory_mib:
-    description: Host memory size in MiB, reported for the CPU device (used by a proportional split).
+    description:
+      - Host memory size in MiB, reported for the CPU device (used by a proportional split).
+      - Omitted, it is read from C(/proc/meminfo) on the node.
     type: int
   firewall_enabled:
     description: Whether the nftables table and the systemd IP filter guard the ports; then O(allowed_sources) must not be empty.
@@ -200,7 +202,6 @@ EXAMPLES = r"""
   gpulab.inference.llama_rpc_server_plan:
     cuda: false
     address: 10.231.77.11
-    memory_mib: "{{ ansible_facts.memtotal_mb }}"
     allowed_sources: [10.231.77.10]
 
 - name: Expose only GPUs 1 and 2, from port 51000
@@ -307,6 +308,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.rpc_worker import
     firewall_sources,
     firewall_unit_directives,
     foreign_firewall_problem,
+    meminfo_total_mib,
     memory_mib,
     rpc_devices,
     rpc_guard_wrapper,
@@ -314,6 +316,15 @@ from ansible_collections.gpulab.inference.plugins.module_utils.rpc_worker import
     rpc_server_wrapper,
     stale_units,
 )
+
+
+def host_memory_mib(path="/proc/meminfo"):
+    """The node's memory in MiB from /proc/meminfo, or None when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as meminfo:
+            return meminfo_total_mib(meminfo.read())
+    except (IOError, OSError):
+        return None
 
 
 def read_build(link):
@@ -348,7 +359,8 @@ class RpcServerPlan:
         for server in servers:
             server["port"] = params["port_base"] + server["instance"]
             if server["device"] == "CPU":
-                server["memory_mib"] = memory_mib(params["memory_mib"], "memory_mib")
+                server["memory_mib"] = memory_mib(params["memory_mib"], "memory_mib") \
+                    if params["memory_mib"] is not None else host_memory_mib()
         ports = [server["port"] for server in servers]
         firewall = {"ipv4": [], "ipv6": [], "admit_loopback": False, "ip_address_allow": [],
                     "ssh_ports": clear_of_ssh(ports, params["ssh_ports"], "llama_rpc_server_port_base")}

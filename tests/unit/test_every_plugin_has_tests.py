@@ -1,4 +1,4 @@
-"""Every module, module_utils file, filter and callback plugin has its unit test file, and no two test
+"""Every module, module_utils file, filter, callback and lookup plugin has its unit test file, and no two test
 files share a basename.
 
 The layout mirrors the tree: plugins/<kind>/<name>.py is tested by
@@ -19,6 +19,7 @@ KINDS = {
     'module_utils': ('test_{}.py',),
     'filter': ('test_{}.py',),
     'callback': ('test_{}.py',),
+    'lookup': ('test_{}.py',),
     'action': ('test_{}_action.py',),
 }
 # Kinds whose tests are not under tests/unit/plugins/<kind>.

@@ -10,6 +10,7 @@ import pytest
 
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import LlamaServerError
 from ansible_collections.gpulab.inference.plugins.module_utils.rpc_worker import (
+    meminfo_total_mib,
     check_bind_address,
     firewall_sources,
     foreign_firewall_problem,
@@ -298,3 +299,9 @@ def test_stale_units_are_instances_beyond_the_plan():
 
 def test_stale_units_escape_the_unit_name():
     assert stale_units(["gpulabXrpc@1.service"], "gpulab.rpc", [0]) == []
+
+
+def test_meminfo_total_in_mib():
+    assert meminfo_total_mib("MemTotal:       16384000 kB\nMemFree:  1 kB\n") == 16000
+    assert meminfo_total_mib("MemFree:  1 kB\n") is None
+    assert meminfo_total_mib("MemTotal: lots kB\n") is None

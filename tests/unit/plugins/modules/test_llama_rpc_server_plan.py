@@ -6,6 +6,7 @@ import time
 import pytest
 
 from ansible_collections.gpulab.inference.plugins.module_utils import bounded_command
+from ansible_collections.gpulab.inference.plugins.module_utils.rpc_worker import meminfo_total_mib
 from ansible_collections.gpulab.inference.plugins.modules import llama_rpc_server_plan
 import module_harness
 from module_harness import ExitJson, FailJson
@@ -226,3 +227,15 @@ def test_a_hanging_systemctl_fails_within_its_limit_naming_the_command(build, tm
     assert result.result["msg"] == ("`%s is-active firewalld.service ufw.service` did not finish within 1 s and was "
                                     "stopped: systemd does not answer: check `systemctl is-system-running` and the "
                                     "journal of PID 1 on this host" % systemctl)
+
+
+def test_cpu_memory_read_from_the_node_without_memory_mib(build, tmp_path):
+    result = run({"build_link": str(build), "memory_mib": None})
+    assert result.kind is ExitJson, result.result
+    with open("/proc/meminfo", encoding="utf-8") as meminfo:
+        expected = meminfo_total_mib(meminfo.read())
+    assert expected > 0
+    assert result.result["servers"][0]["memory_mib"] == expected
+    (tmp_path / "meminfo").write_text("MemFree: 1 kB\n")
+    assert llama_rpc_server_plan.host_memory_mib(str(tmp_path / "meminfo")) is None
+    assert llama_rpc_server_plan.host_memory_mib(str(tmp_path / "absent")) is None
