@@ -37,11 +37,8 @@ options:
     description: The most bytes read of one file; a larger one is not read (RV(files) says so).
     type: int
     default: 16777216
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
+extends_documentation_fragment:
+  - gpulab.inference.read_only
 """
 
 EXAMPLES = r"""
