@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 name: controller_stat
-short_description: A file on the controller, as ansible.builtin.stat returns it in RV(stat), without a module run
+short_description: A file on the controller, as ansible.builtin.stat returns it in C(stat), without a module run
 version_added: 0.4.0
 description:
   - Returns, for each path, the keys of M(ansible.builtin.stat)'s C(stat) result that the roles read - C(exists),
