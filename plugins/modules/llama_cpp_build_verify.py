@@ -37,6 +37,11 @@ options:
         same id, or when it is a local build that had to be (another CPU architecture, an older
         glibc, an older CUDA major) from the same source.
     type: dict
+  current:
+    description:
+      - The C(current) link of the install directory, read and verified in the same module run
+        (RV(current)) with O(reference) and O(path). Its binaries are hashed once when it points at O(path).
+    type: path
 """
 
 EXAMPLES = r"""
@@ -77,6 +82,12 @@ lockstep_problem:
   description: Why this build may not serve beside O(reference) (null when it may or without O(reference)).
   returned: always
   type: str
+current:
+  description:
+    - O(current) verified as O(path) is (the keys above), and C(link_target), where the link points (null when
+      O(current) is not a link).
+  returned: when O(current) is given
+  type: dict
 """
 
 import os
@@ -115,12 +126,20 @@ def inspect(module, path):
             "mismatches": mismatches, "reason": reason}
 
 
+def lockstep_of(module, verified, path):
+    """Why the build verified at path may not serve beside the reference (None without one)."""
+    if module.params["reference"] is None:
+        return None
+    return lockstep_problem(module.params["reference"], verified["build_info"] if verified["valid"] else {}, path)
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             path=dict(type="path", required=True),
             fail_on_mismatch=dict(type="bool", default=True),
             reference=dict(type="dict"),
+            current=dict(type="path"),
         ),
         supports_check_mode=True,
     )
@@ -130,11 +149,15 @@ def main():
             check_lockstep_summary(module.params["reference"], "reference (the build host's BUILD_INFO.json)")
         except LlamaCppError as exc:
             module.fail_json(msg=str(exc))
-    result = inspect(module, module.params["path"])
-    result["lockstep_problem"] = None
-    if module.params["reference"] is not None:
-        result["lockstep_problem"] = lockstep_problem(
-            module.params["reference"], result["build_info"] if result["valid"] else {}, module.params["path"])
+    path, current = module.params["path"], module.params["current"]
+    verified = inspect(module, path)
+    result = dict(verified, lockstep_problem=lockstep_of(module, verified, path))
+    if current is not None:
+        # hashed once when current points at path (a deploy that changes nothing)
+        same = os.path.exists(current) and os.path.realpath(current) == os.path.realpath(path)
+        seen = dict(verified) if same else inspect(module, current)
+        result["current"] = dict(seen, lockstep_problem=lockstep_of(module, seen, current),
+                                 link_target=os.readlink(current) if os.path.islink(current) else None)
     if module.params["fail_on_mismatch"] and not result["valid"]:
         module.fail_json(msg=result["reason"], **result)
     module.exit_json(changed=False, **result)

@@ -112,6 +112,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+program_files:
+  description:
+    - Names of the supervisord program files (C(<name>.conf)) in O(supervisor_programs_dir), whichever manager was
+      asked, sorted; empty when the directory is absent. A node that changed manager still has them.
+  returned: success
+  type: list
+  elements: str
+  sample: [gpulab-rpc-server-0]
 manager:
   description:
     - The service manager asked (V(systemd), V(supervisor)), or V(none) when neither runs
@@ -228,7 +236,18 @@ class ServiceStatus:
     def result(self):
         summary = node_summary(*[self.read_json(self.params[name])
                                  for name in ("build_info", "model_manifest", "rpc_manifest", "vllm_plan")])
-        return dict(summary, changed=False, manager=self.manager, services=self.services, unreadable=self.unreadable)
+        return dict(summary, changed=False, manager=self.manager, services=self.services, unreadable=self.unreadable,
+                    program_files=self.program_files())
+
+    def program_files(self):
+        """Names of the program files (<name>.conf) in supervisor_programs_dir, whichever manager runs."""
+        try:
+            names = os.listdir(self.params["supervisor_programs_dir"])
+        except (IOError, OSError):
+            return []
+        return sorted(name[:-len(".conf")] for name in names
+                      if name.endswith(".conf") and not name.startswith(".")
+                      and os.path.isfile(os.path.join(self.params["supervisor_programs_dir"], name)))
 
     def read_json(self, path):
         """The parsed file, or None when it is absent (or unreadable, noted in unreadable)."""

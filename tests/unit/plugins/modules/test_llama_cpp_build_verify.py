@@ -89,3 +89,36 @@ def test_verify_refuses_a_reference_it_cannot_compare(tmp_path, change, fragment
     run = verify(installed_build(tmp_path), reference=dict(REFERENCE, **change))
     assert run.kind is FailJson, run.result
     assert fragment in run.result["msg"]
+
+
+def test_current_pointing_at_the_build_is_read_in_the_same_run_and_hashed_once(tmp_path, monkeypatch):
+    build = installed_build(tmp_path)
+    (tmp_path / "current").symlink_to(build.name)
+    hashed = []
+    real_digest = llama_cpp_build_verify.AnsibleModule.digest_from_file
+
+    def counting_digest(self, filename, algorithm):
+        hashed.append(filename)
+        return real_digest(self, filename, algorithm)
+    monkeypatch.setattr(llama_cpp_build_verify.AnsibleModule, "digest_from_file", counting_digest)
+    run = verify(build, reference=REFERENCE, current=str(tmp_path / "current"))
+    assert run.kind is ExitJson, run.result
+    current = run.result["current"]
+    assert (current["valid"], current["build_id"], current["lockstep_problem"], current["link_target"]) == (
+        True, "0123456789ab", None, "0123456789ab")
+    assert hashed == [str(build / "bin" / "llama-server")]
+
+
+def test_current_elsewhere_or_missing_is_judged_on_its_own(tmp_path):
+    build = installed_build(tmp_path)
+    other = tmp_path / "other"
+    (other / "bin").mkdir(parents=True)
+    (other / "BUILD_INFO.json").write_text(json.dumps(dict(FULL, build_id="bbbbbbbbbbbb")))
+    (tmp_path / "current").symlink_to("other")
+    run = verify(build, reference=REFERENCE, current=str(tmp_path / "current"), fail_on_mismatch=False)
+    assert run.result["valid"] is True
+    assert run.result["current"]["valid"] is False and run.result["current"]["link_target"] == "other"
+    assert "checksum differs or file missing" in run.result["current"]["reason"]
+    missing = verify(build, current=str(tmp_path / "none"))
+    assert missing.result["current"]["link_target"] is None and missing.result["current"]["valid"] is False
+    assert missing.result["current"]["reason"] == "%s does not exist" % (tmp_path / "none" / "BUILD_INFO.json")

@@ -142,3 +142,16 @@ def test_documentation_parses_and_matches_the_argument_spec():
     for name, entry in spec.items():
         assert (options[name]["type"], options[name].get("default"), options[name].get("choices")) == (
             entry["type"], entry.get("default"), entry.get("choices")), name
+
+
+def test_program_files_are_listed_whichever_manager_is_asked(tmp_path):
+    programs = tmp_path / "supervisor.d"
+    programs.mkdir()
+    for name in ("gpulab-rpc-server-1.conf", "gpulab-rpc-server-0.conf", ".hidden.conf", "notes.txt"):
+        (programs / name).write_text("[program:x]\n")
+    (programs / "adir.conf").mkdir()
+    result = run({"manager": "systemd", "supervisor_programs_dir": str(programs)}, {LIST: (0, "", "")})
+    assert result.kind is ExitJson
+    assert result.result["program_files"] == ["gpulab-rpc-server-0", "gpulab-rpc-server-1"]
+    absent = run({"manager": "systemd", "supervisor_programs_dir": str(tmp_path / "none")}, {LIST: (0, "", "")})
+    assert absent.result["program_files"] == []
