@@ -34,6 +34,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi import
     missing_gpus_message,
     parse_compute_apps_query,
     parse_gpu_query,
+    parse_inventory,
     parse_kernel_module_version,
     parse_mig_query,
     parse_nvml_library_version,
@@ -253,3 +254,47 @@ class GpuResidency:
                 self.module.warn(
                     'process %d (%s) holds memory on GPU %s, which the GPU query did not list'
                     % (process['pid'], process['process_name'], process['gpu_uuid']))
+
+
+# The gpu_inventory option of the modules that read the node's GPUs in their own run (their
+# documentation: doc fragment gpulab.inference.gpu_inventory).
+GPU_INVENTORY_OPTION = dict(type='dict', options=dict(
+    path=dict(type='path', required=True),
+    nvidia_smi_path=dict(type='str', default='nvidia-smi'),
+    driver_version_file=dict(type='path', default='/proc/driver/nvidia/version'),
+    timeout_s=dict(type='int', default=DEFAULT_TIMEOUT_S),
+))
+
+
+def read_gpu_inventory(module, path, nvidia_smi_path='nvidia-smi', driver_version_file='/proc/driver/nvidia/version',
+                       timeout_s=DEFAULT_TIMEOUT_S):
+    """{gpus, gpu_count, driver, source}: gpu_preflight's inventory file, or nvidia-smi in check mode
+    without it (the record gpu_preflight would have written); fails the module naming what to run."""
+    if os.path.exists(path):
+        try:
+            with open(path, 'rb') as inventory_file:
+                text = inventory_file.read().decode('utf-8', 'replace')
+            inventory = parse_inventory(text, path)
+        except (IOError, OSError) as exc:
+            module.fail_json(msg='cannot read %s: %s' % (path, exc))
+        except NvidiaSmiParseError as exc:
+            module.fail_json(msg=str(exc))
+        return dict(inventory, source=path)
+    if not module.check_mode:
+        module.fail_json(msg='%s is missing: role gpulab.inference.gpu_preflight writes it (the first play of '
+                             'deploy.yml); run it on this node first' % path)
+    facts = GpuFacts(module, nvidia_smi_path, driver_version_file, False, timeout_s)
+    facts.gather()
+    if facts.driver.get('mismatch'):
+        module.fail_json(msg=facts.driver['message'])
+    return dict(parse_inventory(module.jsonify(inventory_snapshot(facts.gpus, facts.driver)), 'nvidia-smi'),
+                source='nvidia-smi')
+
+
+def gpus_of(module, option):
+    """The GPUs of the gpu_inventory option's file (read_gpu_inventory), or None when the option is unset."""
+    given = module.params.get(option)
+    if given is None:
+        return None
+    return read_gpu_inventory(module, given['path'], given['nvidia_smi_path'], given['driver_version_file'],
+                              given['timeout_s'])['gpus']

@@ -90,42 +90,16 @@ source:
   sample: /var/lib/gpulab/gpu-inventory.json
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi import (
-    NvidiaSmiParseError,
-    inventory_snapshot,
-    parse_inventory,
-)
-from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi_runner import GpuFacts
+from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi_runner import read_gpu_inventory
 
 
 def read_inventory(module):
     """{gpus, gpu_count, driver, source}: from the file, or from nvidia-smi in check mode without it."""
     params = module.params
-    path = params['path']
-    if os.path.exists(path):
-        try:
-            with open(path, 'rb') as inventory_file:
-                text = inventory_file.read().decode('utf-8', 'replace')
-            inventory = parse_inventory(text, path)
-        except (IOError, OSError) as exc:
-            module.fail_json(msg='cannot read %s: %s' % (path, exc))
-        except NvidiaSmiParseError as exc:
-            module.fail_json(msg=str(exc))
-        return dict(inventory, source=path)
-    if not module.check_mode:
-        module.fail_json(msg='%s is missing: role gpulab.inference.gpu_preflight writes it (the first play of '
-                             'deploy.yml); run it on this node first' % path)
-    facts = GpuFacts(module, params['nvidia_smi_path'], params['driver_version_file'], False, params['timeout_s'])
-    facts.gather()
-    if facts.driver.get('mismatch'):
-        module.fail_json(msg=facts.driver['message'])
-    # the record gpu_preflight would have written, so both sources give the same shape
-    return dict(parse_inventory(module.jsonify(inventory_snapshot(facts.gpus, facts.driver)), 'nvidia-smi'),
-                source='nvidia-smi')
+    return read_gpu_inventory(module, params['path'], params['nvidia_smi_path'], params['driver_version_file'],
+                              params['timeout_s'])
 
 
 def build_module():

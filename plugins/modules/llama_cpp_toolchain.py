@@ -26,6 +26,7 @@ author:
   - gpulab.inference contributors (@gpulab)
 extends_documentation_fragment:
   - gpulab.inference.read_only
+  - gpulab.inference.gpu_inventory
 options:
   install_dir:
     description: Directory holding one sub-directory per build id and the C(current) link.
@@ -145,6 +146,8 @@ import os
 import platform
 
 from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi_runner import GPU_INVENTORY_OPTION, gpus_of
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_cpp import (
     BUILD_ID_PATTERN,
     LlamaCppError,
@@ -258,6 +261,7 @@ def build_module():
             forward_compat=dict(type="bool", default=False),
             build_info=dict(type="dict"),
             gpus=dict(type="list", elements="dict", default=[]),
+            gpu_inventory=GPU_INVENTORY_OPTION,
         ),
         supports_check_mode=True,
     )
@@ -280,6 +284,10 @@ def survey(toolchain, params):
 
 def main():
     module = build_module()
+    # the GPUs of gpu_preflight's inventory, read in this run (option gpu_inventory)
+    inventory_gpus = gpus_of(module, "gpu_inventory")
+    if inventory_gpus is not None:
+        module.params["gpus"] = inventory_gpus
     toolchain = Toolchain(module).gather()
     node = survey(toolchain, module.params)
     compatible, sharing, running = None, [], []

@@ -27,6 +27,7 @@ author:
 extends_documentation_fragment:
   - gpulab.inference.read_only
   - gpulab.inference.rpc_fabric
+  - gpulab.inference.gpu_inventory
 options:
   build_link:
     description:
@@ -298,6 +299,8 @@ unit_file:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi_runner import GPU_INVENTORY_OPTION, gpus_of
 from ansible_collections.gpulab.inference.plugins.module_utils.bounded_command import BoundedRunner
 from ansible_collections.gpulab.inference.plugins.module_utils.exposure import ExposureError, clear_of_ssh
 from ansible_collections.gpulab.inference.plugins.module_utils.roce import RoceError, rpc_rdma_settings
@@ -441,6 +444,7 @@ def build_module():
             build_link=dict(type="path"),
             cuda=dict(type="bool", default=False),
             gpus=dict(type="list", elements="dict", default=[]),
+            gpu_inventory=GPU_INVENTORY_OPTION,
             gpu_indices=dict(type="list", elements="int", default=[]),
             address=dict(type="str", required=True),
             allow_any_address=dict(type="bool", default=False),
@@ -483,6 +487,10 @@ def build_module():
 
 def main():
     module = build_module()
+    # the GPUs of gpu_preflight's inventory, read in this run (option gpu_inventory)
+    inventory_gpus = gpus_of(module, "gpu_inventory")
+    if inventory_gpus is not None:
+        module.params["gpus"] = inventory_gpus
     plan = RpcServerPlan(module)
     try:
         plan.run()

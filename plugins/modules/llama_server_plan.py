@@ -29,6 +29,7 @@ author:
 extends_documentation_fragment:
   - gpulab.inference.read_only
   - gpulab.inference.rpc_fabric
+  - gpulab.inference.gpu_inventory
 options:
   build_link:
     description:
@@ -266,6 +267,8 @@ import os
 import pwd
 
 from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi_runner import GPU_INVENTORY_OPTION, gpus_of
 from ansible_collections.gpulab.inference.plugins.module_utils import layout_auto
 from ansible_collections.gpulab.inference.plugins.module_utils.bounded_command import BoundedRunner
 from ansible_collections.gpulab.inference.plugins.module_utils.roce import RoceError, rpc_rdma_settings
@@ -482,6 +485,7 @@ def build_module():
             model_path=dict(type="path", required=True),
             workers=dict(type="list", elements="dict", default=[]),
             local_gpus=dict(type="list", elements="dict", default=[]),
+            gpu_inventory=GPU_INVENTORY_OPTION,
             tensor_split=dict(type="raw", default="equal"),
             memory_plan=dict(type="dict"),
             memory_plan_path=dict(type="str", default="memory-plan.json"),
@@ -506,6 +510,10 @@ def build_module():
 
 def main():
     module = build_module()
+    # the GPUs of gpu_preflight's inventory, read in this run (option gpu_inventory)
+    inventory_gpus = gpus_of(module, "gpu_inventory")
+    if inventory_gpus is not None:
+        module.params["local_gpus"] = inventory_gpus
     plan = LlamaServerPlan(module)
     try:
         plan.run()

@@ -203,3 +203,29 @@ def test_bad_nvcc_path_names_the_option(tmp_path, capsys, mode, message):
     assert failed
     assert result["msg"].startswith("nvcc_path (llama_cpp_nvcc_path) %s %s" % (nvcc, message))
     assert "Traceback" not in result["msg"]
+
+
+def inventory_file(tmp_path, gpus):
+    """gpu-inventory.json as gpu_preflight writes it (module gpu_inventory's record)."""
+    path = tmp_path / "gpu-inventory.json"
+    path.write_text(json.dumps({"managed_by": "gpulab.inference", "driver_version": "580.159.04",
+                                "kernel_module_version": "580.159.04", "cuda_version": "13.0",
+                                "gpu_count": len(gpus), "gpus": gpus}))
+    return str(path)
+
+
+def test_the_gpus_of_the_inventory_file_in_the_same_run(tmp_path, capsys):
+    gpu = {"index": 0, "uuid": "GPU-1", "name": "NVIDIA H200", "pci_bus_id": "00000000:00:06.0", "compute_cap": "9.0",
+           "cuda_arch": "90", "memory_total_mib": 143771}
+    args = {"install_dir": str(tmp_path), "build_info": BUILD_INFO, "gpu_inventory": {"path": inventory_file(tmp_path, [gpu])}}
+    failed, result = run_module(args, capsys)[:2]
+    assert not failed, result
+    assert result["node"]["gpus"] == [{"index": 0, "name": "NVIDIA H200", "compute_cap": "9.0", "cuda_arch": "90"}]
+    assert result["run_problems"] == ["GPU NVIDIA H200 (compute capability 9.0) is not among the build's architectures 120a-real"]
+
+
+def test_a_missing_inventory_file_is_named(tmp_path, capsys):
+    args = {"install_dir": str(tmp_path), "gpu_inventory": {"path": str(tmp_path / "gpu-inventory.json")}}
+    failed, result = run_module(args, capsys)[:2]
+    assert failed
+    assert result["msg"].startswith("%s is missing: role gpulab.inference.gpu_preflight writes it" % (tmp_path / "gpu-inventory.json"))

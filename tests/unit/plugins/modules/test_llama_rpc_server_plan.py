@@ -239,3 +239,19 @@ def test_cpu_memory_read_from_the_node_without_memory_mib(build, tmp_path):
     (tmp_path / "meminfo").write_text("MemFree: 1 kB\n")
     assert llama_rpc_server_plan.host_memory_mib(str(tmp_path / "meminfo")) is None
     assert llama_rpc_server_plan.host_memory_mib(str(tmp_path / "absent")) is None
+
+
+def test_the_gpus_of_the_inventory_file_in_the_same_run(tmp_path):
+    gpus = [{"index": 0, "uuid": "GPU-0", "name": "NVIDIA RTX PRO 6000", "pci_bus_id": "00000000:01:00.0",
+             "compute_cap": "12.0", "cuda_arch": "120", "memory_total_mib": 97887},
+            {"index": 1, "uuid": "GPU-1", "name": "NVIDIA RTX PRO 6000", "pci_bus_id": "00000000:02:00.0",
+             "compute_cap": "12.0", "cuda_arch": "120", "memory_total_mib": 97887}]
+    path = tmp_path / "gpu-inventory.json"
+    path.write_text(json.dumps({"managed_by": "gpulab.inference", "driver_version": "580.159.04",
+                                "kernel_module_version": "580.159.04", "cuda_version": "13.0", "gpu_count": 2, "gpus": gpus}))
+    result = run({"cuda": True, "gpu_inventory": {"path": str(path)}})
+    assert result.kind is ExitJson, result.result
+    assert [(server["device"], server["gpu_index"], server["port"]) for server in result.result["servers"]] == [
+        ("CUDA0", 0, 50052), ("CUDA0", 1, 50053)]  # each server sees its one GPU as CUDA0
+    missing = run({"cuda": True, "gpu_inventory": {"path": str(tmp_path / "none.json")}})
+    assert missing.kind is FailJson and "none.json is missing: role gpulab.inference.gpu_preflight" in missing.result["msg"]

@@ -144,3 +144,15 @@ def test_auto_without_a_memory_plan_is_named(head):
     assert result.kind is FailJson
     assert result.result["msg"].startswith("llama_server_tensor_split is auto: the memory plan resolves it (role "
                                            "memory_plan writes /var/lib/gpulab/memory-plan.json")
+
+
+def test_the_head_s_gpus_from_the_inventory_file_in_the_same_run(head, tmp_path):
+    path = tmp_path / "gpu-inventory.json"
+    gpu = {"index": 0, "uuid": "GPU-0", "name": "NVIDIA RTX PRO 6000", "pci_bus_id": "00000000:01:00.0",
+           "compute_cap": "12.0", "cuda_arch": "120", "memory_total_mib": 97887}
+    path.write_text(json.dumps({"managed_by": "gpulab.inference", "driver_version": "580.159.04",
+                                "kernel_module_version": "580.159.04", "cuda_version": "13.0", "gpu_count": 1, "gpus": [gpu]}))
+    from_file = run(dict(head, workers=[manifest("node-b", "10.231.77.11")], gpu_inventory={"path": str(path)}))
+    given = run(dict(head, workers=[manifest("node-b", "10.231.77.11")], local_gpus=[gpu]))
+    assert from_file.kind is ExitJson and given.kind is ExitJson, (from_file.result, given.result)
+    assert from_file.result == given.result
