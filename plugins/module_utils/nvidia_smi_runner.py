@@ -231,15 +231,16 @@ class GpuResidency:
         except (IOError, OSError):
             return None
 
-    def gather(self):
+    def gather(self, gpus=None):
+        """gpus: the GPU query's answer when the caller ran it already (gpu_facts), else it runs here."""
         if self.runner.find() is None:
             self.module.fail_json(
                 msg='nvidia-smi (%s) not found: GPU residency needs the NVIDIA driver; '
                     'install it or set nvidia_smi_path' % self.nvidia_smi_path)
-        gpu_stdout = self.runner.run(GPU_QUERY_ARGS)[1]
+        gpu_stdout = self.runner.run(GPU_QUERY_ARGS)[1] if gpus is None else None
         apps_stdout = self.runner.run(COMPUTE_APPS_QUERY_ARGS)[1]
         try:
-            gpus = parse_gpu_query(gpu_stdout)
+            gpus = parse_gpu_query(gpu_stdout) if gpus is None else gpus
             processes = parse_compute_apps_query(apps_stdout)
         except NvidiaSmiParseError as exc:
             self.module.fail_json(msg=str(exc))
@@ -291,10 +292,10 @@ def read_gpu_inventory(module, path, nvidia_smi_path='nvidia-smi', driver_versio
                 source='nvidia-smi')
 
 
-def gpus_of(module, option):
-    """The GPUs of the gpu_inventory option's file (read_gpu_inventory), or None when the option is unset."""
-    given = module.params.get(option)
-    if given is None:
-        return None
-    return read_gpu_inventory(module, given['path'], given['nvidia_smi_path'], given['driver_version_file'],
-                              given['timeout_s'])['gpus']
+def use_gpu_inventory(module, gpus_option):
+    """When the module's gpu_inventory option is set, put the GPUs of that file (read_gpu_inventory)
+    in place of its GPU list option gpus_option."""
+    given = module.params.get('gpu_inventory')
+    if given is not None:
+        module.params[gpus_option] = read_gpu_inventory(
+            module, given['path'], given['nvidia_smi_path'], given['driver_version_file'], given['timeout_s'])['gpus']

@@ -238,7 +238,7 @@ def main():
     result = facts.result
     if params['residency'] and facts.gpus and not facts.driver['mismatch']:
         residency = GpuResidency(module, params['nvidia_smi_path'], params['timeout_s'])
-        residency.gather()
+        residency.gather(gpus=facts.gpus)
         result['residency'] = residency.residency
     module.exit_json(**result)
 

@@ -253,7 +253,8 @@ def test_residency_in_the_same_run():
     version_file = FIXTURES / 'h200-loaded' / 'proc-driver-nvidia-version'
     kind, result, commands, unused = run_module({'driver_version_file': str(version_file), 'residency': True}, answers)
     assert kind is ExitJson, result
-    assert commands == [GPU_QUERY, MIG_QUERY, VERSION, GPU_QUERY, APPS_QUERY]
+    # the GPU query gpu_facts ran serves the residency too
+    assert commands == [GPU_QUERY, MIG_QUERY, VERSION, APPS_QUERY]
     assert result['residency']['processes'] == []
     assert [gpu['index'] for gpu in result['residency']['gpus']] == [0]
     assert result['ansible_facts']['gpulab_gpu_count'] == 1
