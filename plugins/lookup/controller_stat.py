@@ -44,7 +44,6 @@ _raw:
   elements: dict
 """
 
-import hashlib
 import os
 import stat
 
@@ -52,7 +51,7 @@ from ansible.errors import AnsibleLookupError
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.lookup import LookupBase
 
-CHUNK_BYTES = 1024 * 1024
+from ansible_collections.gpulab.inference.plugins.module_utils.model_io import sha256_file
 
 
 def controller_stat(path, checksum=False):
@@ -66,14 +65,10 @@ def controller_stat(path, checksum=False):
     result = {'exists': True, 'isreg': stat.S_ISREG(info.st_mode), 'isdir': stat.S_ISDIR(info.st_mode),
               'size': info.st_size, 'mtime': info.st_mtime}
     if checksum and result['isreg']:
-        digest = hashlib.sha256()
         try:
-            with open(path, 'rb') as stream:
-                for chunk in iter(lambda: stream.read(CHUNK_BYTES), b''):
-                    digest.update(chunk)
+            result['checksum'] = sha256_file(path).hexdigest()
         except OSError as exc:
             raise AnsibleLookupError('controller_stat: cannot read %s: %s' % (path, exc.strerror or exc))
-        result['checksum'] = digest.hexdigest()
     return result
 
 

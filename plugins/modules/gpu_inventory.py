@@ -92,7 +92,7 @@ source:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi_runner import read_gpu_inventory
+from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi_runner import GPU_INVENTORY_OPTION, read_gpu_inventory
 
 
 def read_inventory(module):
@@ -104,13 +104,8 @@ def read_inventory(module):
 
 def build_module():
     return AnsibleModule(
-        argument_spec=dict(
-            path=dict(type='path', required=True),
-            required=dict(type='bool', default=False),
-            nvidia_smi_path=dict(type='str', default='nvidia-smi'),
-            driver_version_file=dict(type='path', default='/proc/driver/nvidia/version'),
-            timeout_s=dict(type='int', default=30),
-        ),
+        # the same options as the other modules' gpu_inventory option, and required
+        argument_spec=dict(GPU_INVENTORY_OPTION['options'], required=dict(type='bool', default=False)),
         supports_check_mode=True,
     )
 

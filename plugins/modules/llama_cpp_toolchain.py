@@ -147,7 +147,7 @@ import platform
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi_runner import GPU_INVENTORY_OPTION, gpus_of
+from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi_runner import GPU_INVENTORY_OPTION, use_gpu_inventory
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_cpp import (
     BUILD_ID_PATTERN,
     LlamaCppError,
@@ -284,10 +284,7 @@ def survey(toolchain, params):
 
 def main():
     module = build_module()
-    # the GPUs of gpu_preflight's inventory, read in this run (option gpu_inventory)
-    inventory_gpus = gpus_of(module, "gpu_inventory")
-    if inventory_gpus is not None:
-        module.params["gpus"] = inventory_gpus
+    use_gpu_inventory(module, "gpus")
     toolchain = Toolchain(module).gather()
     node = survey(toolchain, module.params)
     compatible, sharing, running = None, [], []

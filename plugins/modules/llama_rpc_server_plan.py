@@ -300,7 +300,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi_runner import GPU_INVENTORY_OPTION, gpus_of
+from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi_runner import GPU_INVENTORY_OPTION, use_gpu_inventory
 from ansible_collections.gpulab.inference.plugins.module_utils.bounded_command import BoundedRunner
 from ansible_collections.gpulab.inference.plugins.module_utils.exposure import ExposureError, clear_of_ssh
 from ansible_collections.gpulab.inference.plugins.module_utils.roce import RoceError, rpc_rdma_settings
@@ -487,10 +487,7 @@ def build_module():
 
 def main():
     module = build_module()
-    # the GPUs of gpu_preflight's inventory, read in this run (option gpu_inventory)
-    inventory_gpus = gpus_of(module, "gpu_inventory")
-    if inventory_gpus is not None:
-        module.params["gpus"] = inventory_gpus
+    use_gpu_inventory(module, "gpus")
     plan = RpcServerPlan(module)
     try:
         plan.run()
