@@ -10,9 +10,10 @@ Two mistakes an operator can make with one `-e` lock them out or open the lab:
   they cannot bind;
 - a head bound to a reachable address without an API key: anyone on that network can use it.
 
-The listeners come from the kernel's socket tables (/proc/net/tcp and tcp6), read by the module
-`node_exposure`; no `ss` is needed (GPU containers often lack iproute2). Everything here is a
-pure function on plain data, so tests feed captured tables.
+The listeners come from the kernel's socket tables (/proc/net/tcp and tcp6); no `ss` is needed
+(GPU containers often lack iproute2). Everything here but `read_node_listeners`, which reads procfs
+for the modules `node_exposure` and `llama_rpc_server_plan`, is a pure function on plain data, so
+tests feed captured tables.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -20,6 +21,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import ipaddress
+import os
+import pwd
 import socket
 
 TCP_LISTEN = "0A"
@@ -93,6 +96,55 @@ def listeners(sockets, processes, users):
         if entry["user"] is None:
             entry["user"] = users.get(sock["uid"], str(sock["uid"]))
     return [by_port[port] for port in sorted(by_port)]
+
+
+def _read_text(path):
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except (IOError, OSError):
+        return None
+
+
+def _socket_holders(proc_root):
+    """{inode: (pid, process name)} of every process's sockets that can be read."""
+    holders = {}
+    for pid in sorted((name for name in os.listdir(proc_root) if name.isdigit()), key=int):
+        fd_dir = os.path.join(proc_root, pid, "fd")
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        name = (_read_text(os.path.join(proc_root, pid, "comm")) or "").strip() or None
+        for fd in fds:
+            try:
+                inode = socket_inode(os.readlink(os.path.join(fd_dir, fd)))
+            except OSError:
+                continue
+            if inode is not None and inode not in holders:
+                holders[inode] = (int(pid), name)
+    return holders
+
+
+def _user_names(uids):
+    names = {}
+    for uid in uids:
+        try:
+            names[uid] = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            names[uid] = str(uid)
+    return names
+
+
+def read_node_listeners(proc_root="/proc"):
+    """The node's listeners as `listeners` gives them, read from procfs under proc_root."""
+    sockets = []
+    for table in ("tcp", "tcp6"):
+        path = os.path.join(proc_root, "net", table)
+        text = _read_text(path)
+        if text is not None:
+            sockets += listening_sockets(text, path)
+    return listeners(sockets, _socket_holders(proc_root), _user_names(set(s["uid"] for s in sockets)))
 
 
 def ssh_ports(node_listeners, ansible_port=None):

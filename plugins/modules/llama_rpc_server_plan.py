@@ -78,11 +78,19 @@ options:
     elements: str
   ssh_ports:
     description:
-      - The ports SSH uses on this node (C(ansible_port) and C(sshd)'s listeners, from M(gpulab.inference.node_exposure)).
-        The table accepts them before its drop rule, and a server planned on one of them is refused.
+      - The ports SSH uses on this node. The table accepts them before its drop rule, and a server planned on one of
+        them is refused.
+      - Omitted, they are read on the node as M(gpulab.inference.node_exposure) reads them, O(ansible_port) and every
+        port C(sshd) listens on (C(/proc/net/tcp), C(/proc/net/tcp6)).
     type: list
     elements: int
-    default: [22]
+  ansible_port:
+    description: The port the controller connects to (C(ansible_port)), with O(ssh_ports) omitted; empty means 22.
+    type: raw
+  proc_root:
+    description: Where procfs is mounted, read for O(ssh_ports) when they are omitted.
+    type: path
+    default: /proc
   head_is_local:
     description: Whether the head runs on this node; only then is loopback admitted.
     type: bool
@@ -104,10 +112,12 @@ options:
     type: str
     default: gpulab-rpc-server
   unit_names:
-    description: Units known to the node (the keys of C(ansible_facts.services)); planned instances are kept, others reported.
+    description:
+      - Units known to the node; planned instances are kept, others reported.
+      - Omitted, the module asks systemd for the instances of O(unit) (C(systemctl list-units)) where systemd is the
+        init system, and takes none elsewhere.
     type: list
     elements: str
-    default: []
   restart_sec:
     description: First restart delay in seconds.
     type: int
@@ -153,6 +163,11 @@ options:
     type: list
     elements: str
     default: []
+  fabric_file:
+    description:
+      - The node's fabric description (C(/etc/gpulab/roce/fabric.json), role C(roce)), read in place of O(fabric);
+        absent where the role did not run.
+    type: path
   guard:
     description:
       - The RPC guard (module_utils/rpc_guard.py) that stops the servers while the table is gone; given, the module
@@ -296,16 +311,23 @@ unit_file:
   type: dict
 """
 
+import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi_runner import GPU_INVENTORY_OPTION, use_gpu_inventory
 from ansible_collections.gpulab.inference.plugins.module_utils.bounded_command import BoundedRunner
-from ansible_collections.gpulab.inference.plugins.module_utils.exposure import ExposureError, clear_of_ssh
+from ansible_collections.gpulab.inference.plugins.module_utils.exposure import (
+    ExposureError,
+    clear_of_ssh,
+    read_node_listeners,
+    ssh_ports,
+)
 from ansible_collections.gpulab.inference.plugins.module_utils.roce import RoceError, rpc_rdma_settings
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import LlamaServerError, read_deployed_build
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_service import parse_systemd_version, restart_directives
+from ansible_collections.gpulab.inference.plugins.module_utils.service_status import ServiceStatusError, parse_list_units
 from ansible_collections.gpulab.inference.plugins.module_utils.rpc_worker import (
     check_bind_address,
     firewall_sources,
@@ -328,6 +350,25 @@ def host_memory_mib(path="/proc/meminfo"):
             return meminfo_total_mib(meminfo.read())
     except (IOError, OSError):
         return None
+
+
+# Present where systemd is the init system (sd_booted(3)).
+SYSTEMD_RUNTIME_DIR = "/run/systemd/system"
+
+
+def read_fabric(path):
+    """The fabric description role roce wrote (docs/CONTRACTS.md), or None where it has not run."""
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as stream:
+            fabric = json.load(stream)
+    except (IOError, OSError, ValueError) as exc:
+        raise LlamaServerError("%s cannot be read (%s): run role gpulab.inference.roce again, or remove it on a node "
+                               "without a RoCE fabric" % (path, exc))
+    if not isinstance(fabric, dict):
+        raise LlamaServerError("%s is not a JSON object: run role gpulab.inference.roce again" % path)
+    return fabric
 
 
 def read_build(link):
@@ -365,8 +406,10 @@ class RpcServerPlan:
                 server["memory_mib"] = memory_mib(params["memory_mib"], "memory_mib") \
                     if params["memory_mib"] is not None else host_memory_mib()
         ports = [server["port"] for server in servers]
+        node_ssh_ports = params["ssh_ports"] if params["ssh_ports"] is not None \
+            else ssh_ports(read_node_listeners(params["proc_root"]), params["ansible_port"])
         firewall = {"ipv4": [], "ipv6": [], "admit_loopback": False, "ip_address_allow": [],
-                    "ssh_ports": clear_of_ssh(ports, params["ssh_ports"], "llama_rpc_server_port_base")}
+                    "ssh_ports": clear_of_ssh(ports, node_ssh_ports, "llama_rpc_server_port_base")}
         if params["firewall_enabled"]:
             sources = firewall_sources(params["allowed_sources"])
             firewall.update(ipv4=sources["ipv4"], ipv6=sources["ipv6"], admit_loopback=params["head_is_local"],
@@ -374,7 +417,7 @@ class RpcServerPlan:
             problem = foreign_firewall_problem(self.active_services(params["other_firewall_services"]), ports, sources["all"])
             if problem and params["other_firewall"] == "fail":
                 raise LlamaServerError(problem)
-        rdma = rpc_rdma_settings(params["fabric"])
+        rdma = rpc_rdma_settings(read_fabric(params["fabric_file"]) if params["fabric_file"] else params["fabric"])
         systemd_version = self.systemd_version()
         unit_directives, service_directives = restart_directives(
             systemd_version, params["restart_sec"], params["restart_max_delay_s"])
@@ -394,7 +437,7 @@ class RpcServerPlan:
             "servers": servers,
             "build": build,
             "firewall": firewall,
-            "stale_units": stale_units(params["unit_names"], params["unit"], [s["instance"] for s in servers]),
+            "stale_units": stale_units(self.unit_names(), params["unit"], [s["instance"] for s in servers]),
             "unit_directives": [list(d) for d in unit_directives],
             "firewall_unit_directives": [list(d) for d in firewall_unit_directives()]
             if params["firewall_enabled"] else [],
@@ -409,6 +452,20 @@ class RpcServerPlan:
             return None
         rc, out, unused = BoundedRunner(self.module).run([systemctl] + list(args))
         return rc, out
+
+    def unit_names(self):
+        """unit_names as given, or the node's instances of the unit where systemd is the init system."""
+        if self.params["unit_names"] is not None:
+            return self.params["unit_names"]
+        if not os.path.isdir(SYSTEMD_RUNTIME_DIR):
+            return []
+        pattern = "%s@*.service" % self.params["unit"]
+        answer = self.systemctl("list-units", "--all", "--plain", "--no-legend", "--type=service", "--", pattern)
+        if answer is None:
+            return []
+        if answer[0] != 0:
+            raise LlamaServerError("systemctl list-units failed (rc %d): check `systemctl is-system-running`" % answer[0])
+        return parse_list_units(answer[1], [pattern])
 
     def systemd_version(self):
         answer = self.systemctl("--version")
@@ -453,13 +510,16 @@ def build_module():
             firewall_enabled=dict(type="bool", default=True),
             allowed_sources=dict(type="list", elements="str"),
             head_is_local=dict(type="bool", default=False),
-            ssh_ports=dict(type="list", elements="int", default=[22]),
+            ssh_ports=dict(type="list", elements="int"),
+            ansible_port=dict(type="raw"),
+            proc_root=dict(type="path", default="/proc"),
             other_firewall_services=dict(type="list", elements="str", default=["firewalld.service", "ufw.service"]),
             other_firewall=dict(type="str", choices=["fail", "opened"], default="fail"),
             unit=dict(type="str", default="gpulab-rpc-server"),
-            unit_names=dict(type="list", elements="str", default=[]),
+            unit_names=dict(type="list", elements="str"),
             restart_sec=dict(type="int", default=5),
             fabric=dict(type="dict"),
+            fabric_file=dict(type="path"),
             restart_max_delay_s=dict(type="int", default=60),
             node_name=dict(type="str"),
             user=dict(type="str", default="gpulab-rpc"),
@@ -481,6 +541,7 @@ def build_module():
             )),
         ),
         required_if=[("firewall_enabled", True, ("allowed_sources",))],
+        mutually_exclusive=[("fabric", "fabric_file"), ("ssh_ports", "ansible_port")],
         supports_check_mode=True,
     )
 
@@ -491,7 +552,7 @@ def main():
     plan = RpcServerPlan(module)
     try:
         plan.run()
-    except (LlamaServerError, RoceError, ExposureError) as exc:
+    except (LlamaServerError, RoceError, ExposureError, ServiceStatusError) as exc:
         module.fail_json(msg=str(exc))
     for warning in plan.warnings:
         module.warn(warning)

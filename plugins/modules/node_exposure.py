@@ -128,7 +128,6 @@ warnings_found:
 """
 
 import os
-import pwd
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -136,51 +135,11 @@ from ansible_collections.gpulab.inference.plugins.module_utils.exposure import (
     ExposureError,
     api_exposure,
     engine_apis,
-    listeners,
-    listening_sockets,
+    read_node_listeners,
     planned_ports,
     port_problems,
-    socket_inode,
     ssh_ports,
 )
-
-
-def read_text(path):
-    try:
-        with open(path) as handle:
-            return handle.read()
-    except (IOError, OSError):
-        return None
-
-
-def socket_holders(proc_root):
-    """{inode: (pid, process name)} of every process's sockets that can be read."""
-    holders = {}
-    for pid in sorted((name for name in os.listdir(proc_root) if name.isdigit()), key=int):
-        fd_dir = os.path.join(proc_root, pid, "fd")
-        try:
-            fds = os.listdir(fd_dir)
-        except OSError:
-            continue
-        name = (read_text(os.path.join(proc_root, pid, "comm")) or "").strip() or None
-        for fd in fds:
-            try:
-                inode = socket_inode(os.readlink(os.path.join(fd_dir, fd)))
-            except OSError:
-                continue
-            if inode is not None and inode not in holders:
-                holders[inode] = (int(pid), name)
-    return holders
-
-
-def user_names(uids):
-    names = {}
-    for uid in uids:
-        try:
-            names[uid] = pwd.getpwuid(uid).pw_name
-        except KeyError:
-            names[uid] = str(uid)
-    return names
 
 
 def main():
@@ -204,13 +163,7 @@ def main():
     params = module.params
     host = params["node_name"] or os.uname()[1]
     try:
-        sockets = []
-        for table in ("tcp", "tcp6"):
-            path = os.path.join(params["proc_root"], "net", table)
-            text = read_text(path)
-            if text is not None:
-                sockets += listening_sockets(text, path)
-        found = listeners(sockets, socket_holders(params["proc_root"]), user_names(set(s["uid"] for s in sockets)))
+        found = read_node_listeners(params["proc_root"])
         ssh = ssh_ports(found, params["ansible_port"])
         node = dict((key, params[key]) for key in ("engine", "head", "worker", "vllm_node", "vllm_multi_node", "rpc_servers"))
         planned = planned_ports(node, params["settings"])

@@ -9,6 +9,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils import bounded_co
 from ansible_collections.gpulab.inference.plugins.module_utils.rpc_worker import meminfo_total_mib
 from ansible_collections.gpulab.inference.plugins.modules import llama_rpc_server_plan
 import module_harness
+import test_node_exposure
 from module_harness import ExitJson, FailJson
 
 SYSTEMCTL = "/usr/bin/systemctl"
@@ -32,11 +33,15 @@ def build(tmp_path):
     return link
 
 
-def run(args, version=VERSION_252, firewalls="inactive\ninactive\n", systemctl=True):
-    answers = {(SYSTEMCTL, "--version"): (0, version, ""), IS_ACTIVE: (3 if "inactive" in firewalls else 0, firewalls, "")}
-    base = {"address": "10.231.77.11", "allowed_sources": ["10.231.77.10"], "memory_mib": 16000}
+def run(args, version=VERSION_252, firewalls="inactive\ninactive\n", systemctl=True, answers=None):
+    table = {(SYSTEMCTL, "--version"): (0, version, ""), IS_ACTIVE: (3 if "inactive" in firewalls else 0, firewalls, "")}
+    table.update(answers or {})
+    base = {"address": "10.231.77.11", "allowed_sources": ["10.231.77.10"], "memory_mib": 16000, "ssh_ports": [22],
+            "unit_names": []}
     base.update(args)
-    return module_harness.run_module(llama_rpc_server_plan.main, base, answers,
+    # None leaves the option out, as omit does.
+    base = dict((key, value) for key, value in base.items() if value is not None)
+    return module_harness.run_module(llama_rpc_server_plan.main, base, table,
                                      {"systemctl": SYSTEMCTL} if systemctl else {})
 
 
@@ -167,6 +172,49 @@ def test_rdma_fabric_adds_the_environment_and_the_verbs_device(build):
                                           ["RestrictAddressFamilies", "AF_NETLINK"], ["LimitMEMLOCK", "infinity"]]
     plain = run({"build_link": str(build)}).result
     assert plain["rdma"] == {"expected": False, "environment": {}, "service_directives": []}
+
+
+def test_the_fabric_file_is_read_in_the_same_run(build, tmp_path):
+    fabric_file = tmp_path / "fabric.json"
+    fabric_file.write_text(json.dumps(FABRIC))
+    plan = run({"build_link": str(build), "fabric_file": str(fabric_file)}).result
+    assert plan["rdma"]["environment"] == {"GGML_RDMA_DEV": "mlx5_0", "GGML_RDMA_GID": "3"}
+    absent = run({"build_link": str(build), "fabric_file": str(tmp_path / "absent.json")}).result
+    assert absent["rdma"] == {"expected": False, "environment": {}, "service_directives": []}
+    fabric_file.write_text("{not json")
+    broken = run({"build_link": str(build), "fabric_file": str(fabric_file)})
+    assert broken.kind is FailJson
+    assert broken.result["msg"].startswith("%s cannot be read (" % fabric_file)
+    assert broken.result["msg"].endswith("run role gpulab.inference.roce again, or remove it on a node without a RoCE fabric")
+
+
+def test_ssh_ports_read_on_the_node_when_not_given(build, tmp_path):
+    proc = test_node_exposure.proc_tree(tmp_path / "proc")
+    plan = run({"build_link": str(build), "ssh_ports": None, "proc_root": str(proc), "ansible_port": 2222}).result
+    assert plan["firewall"]["ssh_ports"] == [22, 2222]
+    on_ssh = run({"build_link": str(build), "ssh_ports": None, "proc_root": str(proc), "port_base": 22})
+    assert on_ssh.kind is FailJson
+    assert "llama_rpc_server_port_base" in on_ssh.result["msg"]
+
+
+LIST_UNITS = (SYSTEMCTL, "list-units", "--all", "--plain", "--no-legend", "--type=service", "--", "gpulab-rpc-server@*.service")
+
+
+def test_the_unit_instances_are_asked_of_systemd_where_it_is_init(build, tmp_path, monkeypatch):
+    monkeypatch.setattr(llama_rpc_server_plan, "SYSTEMD_RUNTIME_DIR", str(tmp_path))
+    listed = ("gpulab-rpc-server@0.service loaded active running ggml RPC server 0\n"
+              "\u25cf gpulab-rpc-server@3.service loaded failed failed ggml RPC server 3\n")
+    result = run({"build_link": str(build), "unit_names": None}, answers={LIST_UNITS: (0, listed, "")})
+    assert result.kind is ExitJson, result.result
+    assert result.result["stale_units"] == ["gpulab-rpc-server@3.service"]
+    assert list(LIST_UNITS) in result.commands
+    failing = run({"build_link": str(build), "unit_names": None}, answers={LIST_UNITS: (1, "", "Failed to connect to bus")})
+    assert failing.kind is FailJson
+    assert failing.result["msg"] == "systemctl list-units failed (rc 1): check `systemctl is-system-running`"
+    monkeypatch.setattr(llama_rpc_server_plan, "SYSTEMD_RUNTIME_DIR", str(tmp_path / "absent"))
+    elsewhere = run({"build_link": str(build), "unit_names": None})
+    assert elsewhere.result["stale_units"] == []
+    assert list(LIST_UNITS) not in elsewhere.commands
 
 
 def test_fabric_value_that_is_not_a_device_is_refused(build):
