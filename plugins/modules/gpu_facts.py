@@ -57,9 +57,21 @@ options:
         (RV(residency)), in the same module run. Skipped on a node without GPUs or with a driver mismatch.
     type: bool
     default: false
-extends_documentation_fragment:
-  - gpulab.inference.read_only
+  snapshot_file:
+    description:
+      - Where to keep RV(snapshot) as JSON (the role C(gpulab.inference.gpu_preflight)'s C(gpu-inventory.json), which
+        later plays read), written atomically, mode C(0644), only when its content differs; its directory is made
+        where missing. Empty writes nothing.
+      - A record of what was read, like a fact cache, so a rewrite (a driver upgrade) does not count as a change.
+    type: path
+    default: ""
 attributes:
+  check_mode:
+    support: full
+    description: Reads as in a real run; O(snapshot_file) is not written.
+  diff_mode:
+    support: none
+    description: No diff is returned.
   facts:
     support: full
     description: Sets C(gpulab_gpus), C(gpulab_gpu_count) and C(gpulab_gpu_driver).
@@ -91,8 +103,7 @@ residency:
 snapshot:
   description:
     - What identifies the node's GPUs and driver, without live values (memory used, utilisation),
-      so that it changes only with the hardware or the driver. M(gpulab.inference.gpu_facts) does
-      not write it; the C(gpulab.inference.gpu_preflight) role keeps it in C(gpu-inventory.json).
+      so that it changes only with the hardware or the driver. Kept in O(snapshot_file) where given.
   returned: always
   type: dict
   sample:
@@ -109,6 +120,10 @@ snapshot:
         compute_cap: "9.0"
         cuda_arch: "90"
         memory_total_mib: 143771
+snapshot_written:
+  description: Whether O(snapshot_file) was rewritten (in check mode, would be).
+  returned: always
+  type: bool
 table:
   description: The GPUs as printable lines, a summary, a header and one row per GPU (N/A shown as C(-)).
   returned: always
@@ -213,7 +228,7 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi_runner import GpuFacts, GpuResidency
+from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi_runner import GpuFacts, GpuResidency, write_snapshot
 
 
 def build_module():
@@ -224,6 +239,7 @@ def build_module():
             required=dict(type='bool', default=False),
             timeout_s=dict(type='int', default=30),
             residency=dict(type='bool', default=False),
+            snapshot_file=dict(type='path', default=''),
         ),
         supports_check_mode=True,
     )
@@ -240,6 +256,12 @@ def main():
         residency = GpuResidency(module, params['nvidia_smi_path'], params['timeout_s'])
         residency.gather(gpus=facts.gpus)
         result['residency'] = residency.residency
+    result['snapshot_written'] = False
+    if params['snapshot_file']:
+        try:
+            result['snapshot_written'] = write_snapshot(params['snapshot_file'], result['snapshot'], module.check_mode)
+        except (IOError, OSError) as exc:
+            module.fail_json(msg='%s cannot be written: %s' % (params['snapshot_file'], exc))
     module.exit_json(**result)
 
 

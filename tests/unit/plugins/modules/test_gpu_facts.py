@@ -76,6 +76,34 @@ def test_h200():
     assert result['table'][0] == '1 GPU(s), driver 580.159.04 (kernel module 580.159.04), CUDA 13.0'
 
 
+def test_the_snapshot_is_kept_in_its_file_and_rewritten_only_when_it_moved(tmp_path):
+    version_file = FIXTURES / 'h200-loaded' / 'proc-driver-nvidia-version'
+    path = tmp_path / 'state' / 'gpu-inventory.json'
+    args = {'driver_version_file': str(version_file), 'snapshot_file': str(path)}
+    kind, result, unused_commands, unused_bin_path = run_module(dict(args, _ansible_check_mode=True), h200_answers())
+    assert kind is ExitJson
+    assert (result['changed'], result['snapshot_written']) == (False, True)
+    assert not path.parent.exists()
+    kind, result, unused_commands, unused_bin_path = run_module(args, h200_answers())
+    assert (result['changed'], result['snapshot_written']) == (False, True)
+    assert json.loads(path.read_text()) == result['snapshot']
+    # to_nice_json's layout, which the role wrote before: an upgrade does not rewrite the file
+    assert path.read_text() == json.dumps(result['snapshot'], indent=4, sort_keys=True, separators=(',', ': ')) + '\n'
+    assert path.stat().st_mode & 0o777 == 0o644 and path.parent.stat().st_mode & 0o777 == 0o755
+    kind, result, unused_commands, unused_bin_path = run_module(args, h200_answers())
+    assert (result['changed'], result['snapshot_written']) == (False, False)
+    path.write_text('{"gpu_count": 8}\n')
+    kind, result, unused_commands, unused_bin_path = run_module(args, h200_answers())
+    assert result['snapshot_written'] is True
+    assert json.loads(path.read_text())['gpu_count'] == 1
+    blocked = tmp_path / 'blocked'
+    blocked.write_text('a file where the directory should be')
+    kind, result, unused_commands, unused_bin_path = run_module(
+        dict(args, snapshot_file=str(blocked / 'gpu-inventory.json')), h200_answers())
+    assert kind is FailJson
+    assert result['msg'].startswith('%s cannot be written: ' % (blocked / 'gpu-inventory.json'))
+
+
 def test_path_option_and_two_gpus():
     profile = PROFILES / 'rtx-pro-6000-x2'
     smi = '/usr/local/bin/nvidia-smi'
