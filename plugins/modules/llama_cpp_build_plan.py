@@ -32,6 +32,13 @@ options:
   source_dir:
     description: Unpacked llama.cpp tree. Leave empty to validate only.
     type: path
+  source_dir_optional:
+    description:
+      - A O(source_dir) that does not exist yet (not unpacked) is not an error; the choices are only checked, as
+        without O(source_dir), and RV(source_read) is false. One module run checks the choices before any change
+        and, where the tree is there already, resolves the whole plan.
+    type: bool
+    default: false
   cuda:
     description: Build with CUDA; C(auto) when nvcc and GPUs are present.
     type: str
@@ -162,6 +169,10 @@ local_hosts:
   description: Hosts of O(nodes) that cannot share the build host's binaries, each with the reasons.
   returned: always
   type: dict
+source_read:
+  description: Whether O(source_dir) was read, so the plan is whole (RV(build_id) is set).
+  returned: always
+  type: bool
 rpc_server_binary:
   description: Name of the RPC server target in this source (C(ggml-rpc-server) or C(rpc-server)).
   returned: when source_dir is given
@@ -214,9 +225,9 @@ def resolve(params):
             raise LlamaCppError(
                 "extra_cmake_options has the option name %r: CMake option names are letters, digits and _ "
                 "(e.g. GGML_CUDA_FA_ALL_QUANTS)" % (key,))
-    result = {"cuda": cuda, "cuda_architectures": architectures, "build_id": None,
+    result = {"cuda": cuda, "cuda_architectures": architectures, "build_id": None, "source_read": False,
               "sharing_hosts": targets["sharing_hosts"], "local_hosts": targets["local_hosts"]}
-    if not params["source_dir"]:
+    if not params["source_dir"] or (params["source_dir_optional"] and not os.path.exists(params["source_dir"])):
         if params["rpc_rdma"] == "on" and not toolchain.get("libibverbs_present"):
             resolve_rdma("on", True, False)
         return result
@@ -242,6 +253,7 @@ def resolve(params):
     data = fingerprint(params["source_id"], options, toolchain.get("nvcc_version"),
                        toolchain.get("compiler") or {}, architectures)
     result.update(
+        source_read=True,
         build_id=build_id(data),
         fingerprint=data,
         cmake_options=options,
@@ -257,6 +269,7 @@ def build_module():
         argument_spec=dict(
             source_id=dict(type="str", required=True),
             source_dir=dict(type="path"),
+            source_dir_optional=dict(type="bool", default=False),
             cuda=dict(type="str", choices=["auto", "on", "off"], default="auto"),
             cuda_architectures=dict(type="list", elements="str", default=[]),
             gpus=dict(type="list", elements="dict", default=[]),

@@ -94,6 +94,23 @@ def test_plan_bad_input(args, fragments):
     assert "Traceback" not in run.result["msg"]
 
 
+def test_an_optional_tree_not_unpacked_yet_only_checks_and_one_unpacked_is_read(tmp_path):
+    nodes = [survey("node-a", [BLACKWELL])]
+    absent = plan({"source_dir": str(tmp_path / "src"), "source_dir_optional": True, "rpc_rdma": "off", "nodes": nodes})
+    assert absent.kind is ExitJson, absent.result
+    assert (absent.result["source_read"], absent.result["build_id"]) == (False, None)
+    assert "cmake_options" not in absent.result
+    assert absent.result["cuda_architectures"] == ["120a-real"]
+    tree = str(llama_tree(tmp_path))
+    present = plan({"source_dir": tree, "source_dir_optional": True, "rpc_rdma": "off", "nodes": nodes})
+    required = plan({"source_dir": tree, "rpc_rdma": "off", "nodes": nodes})
+    assert present.result["source_read"] is True and present.result["build_id"]
+    assert present.result == required.result
+    bad = plan({"source_dir": str(tmp_path / "src"), "source_dir_optional": True, "cuda_architectures": ["sm_120"],
+                "nodes": nodes})
+    assert bad.kind is FailJson
+
+
 def test_plan_refuses_a_tree_without_an_rpc_server(tmp_path):
     (tmp_path / "empty").mkdir()
     run = plan({"source_dir": str(tmp_path / "empty"), "nodes": [survey("node-a", [BLACKWELL])]})
