@@ -54,18 +54,24 @@ def _for_validation(spec, top=True):
     return kept
 
 
+# Role common's shared names are its entry point `names` (which its tasks validate), not `main`.
+ROLE_OPTIONS_ENTRY = {"common": "names"}
+
+
 def role_options(spec_files):
     """Every option of every role's main entry point, as {option: {"role": role, "spec": spec}}.
 
-    spec_files: {role: the content of roles/<role>/meta/argument_specs.yml}. Only `main`: it is what
-    a role validates when a play runs it, with the inventory's and -e's values; other entry points
-    take parameters from the role that includes them (role service's `stop`, gpu_drain's `restore`).
+    spec_files: {role: the content of roles/<role>/meta/argument_specs.yml}. Only `main` (role common's
+    `names`): it is what a role validates when a play runs it, with the inventory's and -e's values;
+    other entry points take parameters from the role that includes them (role service's `stop`,
+    gpu_drain's `restore`).
     An option two roles describe differently raises ValueError: one of them would refuse what the
     other accepts.
     """
     options = {}
     for role in sorted(spec_files):
-        main = ((spec_files[role] or {}).get("argument_specs") or {}).get("main") or {}
+        entry = ROLE_OPTIONS_ENTRY.get(role, "main")
+        main = ((spec_files[role] or {}).get("argument_specs") or {}).get(entry) or {}
         for name, spec in (main.get("options") or {}).items():
             spec = _for_validation(spec or {})
             known = options.get(name)

@@ -5,7 +5,7 @@ validation, under that option's name, in one playbook run.
 One local host per role and kind of fault sets every option of that role to its faulty value (the
 validation is per host, its sentences name the hosts); a first host sets nothing and runs the
 closing check, so no faulty shared name (role common's gpulab_nodes_group) gets in the check's way.
-Role common's options are refused by common's own argument validation, which runs first wherever
+Role common's options are refused by common's own check of the shared names, which runs first wherever
 the preflight runs (common is its dependency); every other role's by the preflight's.
 """
 
@@ -102,7 +102,7 @@ def test_each_fault_is_refused_under_the_options_name(checked, host, name, value
     if OPTIONS[name]["role"] == "common":
         # role common's own validation, in Ansible's words
         (task, res), = refused[host]
-        assert task.startswith("Validating arguments against arg spec 'main' - The collection's shared names")
+        assert task.endswith("Check the collection's shared names")
         errors = res["argument_errors"]
         named = [error for error in errors if "'%s'" % name in error or "of %s must" % name in error]
         if not named:

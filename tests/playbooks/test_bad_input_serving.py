@@ -476,7 +476,7 @@ def test_deploy_refuses_an_unknown_engine_before_the_gpu_tables(tmp_path):
     result = run_in(tmp_path / "runner", "deploy.yml", deploy_inventory(tmp_path), cmdline="-e gpulab_engine=vlm")
     assert result.status == "failed"
     (failure, *_others) = result.failures
-    assert failure[1].startswith("Validating arguments against arg spec 'main' - The collection's shared names"), failure
+    assert failure[1].endswith("Check the collection's shared names"), failure
     assert "value of gpulab_engine must be one of: llama_cpp, vllm, auto, got: vlm" in failure[2]
     ran = {e["event_data"].get("task") for e in result.events if e.get("event") == "runner_on_ok"}
     assert not any("GPU" in (task or "") for task in ran), ran
