@@ -755,3 +755,32 @@ def check_lockstep_summary(summary, where):
 def lockstep_summary(build_info):
     """The part of a BUILD_INFO.json that lockstep_problem reads, for a worker's manifest (servers.json)."""
     return dict((key, build_info.get(key)) for key in LOCKSTEP_FIELDS)
+
+
+def _own_survey(result):
+    """The `node` of a survey's registered result, or None (skipped, failed, absent)."""
+    return result.get("node") if isinstance(result, dict) else None
+
+
+def node_surveys(nodes, self_surveys, surveyed_here=()):
+    """Each node's survey (llama_cpp_toolchain's `node`), in the order of nodes.
+
+    self_surveys: {node: the result of the survey it ran on itself in this play (role
+    llama_cpp_build's entry point survey), or None}; surveyed_here: the results of the build host's
+    own survey of the nodes without one (a loop's results, each with its `item`). A node with
+    neither raises LlamaCppError naming it.
+    """
+    here = dict((result.get("item"), result.get("node")) for result in surveyed_here or () if isinstance(result, dict))
+    surveys = []
+    for node in nodes:
+        survey = _own_survey(self_surveys.get(node)) or here.get(node)
+        if not survey:
+            raise LlamaCppError("%s has no survey for the build: run role gpulab.inference.llama_cpp_build's survey on it "
+                                "in this play (playbooks/build.yml does), or leave it out of llama_cpp_build_nodes" % node)
+        surveys.append(survey)
+    return surveys
+
+
+def unsurveyed(nodes, self_surveys):
+    """The nodes without a survey of their own in self_surveys (see node_surveys), in order."""
+    return [node for node in nodes if not _own_survey(self_surveys.get(node))]

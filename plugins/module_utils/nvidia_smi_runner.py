@@ -317,10 +317,13 @@ def read_gpu_inventory(module, path, nvidia_smi_path='nvidia-smi', driver_versio
                 source='nvidia-smi')
 
 
-def use_gpu_inventory(module, gpus_option):
+def use_gpu_inventory(module, gpus_option, driver_option=None):
     """When the module's gpu_inventory option is set, put the GPUs of that file (read_gpu_inventory)
-    in place of its GPU list option gpus_option."""
+    in place of its GPU list option gpus_option, and its driver in place of driver_option where given."""
     given = module.params.get('gpu_inventory')
     if given is not None:
-        module.params[gpus_option] = read_gpu_inventory(
-            module, given['path'], given['nvidia_smi_path'], given['driver_version_file'], given['timeout_s'])['gpus']
+        inventory = read_gpu_inventory(
+            module, given['path'], given['nvidia_smi_path'], given['driver_version_file'], given['timeout_s'])
+        module.params[gpus_option] = inventory['gpus']
+        if driver_option:
+            module.params[driver_option] = inventory['driver']

@@ -49,7 +49,7 @@ options:
     description:
       - This host's driver as M(gpulab.inference.gpu_inventory) returns it (C(driver_version), C(kernel_module_version),
         C(cuda_version)), or its C(gpulab_gpu_driver) fact from M(gpulab.inference.gpu_facts) (C(mismatch), C(message)),
-        copied into RV(node).
+        copied into RV(node). With O(gpu_inventory), the driver of that file.
     type: dict
     default: {}
   forward_compat:
@@ -284,7 +284,7 @@ def survey(toolchain, params):
 
 def main():
     module = build_module()
-    use_gpu_inventory(module, "gpus")
+    use_gpu_inventory(module, "gpus", "gpu_driver")
     toolchain = Toolchain(module).gather()
     node = survey(toolchain, module.params)
     compatible, sharing, running = None, [], []

@@ -585,3 +585,12 @@ def test_prune_refuses_a_current_that_is_not_installed(current):
 def test_prune_keeps_linked_and_running_builds_beyond_keep():
     assert lc.select_prunable(INSTALLED, "aaaaaaaaaaa4", "aaaaaaaaaaa3", [], 2,
                               linked=["aaaaaaaaaaa1"], running=["aaaaaaaaaaa2"]) == []
+
+
+def test_node_surveys_take_a_node_s_own_survey_before_the_build_host_s():
+    own = {"node-a": {"node": {"host": "node-a"}}, "node-b": {"skipped": True}, "node-c": None}
+    here = [{"item": "node-b", "node": {"host": "node-b (build host's)"}}, {"item": "node-a", "node": {"host": "other"}}]
+    assert lc.unsurveyed(["node-a", "node-b", "node-c"], own) == ["node-b", "node-c"]
+    assert lc.node_surveys(["node-b", "node-a"], own, here) == [{"host": "node-b (build host's)"}, {"host": "node-a"}]
+    with pytest.raises(lc.LlamaCppError, match="^node-c has no survey for the build"):
+        lc.node_surveys(["node-a", "node-c"], own, here)

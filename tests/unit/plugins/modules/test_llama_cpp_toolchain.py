@@ -221,6 +221,9 @@ def test_the_gpus_of_the_inventory_file_in_the_same_run(tmp_path, capsys):
     failed, result = run_module(args, capsys)[:2]
     assert not failed, result
     assert result["node"]["gpus"] == [{"index": 0, "name": "NVIDIA H200", "compute_cap": "9.0", "cuda_arch": "90"}]
+    # the driver as the preflight recorded it, as module gpu_inventory returns it
+    assert result["node"]["gpu_driver"] == {"driver_version": "580.159.04", "kernel_module_version": "580.159.04",
+                                            "cuda_version": "13.0"}
     assert result["run_problems"] == ["GPU NVIDIA H200 (compute capability 9.0) is not among the build's architectures 120a-real"]
 
 
