@@ -12,6 +12,7 @@ on every way out.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 
@@ -109,3 +110,26 @@ def atomic_write(path, data, mode=None, prefix=None, suffix='.tmp'):
         remove_quietly(temp_path)
         raise
     fsync_directory(os.path.dirname(path))
+
+
+def nice_json(value):
+    """value as Ansible's to_nice_json writes it (indent 4, keys sorted), with a final newline: the
+    layout of the records the roles wrote with it, so a module taking over the write rewrites none."""
+    return json.dumps(value, indent=4, sort_keys=True, separators=(',', ': ')) + '\n'
+
+
+def keep_file(path, text, check_mode=False, mode=0o644, directory_mode=0o755):
+    """Make path hold text, written atomically only when its content differs (its directory made
+    where missing); True when it was rewritten (in check mode, would be)."""
+    try:
+        with open(path, encoding='utf-8') as stream:
+            if stream.read() == text:
+                return False
+    except (IOError, OSError, UnicodeDecodeError):
+        pass
+    if not check_mode:
+        directory = os.path.dirname(path)
+        if directory and not os.path.isdir(directory):
+            os.makedirs(directory, directory_mode)
+        atomic_write(path, text, mode=mode)
+    return True

@@ -15,10 +15,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import json
 import os
 
-from ansible_collections.gpulab.inference.plugins.module_utils.atomic_file import atomic_write
 from ansible_collections.gpulab.inference.plugins.module_utils.bounded_command import bounded_argv, timed_out
 from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi import (
     COMPUTE_APPS_QUERY_ARGS,
@@ -48,29 +46,6 @@ DEFAULT_TIMEOUT_S = 30
 # seconds a GPU probe may take once a call has hung (one probe per GPU, in turn)
 PROBE_TIMEOUT_S = 10
 DRIVER_GPUS_DIR = "/proc/driver/nvidia/gpus"
-
-
-def snapshot_text(snapshot):
-    """The snapshot as gpu-inventory.json holds it (to_nice_json's layout, keys sorted)."""
-    return json.dumps(snapshot, indent=4, sort_keys=True, separators=(',', ': ')) + '\n'
-
-
-def write_snapshot(path, snapshot, check_mode=False):
-    """Keep path holding the snapshot, written atomically (0644, its directory made 0755 where
-    missing); True when it was rewritten (in check mode, would be)."""
-    text = snapshot_text(snapshot)
-    try:
-        with open(path, encoding='utf-8') as stream:
-            if stream.read() == text:
-                return False
-    except (IOError, OSError, UnicodeDecodeError):
-        pass
-    if not check_mode:
-        directory = os.path.dirname(path)
-        if directory and not os.path.isdir(directory):
-            os.makedirs(directory, 0o755)
-        atomic_write(path, text, mode=0o644)
-    return True
 
 
 class NvidiaSmiRunner:

@@ -24,12 +24,17 @@ description:
     model, and for every host whether its devices alone could hold it.
   - Weights and KV cache follow llama.cpp's arithmetic exactly up to buffer alignment; the
     compute buffer is an estimate.
-  - Reads only; changes nothing.
+  - Reads only; with O(record_file), keeps the prediction there.
 version_added: "0.2.0"
 author:
   - gpulab.inference contributors (@gpulab)
-extends_documentation_fragment:
-  - gpulab.inference.read_only
+attributes:
+  check_mode:
+    support: full
+    description: Plans as in a real run; O(record_file) is not written.
+  diff_mode:
+    support: none
+    description: No diff is returned.
 options:
   path:
     description:
@@ -133,6 +138,13 @@ options:
     description: Fail, with the per-device table, when a checked device would overflow.
     type: bool
     default: false
+  record_file:
+    description:
+      - Where to keep RV(record) as JSON (C(gpulab_memory_plan_file), which the head's role and the report read),
+        written atomically, mode C(0644), only when the prediction changed (then the task reports a change); its
+        directory is made where missing. Not written when O(require_fit) refuses the plan. Empty writes nothing.
+    type: path
+    default: ""
 notes:
   - Not modelled are sliding-window and MLA KV caches, C(--override-tensor) and row split mode.
 seealso:
@@ -267,7 +279,7 @@ choice:
   type: dict
 record:
   description:
-    - The prediction to keep for the report (C(/var/lib/gpulab/memory-plan.json)), with model facts,
+    - The prediction to keep for the report (C(/var/lib/gpulab/memory-plan.json), O(record_file)), with model facts,
       options, split, and per device the layers, weights, KV cache, compute estimate and total;
       C(choice) is RV(choice) without its lines and without a free-memory figure (the lines print them).
       Live free memory is left out, so the record changes only when the prediction does.
@@ -276,6 +288,7 @@ record:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpulab.inference.plugins.module_utils.atomic_file import keep_file, nice_json
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf_plan
 from ansible_collections.gpulab.inference.plugins.module_utils import layout_auto
@@ -320,6 +333,7 @@ def build_module():
             cuda_context_mib=dict(type="int", default=720),
             cuda_idle_context_mib=dict(type="int", default=518),
             require_fit=dict(type="bool", default=False),
+            record_file=dict(type="path", default=""),
         ),
         required_one_of=[("devices", "nodes")],
         mutually_exclusive=[("devices", "nodes")] + [("server", name) for name in MEMORY_OPTIONS],
@@ -392,6 +406,11 @@ def main():
         module.fail_json(msg="%s would overflow (free memory minus a %d MiB margin); nothing was changed. "
                              "Lower ctx_size or parallel, change the tensor split, or add devices:\n%s"
                              % (", ".join(plan["overflowing"]), params["margin_mib"], "\n".join(table)), **result)
+    if params["record_file"]:
+        try:
+            result["changed"] = keep_file(params["record_file"], nice_json(result["record"]), module.check_mode)
+        except (IOError, OSError) as exc:
+            module.fail_json(msg="%s cannot be written: %s" % (params["record_file"], exc))
     module.exit_json(**result)
 
 

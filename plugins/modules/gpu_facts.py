@@ -228,7 +228,8 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi_runner import GpuFacts, GpuResidency, write_snapshot
+from ansible_collections.gpulab.inference.plugins.module_utils.atomic_file import keep_file, nice_json
+from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi_runner import GpuFacts, GpuResidency
 
 
 def build_module():
@@ -259,7 +260,7 @@ def main():
     result['snapshot_written'] = False
     if params['snapshot_file']:
         try:
-            result['snapshot_written'] = write_snapshot(params['snapshot_file'], result['snapshot'], module.check_mode)
+            result['snapshot_written'] = keep_file(params['snapshot_file'], nice_json(result['snapshot']), module.check_mode)
         except (IOError, OSError) as exc:
             module.fail_json(msg='%s cannot be written: %s' % (params['snapshot_file'], exc))
     module.exit_json(**result)

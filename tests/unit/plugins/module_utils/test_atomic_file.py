@@ -137,3 +137,18 @@ def test_write_temp_returns_a_complete_file_the_caller_renames(tmp_path):
 
 def test_remove_quietly_ignores_a_missing_file(tmp_path):
     af.remove_quietly(str(tmp_path / 'never'))
+
+
+def test_keep_file_writes_only_what_moved_and_makes_its_directory(tmp_path):
+    path = tmp_path / 'state' / 'record.json'
+    text = af.nice_json({'b': 1, 'a': [1, 2]})
+    assert text == '{\n    "a": [\n        1,\n        2\n    ],\n    "b": 1\n}\n'
+    assert af.keep_file(str(path), text, check_mode=True) is True
+    assert not path.parent.exists()
+    assert af.keep_file(str(path), text) is True
+    assert path.read_text() == text
+    assert (path.stat().st_mode & 0o777, path.parent.stat().st_mode & 0o777) == (0o644, 0o755)
+    assert af.keep_file(str(path), text) is False
+    assert af.keep_file(str(path), af.nice_json({'a': 2})) is True
+    assert path.read_text() == '{\n    "a": 2\n}\n'
+    assert sorted(p.name for p in path.parent.iterdir()) == ['record.json']

@@ -6,6 +6,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
 import os
 import re
 
@@ -123,6 +124,27 @@ def test_record_leaves_out_live_free_memory(split_model):
     assert row["total_mib"] == pytest.approx(13.62 + 6.0 + row["compute_mib_estimate"] + 720.0, abs=0.02)
     assert first["options"]["ctx_size"] == 2048 and first["options"]["tensor_split"] == "equal"
     assert first["model"]["files"] == 2
+
+
+def test_the_record_is_kept_in_record_file_and_rewritten_only_when_the_prediction_moved(split_model, tmp_path):
+    path = tmp_path / "state" / "memory-plan.json"
+    args = {"path": split_model.paths[0], "devices": DEVICES, "ctx_size": 2048, "record_file": str(path)}
+    checked = plan(dict(args, _ansible_check_mode=True))
+    assert checked.kind is ExitJson and checked.result["changed"] is True
+    assert not path.parent.exists()
+    first = plan(args)
+    assert first.result["changed"] is True
+    assert json.loads(path.read_text()) == first.result["record"]
+    # the layout role memory_plan wrote with to_nice_json, so an upgrade rewrites nothing
+    assert path.read_text() == json.dumps(first.result["record"], indent=4, sort_keys=True, separators=(",", ": ")) + "\n"
+    assert path.stat().st_mode & 0o777 == 0o644
+    # live free memory moved, the prediction did not: nothing to write
+    moved = [dict(d, free_mib=d["free_mib"] - 5000) for d in DEVICES]
+    assert plan(dict(args, devices=moved)).result["changed"] is False
+    assert plan(dict(args, ctx_size=4096)).result["changed"] is True
+    before = path.read_text()
+    refused = plan(dict(args, devices=[DEVICES[0], dict(DEVICES[1], free_mib=20)], margin_mib=16, require_fit=True))
+    assert refused.kind is FailJson and path.read_text() == before
 
 
 def test_a_device_without_layers_holds_the_idle_cuda_context(split_model):
