@@ -293,6 +293,17 @@ def api_exposure(host, engine_prefix, bind, api_key_set, allow_unauthenticated):
             "accept an open API." % (engine_prefix, bind, host, engine_prefix, engine_prefix, engine_prefix)), None
 
 
+def api_warnings(host, engine, apis):
+    """The warnings of api_exposure for the APIs the engine serves (each api with prefix, bind,
+    api_key_set, allow_unauthenticated): the operator's open APIs, said again where a run ends."""
+    warnings = []
+    for api in engine_apis(engine, apis):
+        warning = api_exposure(host, api.get("prefix"), api.get("bind"), bool(api.get("api_key_set")),
+                               bool(api.get("allow_unauthenticated")))[1]
+        warnings += [warning] if warning else []
+    return warnings
+
+
 def clear_of_ssh(ports, ssh, variable):
     """The firewall's second line: ExposureError when a port it would drop is one SSH uses. The
     preflight refuses this first; a plan run on its own (a role included elsewhere) refuses it too."""
