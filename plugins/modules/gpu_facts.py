@@ -63,6 +63,8 @@ options:
         later plays read), written atomically, mode C(0644), only when its content differs; its directory is made
         where missing. Empty writes nothing.
       - A record of what was read, like a fact cache, so a rewrite (a driver upgrade) does not count as a change.
+      - Not written while the userspace driver and the loaded kernel module differ (an upgrade without a reboot, which
+        the caller refuses): the last record of a working driver stays.
     type: path
     default: ""
 attributes:
@@ -258,7 +260,8 @@ def main():
         residency.gather(gpus=facts.gpus)
         result['residency'] = residency.residency
     result['snapshot_written'] = False
-    if params['snapshot_file']:
+    # A driver upgraded without a reboot is refused by the caller: the last good record stays.
+    if params['snapshot_file'] and not facts.driver['mismatch']:
         try:
             result['snapshot_written'] = keep_file(params['snapshot_file'], nice_json(result['snapshot']), module.check_mode)
         except (IOError, OSError) as exc:

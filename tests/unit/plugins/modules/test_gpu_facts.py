@@ -303,3 +303,16 @@ def test_residency_is_not_read_on_a_driver_mismatch():
                                                 {tuple(GPU_QUERY): (18, mismatch, '')})
     assert kind is ExitJson and commands == [GPU_QUERY] and 'residency' not in result
     assert result['ansible_facts']['gpulab_gpu_driver']['mismatch'] is True
+
+
+def test_a_driver_mismatch_leaves_the_last_snapshot_as_it_was(tmp_path):
+    """An upgrade without a reboot is refused by gpu_preflight: the record of the working driver stays."""
+    path = tmp_path / 'gpu-inventory.json'
+    path.write_text('{"driver_version": "580.159.04"}\n')
+    mismatch = (FIXTURES / 'synthetic' / 'nvml-mismatch.txt').read_text()
+    version_file = FIXTURES / 'h200-loaded' / 'proc-driver-nvidia-version'
+    kind, result, unused_commands, unused = run_module(
+        {'driver_version_file': str(version_file), 'snapshot_file': str(path)}, {tuple(GPU_QUERY): (18, mismatch, '')})
+    assert kind is ExitJson and result['ansible_facts']['gpulab_gpu_driver']['mismatch'] is True
+    assert result['snapshot_written'] is False
+    assert path.read_text() == '{"driver_version": "580.159.04"}\n'
