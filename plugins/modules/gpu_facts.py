@@ -64,7 +64,7 @@ options:
         where missing. Empty writes nothing.
       - A record of what was read, like a fact cache, so a rewrite (a driver upgrade) does not count as a change.
       - Not written while the userspace driver and the loaded kernel module differ (an upgrade without a reboot, which
-        the caller refuses): the last record of a working driver stays.
+        the caller refuses); the last record of a working driver stays.
     type: path
     default: ""
 attributes:
