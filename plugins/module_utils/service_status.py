@@ -16,6 +16,9 @@ import re
 
 from ansible_collections.gpulab.inference.plugins.module_utils.endpoint_rule import format_endpoint
 
+# Present where systemd is the init system (sd_booted(3)).
+SYSTEMD_RUNTIME_DIR = "/run/systemd/system"
+
 # What `systemctl show` is asked for, per unit.
 SHOW_PROPERTIES = ("Id", "ActiveState", "SubState", "Result", "NRestarts", "MainPID",
                    "ActiveEnterTimestamp", "ExecMainStartTimestamp", "InvocationID", "UnitFileState")
@@ -33,6 +36,12 @@ class ServiceStatusError(ValueError):
 def matches(name, patterns):
     """True when a unit or program name matches one of the shell patterns."""
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def list_units_args(patterns):
+    """systemctl's arguments whose output parse_list_units reads: every service unit the patterns
+    match, loaded or not."""
+    return ["list-units", "--all", "--plain", "--no-legend", "--type=service", "--"] + list(patterns)
 
 
 def parse_list_units(text, patterns=("*",)):
@@ -57,9 +66,9 @@ def _int_or_none(value):
     return int(value) if value is not None and re.match(r"^[0-9]+$", value) else None
 
 
-def parse_systemctl_show(text):
-    """{unit: status} from `systemctl show --property=...` of several units (blocks separated by an
-    empty line, each with Id=). Start time: when the unit last became active (empty: never)."""
+def show_blocks(text):
+    """The property blocks of `systemctl show --property=...` of several units, in the units' order,
+    each {property: value}; the blocks are separated by an empty line."""
     blocks = []
     current = {}
     for number, line in enumerate(text.splitlines(), 1):
@@ -74,8 +83,14 @@ def parse_systemctl_show(text):
         current[key] = value
     if current:
         blocks.append(current)
+    return blocks
+
+
+def parse_systemctl_show(text):
+    """{unit: status} from `systemctl show --property=...` of several units (blocks separated by an
+    empty line, each with Id=). Start time: when the unit last became active (empty: never)."""
     status = {}
-    for block in blocks:
+    for block in show_blocks(text):
         if not block.get("Id"):
             raise ServiceStatusError("systemctl show block without Id: %r" % (block,))
         main_pid = _int_or_none(block.get("MainPID"))

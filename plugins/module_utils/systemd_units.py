@@ -13,6 +13,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gpulab.inference.plugins.module_utils.service_status import ServiceStatusError, show_blocks
+
 SHOW_PROPERTIES = ("Id", "LoadState", "ActiveState", "UnitFileState", "NeedDaemonReload")
 STATES = ("started", "stopped", "restarted", "reloaded")
 # ActiveState of a unit that runs or is on its way there.
@@ -29,20 +31,10 @@ def parse_show(text, names):
     """[{name, load_state, active_state, unit_file_state, need_daemon_reload}] from `systemctl
     show --property=<SHOW_PROPERTIES> -- <names>`, whose blocks follow the names' order (an alias
     answers with its unit's Id)."""
-    blocks = []
-    current = {}
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            if current:
-                blocks.append(current)
-                current = {}
-            continue
-        if "=" not in line:
-            raise SystemdUnitsError("systemctl show line %d is not a property: %r" % (number, line))
-        key, value = line.split("=", 1)
-        current[key] = value
-    if current:
-        blocks.append(current)
+    try:
+        blocks = show_blocks(text)
+    except ServiceStatusError as exc:
+        raise SystemdUnitsError(str(exc))
     if len(blocks) != len(names):
         raise SystemdUnitsError("systemctl show answered %d blocks for %d units (%s)"
                                 % (len(blocks), len(names), ", ".join(names)))

@@ -327,7 +327,12 @@ from ansible_collections.gpulab.inference.plugins.module_utils.exposure import (
 from ansible_collections.gpulab.inference.plugins.module_utils.roce import RoceError, rpc_rdma_settings
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import LlamaServerError, read_deployed_build
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_service import parse_systemd_version, restart_directives
-from ansible_collections.gpulab.inference.plugins.module_utils.service_status import ServiceStatusError, parse_list_units
+from ansible_collections.gpulab.inference.plugins.module_utils.service_status import (
+    SYSTEMD_RUNTIME_DIR,
+    ServiceStatusError,
+    list_units_args,
+    parse_list_units,
+)
 from ansible_collections.gpulab.inference.plugins.module_utils.rpc_worker import (
     check_bind_address,
     firewall_sources,
@@ -350,10 +355,6 @@ def host_memory_mib(path="/proc/meminfo"):
             return meminfo_total_mib(meminfo.read())
     except (IOError, OSError):
         return None
-
-
-# Present where systemd is the init system (sd_booted(3)).
-SYSTEMD_RUNTIME_DIR = "/run/systemd/system"
 
 
 def read_fabric(path):
@@ -460,7 +461,7 @@ class RpcServerPlan:
         if not os.path.isdir(SYSTEMD_RUNTIME_DIR):
             return []
         pattern = "%s@*.service" % self.params["unit"]
-        answer = self.systemctl("list-units", "--all", "--plain", "--no-legend", "--type=service", "--", pattern)
+        answer = self.systemctl(*list_units_args([pattern]))
         if answer is None:
             return []
         if answer[0] != 0:

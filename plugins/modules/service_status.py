@@ -208,7 +208,9 @@ from ansible_collections.gpulab.inference.plugins.module_utils.bounded_command i
 
 from ansible_collections.gpulab.inference.plugins.module_utils.service_status import (
     SHOW_PROPERTIES,
+    SYSTEMD_RUNTIME_DIR,
     ServiceStatusError,
+    list_units_args,
     node_summary,
     parse_list_units,
     parse_supervisorctl_status,
@@ -263,7 +265,7 @@ class ServiceStatus:
     def pick_manager(self, manager):
         if manager in ("systemd", "supervisor"):
             return manager
-        if os.path.isdir("/run/systemd/system"):
+        if os.path.isdir(SYSTEMD_RUNTIME_DIR):
             return "systemd"
         if manager == "init":
             return "none"
@@ -289,8 +291,7 @@ class ServiceStatus:
 
     def gather_systemd(self):
         systemctl = self.module.get_bin_path("systemctl", required=True)
-        units = parse_list_units(self.run([systemctl, "list-units", "--all", "--plain", "--no-legend",
-                                           "--type=service", "--"] + self.params["patterns"]), self.params["patterns"])
+        units = parse_list_units(self.run([systemctl] + list_units_args(self.params["patterns"])), self.params["patterns"])
         if not units:
             return
         shown = parse_systemctl_show(self.run([systemctl, "show", "--property=" + ",".join(SHOW_PROPERTIES), "--"] + units))

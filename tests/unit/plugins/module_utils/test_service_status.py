@@ -129,3 +129,12 @@ def test_program_enablement_refuses_what_supervisord_would():
     with pytest.raises(ss.ServiceStatusError) as raised:
         ss.program_enablement("[program:gpulab-vllm]\nautostart=maybe\n", "gpulab-vllm")
     assert str(raised.value) == "program file of gpulab-vllm line 2: autostart=maybe is not a boolean"
+
+
+def test_show_blocks_keep_the_units_order_and_list_units_asks_for_every_state():
+    text = "Id=b.service\nActiveState=active\n\nId=a.service\nActiveState=failed\n"
+    assert ss.show_blocks(text) == [{"Id": "b.service", "ActiveState": "active"}, {"Id": "a.service", "ActiveState": "failed"}]
+    with pytest.raises(ss.ServiceStatusError, match="line 2 is not a property"):
+        ss.show_blocks("Id=a.service\nFailed to connect to bus\n")
+    assert ss.list_units_args(["gpulab-*"]) == ["list-units", "--all", "--plain", "--no-legend", "--type=service", "--",
+                                                "gpulab-*"]
