@@ -12,6 +12,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import fnmatch
+import os
 import re
 
 MANAGERS = ("systemd", "supervisor")
@@ -105,19 +106,28 @@ def supervisor_environment(environment):
 
 # --- which manager runs the collection's services, and which of its services are the collection's
 
-# What Ansible's service_mgr fact says on a host whose PID 1 is systemd.
-_SYSTEMD_FACT = "systemd"
+# The one rule for gpulab_service_manager auto. systemd creates this directory early at boot when
+# it runs as the init system, and only then (sd_booted(3), what systemctl itself checks). Ansible's
+# service_mgr fact is not used: it needs gathered facts, and on a GPU container whose image ships
+# systemd without running it as PID 1 it can still answer systemd.
+SYSTEMD_RUNTIME_DIR = "/run/systemd/system"
 
 
-def active_manager(requested, service_mgr_fact=None):
+def systemd_booted(isdir=None):
+    """True where systemd is the init system of this host (SYSTEMD_RUNTIME_DIR is a directory)."""
+    return (isdir or os.path.isdir)(SYSTEMD_RUNTIME_DIR)
+
+
+def active_manager(requested, booted_with_systemd):
     """The manager that runs the collection's services on a host: systemd or supervisor.
 
-    requested: gpulab_service_manager (auto, systemd or supervisor). auto: systemd when Ansible's
-    service_mgr fact says systemd or was not gathered (None), else supervisor (a container whose
-    PID 1 is a shell, tini or supervisord itself).
+    requested: gpulab_service_manager (auto, systemd or supervisor). auto: systemd where systemd is
+    the init system (systemd_booted), else supervisor (a container whose PID 1 is a shell, tini or
+    supervisord itself). Module service_manager runs this on the node, once per play, for role
+    common's gpulab_service_manager_active; nothing else decides it.
     """
     if requested == "auto":
-        return "systemd" if service_mgr_fact in (None, "", _SYSTEMD_FACT) else "supervisor"
+        return "systemd" if booted_with_systemd else "supervisor"
     if requested not in MANAGERS:
         raise ServiceManagerError(
             "gpulab_service_manager is %r: set auto, systemd or supervisor" % (requested,))

@@ -16,8 +16,6 @@ import re
 
 from ansible_collections.gpulab.inference.plugins.module_utils.endpoint_rule import format_endpoint
 
-# Present where systemd is the init system (sd_booted(3)).
-SYSTEMD_RUNTIME_DIR = "/run/systemd/system"
 
 # What `systemctl show` is asked for, per unit.
 SHOW_PROPERTIES = ("Id", "ActiveState", "SubState", "Result", "NRestarts", "MainPID",

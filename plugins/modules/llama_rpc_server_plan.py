@@ -327,8 +327,8 @@ from ansible_collections.gpulab.inference.plugins.module_utils.exposure import (
 from ansible_collections.gpulab.inference.plugins.module_utils.roce import RoceError, rpc_rdma_settings
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import LlamaServerError, read_deployed_build
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_service import parse_systemd_version, restart_directives
+from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import systemd_booted
 from ansible_collections.gpulab.inference.plugins.module_utils.service_status import (
-    SYSTEMD_RUNTIME_DIR,
     ServiceStatusError,
     list_units_args,
     parse_list_units,
@@ -458,7 +458,7 @@ class RpcServerPlan:
         """unit_names as given, or the node's instances of the unit where systemd is the init system."""
         if self.params["unit_names"] is not None:
             return self.params["unit_names"]
-        if not os.path.isdir(SYSTEMD_RUNTIME_DIR):
+        if not systemd_booted():
             return []
         pattern = "%s@*.service" % self.params["unit"]
         answer = self.systemctl(*list_units_args([pattern]))

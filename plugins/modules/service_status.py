@@ -29,15 +29,14 @@ author:
 options:
   manager:
     description:
-      - The service manager to ask. V(auto) asks systemd where it runs as the init system
-        (C(/run/systemd/system) exists), else supervisord where O(supervisor_config) exists,
-        else reports no services.
+      - The service manager to ask, role C(common)'s C(gpulab_service_manager_active) (module
+        M(gpulab.inference.service_manager) resolves V(auto); this module does not).
       - V(init) asks systemd where it runs as the init system and reports no services elsewhere,
         without asking supervisord. That is what a stop of units must know, in one C(systemctl)
         call (M(ansible.builtin.service_facts) also runs the status of every SysV script).
     type: str
-    choices: [auto, init, systemd, supervisor]
-    default: auto
+    choices: [init, systemd, supervisor]
+    required: true
   patterns:
     description: Shell patterns of the unit (systemd, with C(.service)) or program (supervisord) names to report.
     type: list
@@ -99,10 +98,12 @@ seealso:
 EXAMPLES = r"""
 - name: Read the collection's services
   gpulab.inference.service_status:
+    manager: "{{ gpulab_service_manager_active }}"
   register: status_services
 
 - name: Read them with the last 20 lines of each log
   gpulab.inference.service_status:
+    manager: systemd
     log_lines: 20
 
 - name: Ask supervisord for the RPC servers only
@@ -206,9 +207,9 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpulab.inference.plugins.module_utils.bounded_command import BoundedRunner
 
+from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import systemd_booted
 from ansible_collections.gpulab.inference.plugins.module_utils.service_status import (
     SHOW_PROPERTIES,
-    SYSTEMD_RUNTIME_DIR,
     ServiceStatusError,
     list_units_args,
     node_summary,
@@ -262,16 +263,12 @@ class ServiceStatus:
             self.unreadable.append("%s: %s" % (path, exc))
             return None
 
-    def pick_manager(self, manager):
-        if manager in ("systemd", "supervisor"):
+    @staticmethod
+    def pick_manager(manager):
+        """init: systemd where it is the init system, else none (supervisord is not asked)."""
+        if manager != "init":
             return manager
-        if os.path.isdir(SYSTEMD_RUNTIME_DIR):
-            return "systemd"
-        if manager == "init":
-            return "none"
-        if os.path.exists(self.params["supervisor_config"]):
-            return "supervisor"
-        return "none"
+        return "systemd" if systemd_booted() else "none"
 
     def run(self, argv, ok_rcs=(0,)):
         rc, stdout, stderr = BoundedRunner(self.module).run(argv)
@@ -355,7 +352,7 @@ class ServiceStatus:
 def build_module():
     return AnsibleModule(
         argument_spec=dict(
-            manager=dict(type="str", choices=["auto", "init", "systemd", "supervisor"], default="auto"),
+            manager=dict(type="str", choices=["init", "systemd", "supervisor"], required=True),
             patterns=dict(type="list", elements="str", default=["gpulab-*"]),
             log_lines=dict(type="int", default=0),
             log_since_start=dict(type="bool", default=False),

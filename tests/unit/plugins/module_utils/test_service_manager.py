@@ -117,6 +117,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.service_manager i
     programs_matching,
     services_matching,
     supervisorctl_argv,
+    systemd_booted,
     units_matching,
 )
 
@@ -125,23 +126,27 @@ SUPERVISORCTL = Path(__file__).resolve().parents[3] / "unit" / "fixtures" / "sup
 OWN = ["gpulab-llama-server.service", "gpulab-rpc-server@[0-9]*.service", "gpulab-vllm.service"]
 
 
-@pytest.mark.parametrize("requested, fact, expected", [
-    ("auto", "systemd", "systemd"),
-    ("auto", None, "systemd"),
-    ("auto", "", "systemd"),
-    ("auto", "service", "supervisor"),
-    ("auto", "sysvinit", "supervisor"),
-    ("systemd", "service", "systemd"),
-    ("supervisor", "systemd", "supervisor"),
+@pytest.mark.parametrize("requested, booted, expected", [
+    ("auto", True, "systemd"),
+    ("auto", False, "supervisor"),
+    ("systemd", False, "systemd"),
+    ("supervisor", True, "supervisor"),
 ])
-def test_the_manager_in_use(requested, fact, expected):
-    assert active_manager(requested, fact) == expected
+def test_the_manager_in_use(requested, booted, expected):
+    assert active_manager(requested, booted) == expected
+
+
+def test_systemd_booted_asks_for_the_runtime_directory_only():
+    asked = []
+    assert systemd_booted(lambda path: asked.append(path) or True) is True
+    assert systemd_booted(lambda path: False) is False
+    assert asked == ["/run/systemd/system"]
 
 
 @pytest.mark.parametrize("requested", ["runit", "", None, "Systemd"])
 def test_an_unknown_manager_is_refused_naming_the_variable(requested):
     with pytest.raises(ServiceManagerError) as raised:
-        active_manager(requested, "systemd")
+        active_manager(requested, True)
     assert str(raised.value) == "gpulab_service_manager is %r: set auto, systemd or supervisor" % (requested,)
 
 

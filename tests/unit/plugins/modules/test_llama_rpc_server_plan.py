@@ -201,7 +201,7 @@ LIST_UNITS = (SYSTEMCTL, "list-units", "--all", "--plain", "--no-legend", "--typ
 
 
 def test_the_unit_instances_are_asked_of_systemd_where_it_is_init(build, tmp_path, monkeypatch):
-    monkeypatch.setattr(llama_rpc_server_plan, "SYSTEMD_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.setattr(llama_rpc_server_plan, "systemd_booted", lambda: True)
     listed = ("gpulab-rpc-server@0.service loaded active running ggml RPC server 0\n"
               "\u25cf gpulab-rpc-server@3.service loaded failed failed ggml RPC server 3\n")
     result = run({"build_link": str(build), "unit_names": None}, answers={LIST_UNITS: (0, listed, "")})
@@ -211,7 +211,7 @@ def test_the_unit_instances_are_asked_of_systemd_where_it_is_init(build, tmp_pat
     failing = run({"build_link": str(build), "unit_names": None}, answers={LIST_UNITS: (1, "", "Failed to connect to bus")})
     assert failing.kind is FailJson
     assert failing.result["msg"] == "systemctl list-units failed (rc 1): check `systemctl is-system-running`"
-    monkeypatch.setattr(llama_rpc_server_plan, "SYSTEMD_RUNTIME_DIR", str(tmp_path / "absent"))
+    monkeypatch.setattr(llama_rpc_server_plan, "systemd_booted", lambda: False)
     elsewhere = run({"build_link": str(build), "unit_names": None})
     assert elsewhere.result["stale_units"] == []
     assert list(LIST_UNITS) not in elsewhere.commands
