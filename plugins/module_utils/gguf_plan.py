@@ -20,7 +20,11 @@ them) and a list of devices in llama.cpp's order. The rules follow llama.cpp's o
   GGML_PAD(n_ctx / n_seq_max, 256) cells.
 - src/llama-kv-cache.cpp: per layer a K tensor (n_embd_k_gqa x cells x streams, cache type K)
   and a V tensor (n_embd_v_gqa x cells x streams, cache type V), on the layer's device when
-  the KV cache is offloaded.
+  the KV cache is offloaded. Which layers hold a cache, how wide, and the sliding-window and
+  recurrent layers come from model_family.gguf_structure (MLA keeps K only; a sliding layer keeps
+  a window per stream, src/llama-kv-cache-iswa.cpp; a recurrent layer a fixed F32 state per
+  sequence, src/llama-memory-recurrent.cpp). A family llama.cpp keeps in a memory type of its own
+  is named as not modelled and planned for its weights only.
 
 The compute buffer is an estimate (the graph allocator's peak depends on the backend and on
 fused kernels); weights and KV cache are exact up to buffer alignment.
@@ -36,6 +40,7 @@ import re
 import struct
 
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf
+from ansible_collections.gpulab.inference.plugins.module_utils import model_family
 from ansible_collections.gpulab.inference.plugins.module_utils.gpu_drain import matching_pattern
 from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import program_units
 
@@ -157,6 +162,10 @@ def model_facts(model):
                         % (path, full % "expert_used_count", n_expert_used, full % "expert_count", n_expert))
     tokens = model.get("tokenizer.ggml.tokens")
     n_vocab = len(tokens) if isinstance(tokens, list) else count("vocab_size", 0)
+    try:
+        structure = model_family.gguf_structure(arch, key)
+    except model_family.FamilyError as exc:
+        raise PlanError("%s: %s; the file is damaged or not written for llama.cpp" % (path, exc))
 
     total_params = 0
     active_params = 0.0
@@ -195,6 +204,7 @@ def model_facts(model):
         "size_mib": round(model.size_bytes / float(MIB), 2),
         "files": len(getattr(model, "shards", [None])),
         "tensors": len(model.tensors),
+        "structure": structure,
     }
 
 
@@ -337,14 +347,84 @@ def kv_cells(ctx_size, parallel, n_ctx_train, kv_unified=False):
     return n_ctx_seq, parallel
 
 
-def kv_bytes_per_layer(facts, cells, streams, type_k, type_v):
-    """K and V bytes of each layer (0 for layers without attention heads)."""
+def swa_cells(cells, window, n_seq, kv_unified, ubatch=DEFAULT_UBATCH, swa_full=False):
+    """Cells per stream of the sliding-window cache (src/llama-kv-cache-iswa.cpp
+    llama_kv_cache_iswa: GGML_PAD(min(size_base, n_swa x (unified ? n_seq_max : 1) + n_ubatch),
+    256), or the full size with --swa-full)."""
+    if swa_full:
+        return cells
+    return gguf.align_offset(min(cells, window * (n_seq if kv_unified else 1) + ubatch), KV_CTX_PAD)
+
+
+def cache_bytes_per_layer(facts, cells, streams, type_k, type_v, n_seq=None, kv_unified=False,
+                          ubatch=DEFAULT_UBATCH, swa_full=False):
+    """(K bytes, V bytes, recurrent state bytes) of each layer, as llama.cpp allocates them.
+
+    Facts without a structure (a record written before families were modelled) use the
+    grouped-query rule over kv_heads, head_dim_k and head_dim_v. A family that is not modelled
+    gives zeros: the plan names it (kv_note) instead of printing a figure."""
+    n_seq = n_seq or streams
+    structure = facts.get("structure")
+    if structure is None:
+        structure = {"modelled": True, "layer_kinds": [model_family.FULL] * len(facts["kv_heads"]),
+                     "k_values": [facts["head_dim_k"] * n for n in facts["kv_heads"]],
+                     "v_values": [facts["head_dim_v"] * n for n in facts["kv_heads"]],
+                     "window": 0, "state_r_values": 0, "state_s_values": 0}
+    if not structure["modelled"]:
+        return [(0, 0, 0)] * facts["layers"]
+    window_cells = swa_cells(cells, structure["window"], n_seq, kv_unified, ubatch, swa_full) \
+        if structure["window"] else cells
+    # a recurrent layer keeps R and S rows of F32 for max(1, n_seq_max) sequences
+    state = (structure["state_r_values"] + structure["state_s_values"]) * 4 * max(1, n_seq)
     sizes = []
-    for n_kv in facts["kv_heads"]:
-        k = gguf.ggml_row_bytes(type_k, facts["head_dim_k"] * n_kv) * cells * streams if n_kv else 0
-        v = gguf.ggml_row_bytes(type_v, facts["head_dim_v"] * n_kv) * cells * streams if n_kv else 0
-        sizes.append((k, v))
+    for kind, k_values, v_values in zip(structure["layer_kinds"], structure["k_values"], structure["v_values"]):
+        if kind == model_family.RECURRENT:
+            sizes.append((0, 0, state))
+            continue
+        rows = (window_cells if kind == model_family.SLIDING else cells) * streams
+        k = gguf.ggml_row_bytes(type_k, k_values) * rows if k_values else 0
+        v = gguf.ggml_row_bytes(type_v, v_values) * rows if v_values else 0
+        sizes.append((k, v, 0))
     return sizes
+
+
+def kv_bytes_per_layer(facts, cells, streams, type_k, type_v, **options):
+    """K and V bytes of each layer (0 for layers without a cache); a recurrent layer's fixed state
+    counts as its V, so that a layer's sum is what its device holds for it."""
+    return [(k, v + state) for k, v, state in cache_bytes_per_layer(facts, cells, streams, type_k, type_v, **options)]
+
+
+def kv_bytes_per_token(facts, type_k="f16", type_v="f16"):
+    """Cache bytes one token of context takes over every full-context layer, and those a
+    sliding-window layer takes until its window is full (0 when the family is not modelled)."""
+    structure = facts.get("structure") or {}
+    if not structure.get("modelled", True) or "layer_kinds" not in structure:
+        return 0
+    tk, tv = cache_type(type_k, "cache_type_k"), cache_type(type_v, "cache_type_v")
+    total = 0
+    for kind, k_values, v_values in zip(structure["layer_kinds"], structure["k_values"], structure["v_values"]):
+        if kind in (model_family.FULL, model_family.SLIDING):
+            total += (gguf.ggml_row_bytes(tk, k_values) if k_values else 0) + \
+                (gguf.ggml_row_bytes(tv, v_values) if v_values else 0)
+    return total
+
+
+def state_bytes_per_sequence(facts):
+    """The recurrent state one sequence holds over every recurrent layer (F32)."""
+    structure = facts.get("structure") or {}
+    if not structure.get("modelled", True) or "layer_kinds" not in structure:
+        return 0
+    layers = sum(1 for kind in structure["layer_kinds"] if kind == model_family.RECURRENT)
+    return layers * (structure["state_r_values"] + structure["state_s_values"]) * 4
+
+
+def structure_line(facts, type_k="f16", type_v="f16"):
+    """The family's structure in one line for plan.yml's table."""
+    structure = facts.get("structure")
+    if not structure:
+        return "%s: grouped-query attention" % facts.get("architecture")
+    return "%s: %s" % (structure["family"], model_family.describe(
+        structure, kv_bytes_per_token(facts, type_k, type_v), state_bytes_per_sequence(facts)))
 
 
 def compute_bytes_estimate(facts, cells, holds_layers, holds_output, flash_attn, ubatch=DEFAULT_UBATCH, n_outputs=1):
@@ -447,8 +527,14 @@ def cuda_context_bytes(cuda, computes, context_mib, idle_mib):
 
 def plan_layout(model, devices, split="equal", n_gpu_layers="all", ctx_size=0, parallel=1, kv_unified=False,
                 cache_type_k="f16", cache_type_v="f16", flash_attn="auto", margin_mib=1024, offload_kqv=True,
-                ubatch=DEFAULT_UBATCH, alignment=32, facts=None, cuda_context_mib=0, cuda_idle_context_mib=0):
+                ubatch=DEFAULT_UBATCH, alignment=32, facts=None, cuda_context_mib=0, cuda_idle_context_mib=0,
+                swa_full=False):
     """Per-device weights, KV cache, compute buffer and whether each fits; plus the CPU's part.
+
+    The KV cache follows the family's structure (model_family.gguf_structure): sliding-window
+    layers hold a window per stream (all the context with swa_full, llama-server --swa-full),
+    recurrent layers a fixed state per sequence (state_mib). A family that is not modelled gets
+    no KV figure: kv_note says so and the weights are still planned.
 
     cuda_context_mib: what a process holds on each GPU it uses beyond llama.cpp's buffers (the
     CUDA context, cuBLAS and other library workspaces). llama.cpp's own log leaves it out; each
@@ -480,7 +566,12 @@ def plan_layout(model, devices, split="equal", n_gpu_layers="all", ctx_size=0, p
     cells, streams = kv_cells(ctx_size, parallel, facts["context_length_train"], kv_unified)
     facts = dict(facts, expert_ffn_size=_expert_ffn(model, facts))
     weights = weight_bytes_by_layer(model, n_layer, alignment)
-    kv = kv_bytes_per_layer(facts, cells, streams, type_k, type_v)
+    cache = cache_bytes_per_layer(facts, cells, streams, type_k, type_v, n_seq=max(parallel, 1),
+                                  kv_unified=kv_unified, ubatch=ubatch, swa_full=swa_full)
+    kv = [(k, v) for k, v, _state in cache]
+    state = [s for _k, _v, s in cache]
+    structure = facts.get("structure") or {"modelled": True}
+    kv_note = None if structure["modelled"] else model_family.not_modelled_message(structure)
 
     rows = []
     totals = []
@@ -490,10 +581,11 @@ def plan_layout(model, devices, split="equal", n_gpu_layers="all", ctx_size=0, p
         weight = sum(weights[il] for il in layers) + (weights[OUTPUT] if holds_output else 0)
         kv_k = sum(kv[il][0] for il in layers) if offload_kqv else 0
         kv_v = sum(kv[il][1] for il in layers) if offload_kqv else 0
+        kv_state = sum(state[il] for il in layers) if offload_kqv else 0
         compute = compute_bytes_estimate(facts, cells, bool(layers), holds_output, flash_attn != "off", ubatch,
                                          max(parallel, 1))
         context = int(cuda_context_bytes(device["cuda"], bool(layers or holds_output), context_mib, idle_mib))
-        total = weight + kv_k + kv_v + compute + context
+        total = weight + kv_k + kv_v + kv_state + compute + context
         row = {
             "name": device["name"],
             "host": device["host"],
@@ -505,6 +597,7 @@ def plan_layout(model, devices, split="equal", n_gpu_layers="all", ctx_size=0, p
             "split": values[index],
             "weights_mib": _mib(weight),
             "kv_cache_mib": _mib(kv_k + kv_v),
+            "state_mib": _mib(kv_state),
             "compute_mib_estimate": _mib(compute),
             "context_mib": _mib(context),
             "total_mib": _mib(total),
@@ -534,6 +627,7 @@ def plan_layout(model, devices, split="equal", n_gpu_layers="all", ctx_size=0, p
     cpu_layers = [il for il in range(n_layer) if placement[il] is None]
     cpu_weight = weights[INPUT] + sum(weights[il] for il in cpu_layers) + (weights[OUTPUT] if placement[n_layer] is None else 0)
     cpu_kv = sum(kv[il][0] + kv[il][1] for il in (range(n_layer) if not offload_kqv else cpu_layers))
+    cpu_state = sum(state[il] for il in (range(n_layer) if not offload_kqv else cpu_layers))
     checked = [r for r in rows if r["fits"] is not None]
     return {
         "devices": rows,
@@ -543,6 +637,7 @@ def plan_layout(model, devices, split="equal", n_gpu_layers="all", ctx_size=0, p
             "output_layer": placement[n_layer] is None,
             "weights_mib": _mib(cpu_weight),
             "kv_cache_mib": _mib(cpu_kv),
+            "state_mib": _mib(cpu_state),
         },
         "fits": all(r["fits"] for r in checked),
         "unchecked": [r["name"] for r in rows if r["fits"] is None],
@@ -554,6 +649,9 @@ def plan_layout(model, devices, split="equal", n_gpu_layers="all", ctx_size=0, p
         "ctx_size": cells * streams,
         "weights_total_mib": _mib(sum(weights.values())),
         "kv_cache_total_mib": _mib(sum(k + v for k, v in kv)),
+        "state_total_mib": _mib(sum(state)),
+        "kv_note": kv_note,
+        "structure": structure_line(facts, cache_type_k, cache_type_v),
     }
 
 
@@ -645,6 +743,13 @@ def format_table(plan):
     lines.append("%-10s %-12s %-9s %10.2f %10.2f" % (
         "CPU(host)", "head", (cpu["layer_range"] + ("+out" if cpu["output_layer"] else "")) or "input",
         cpu["weights_mib"], cpu["kv_cache_mib"]))
+    if plan.get("structure"):
+        lines.append("cache: " + plan["structure"])
+    if plan.get("state_total_mib"):
+        lines.append("recurrent state: %.2f MiB in all (on the layers' devices, beside the KV cache)"
+                     % plan["state_total_mib"])
+    if plan.get("kv_note"):
+        lines.append(plan["kv_note"])
     return lines
 
 
