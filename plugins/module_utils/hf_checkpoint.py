@@ -16,6 +16,8 @@ import json
 import re
 import struct
 
+from ansible_collections.gpulab.inference.plugins.module_utils import model_family
+
 
 class CheckpointError(ValueError):
     """Bad input: the message names the offending file or field and what to do."""
@@ -30,7 +32,9 @@ TORCH_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "half": 2, "floa
 TORCH_DTYPE_SAFETENSORS = {"bfloat16": "BF16", "float16": "F16", "float32": "F32", "half": "F16", "float": "F32"}
 
 # Architectures whose checkpoint layout is known (config.json `architectures[0]`).
-MOE_ARCHITECTURES = ("MiniMaxM2ForCausalLM", "Qwen3MoeForCausalLM", "MixtralForCausalLM")
+MOE_ARCHITECTURES = ("MiniMaxM2ForCausalLM", "Qwen3MoeForCausalLM", "MixtralForCausalLM", "DeepseekV3ForCausalLM",
+                     "DeepseekV2ForCausalLM", "Glm4MoeForCausalLM", "GptOssForCausalLM", "Qwen3NextForCausalLM")
+MLA_ARCHITECTURES = ("DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM")
 DENSE_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM")
 
 
@@ -74,16 +78,19 @@ def model_shape(config, where="the model"):
         "max_position_embeddings": _int(text, "max_position_embeddings", where) if text.get("max_position_embeddings")
         is not None else None,
         "attention_bias": bool(text.get("attention_bias", architecture == "Qwen2ForCausalLM")),
-        "qk_norm": architecture in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "MiniMaxM2ForCausalLM"),
+        "qk_norm": architecture in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "MiniMaxM2ForCausalLM",
+                                    "Qwen3NextForCausalLM") or bool(text.get("use_qk_norm")),
     }
     dtype = text.get("torch_dtype") or text.get("dtype") or config.get("torch_dtype") or "bfloat16"
     if dtype not in TORCH_DTYPE_BYTES:
         raise CheckpointError("config.json of %s: torch_dtype %r is not one of %s" % (where, dtype, sorted(TORCH_DTYPE_BYTES)))
     shape["dtype"] = dtype
     shape["dtype_bytes"] = TORCH_DTYPE_BYTES[dtype]
-    # Experts: MiniMax-M2 and Mixtral name them num_local_experts with intermediate_size per
-    # expert; Qwen3-MoE names them num_experts with moe_intermediate_size.
-    experts = text.get("num_local_experts") or text.get("num_experts") or 0
+    # Experts: MiniMax-M2, Mixtral and gpt-oss name them num_local_experts with intermediate_size
+    # per expert; Qwen3-MoE and Qwen3-Next num_experts with moe_intermediate_size; DeepSeek-V3,
+    # Kimi-K2 and GLM-4.x MoE n_routed_experts with moe_intermediate_size
+    # (vllm/model_executor/models/deepseek_v2.py DeepseekV2MoE, glm4_moe.py Glm4MoE).
+    experts = text.get("num_local_experts") or text.get("num_experts") or text.get("n_routed_experts") or 0
     if isinstance(experts, bool) or not isinstance(experts, int) or experts < 0:
         # A count in quotes would otherwise plan an MoE model as a dense one.
         raise CheckpointError("config.json of %s: num_local_experts / num_experts is %r, expected a whole number "
@@ -98,8 +105,42 @@ def model_shape(config, where="the model"):
         shape["experts_used"] = 0
         shape["expert_ffn_size"] = 0
         shape["ffn_size"] = _int(text, "intermediate_size", where)
+    # Dense leading layers (first_k_dense_replace: DeepSeek-V3, GLM-4.x MoE) have an MLP of
+    # intermediate_size; shared experts (n_shared_experts of moe_intermediate_size each; Qwen3-Next's
+    # one of shared_expert_intermediate_size) run for every token beside the routed ones.
+    shape["dense_leading"] = _whole(text, "first_k_dense_replace", where) if shape["experts"] else 0
+    shape["dense_ffn_size"] = _int(text, "intermediate_size", where) if shape["dense_leading"] else 0
+    shape["shared_experts"] = _whole(text, "n_shared_experts", where)
+    shape["shared_expert_ffn_size"] = shape["expert_ffn_size"] * shape["shared_experts"]
+    if text.get("shared_expert_intermediate_size"):
+        shape["shared_experts"] = 1
+        shape["shared_expert_ffn_size"] = _int(text, "shared_expert_intermediate_size", where)
+    shape["mtp_layers"] = _whole(text, "num_nextn_predict_layers", where)
+    if architecture == "Qwen3NextForCausalLM":
+        shape["linear_attention"] = dict((key, _int(text, key, where)) for key in (
+            "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+            "linear_conv_kernel_dim"))
+    if architecture in MLA_ARCHITECTURES:
+        shape["mla"] = dict((key, _int(text, key, where)) for key in (
+            "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"))
+        shape["mla"]["q_lora_rank"] = _whole(text, "q_lora_rank", where)
+    try:
+        shape["structure"] = model_family.hf_structure(text, architecture, shape["layers"], shape["kv_heads"],
+                                                       shape["head_dim"])
+    except model_family.FamilyError as exc:
+        raise CheckpointError("config.json of %s: %s" % (where, str(exc).replace("config.json: ", "")))
     shape["quant"] = quantization(config.get("quantization_config"), where)
     return shape
+
+
+def _whole(config, key, where):
+    """A count that may be absent or null (0), else a whole number >= 0."""
+    value = config.get(key)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise CheckpointError("config.json of %s: %s is %r, expected a whole number >= 0" % (where, key, value))
+    return value
 
 
 def quantization(qconfig, where="the model"):
@@ -143,6 +184,7 @@ def checkpoint_tensors(shape):
     quant = shape.get("quant") or {}
     block = quant.get("block") if quant.get("method") == "fp8" else None
     skipped = quant.get("modules_to_not_convert") or []
+    mxfp4 = quant.get("method") == "mxfp4"
     tensors = [("model.embed_tokens.weight", dt, [shape["vocab_size"], hidden])]
 
     def linear(name, out_features, in_features):
@@ -158,22 +200,58 @@ def checkpoint_tensors(shape):
         p = "model.layers.%d." % layer
         tensors.append((p + "input_layernorm.weight", dt, [hidden]))
         tensors.append((p + "post_attention_layernorm.weight", dt, [hidden]))
-        linear(p + "self_attn.q_proj.weight", heads * head_dim, hidden)
-        linear(p + "self_attn.k_proj.weight", kv_heads * head_dim, hidden)
-        linear(p + "self_attn.v_proj.weight", kv_heads * head_dim, hidden)
-        linear(p + "self_attn.o_proj.weight", hidden, heads * head_dim)
-        if shape["attention_bias"]:
+        structure = shape.get("structure") or {}
+        kind = (structure.get("layer_kinds") or [None] * (layer + 1))[layer]
+        if architecture in MLA_ARCHITECTURES:
+            _mla_attention(shape, p, dt, linear, tensors)
+        elif kind == model_family.RECURRENT:
+            _gated_delta_net(shape, p, dt, linear, tensors)
+        else:
+            # Qwen3-Next's full attention gates its output with a second half of q_proj
+            q_width = heads * head_dim * (2 if architecture == "Qwen3NextForCausalLM" else 1)
+            linear(p + "self_attn.q_proj.weight", q_width, hidden)
+            linear(p + "self_attn.k_proj.weight", kv_heads * head_dim, hidden)
+            linear(p + "self_attn.v_proj.weight", kv_heads * head_dim, hidden)
+            linear(p + "self_attn.o_proj.weight", hidden, heads * head_dim)
+        if architecture == "GptOssForCausalLM":
+            # attention sinks, one per head; biases on q/k/v/o (vllm gpt_oss.py OAIAttention)
+            tensors.append((p + "self_attn.sinks", "F32", [heads]))
+            tensors.append((p + "self_attn.o_proj.bias", dt, [hidden]))
+        if shape["attention_bias"] and kind != model_family.RECURRENT and architecture not in MLA_ARCHITECTURES:
             for proj, width in (("q_proj", heads), ("k_proj", kv_heads), ("v_proj", kv_heads)):
                 tensors.append((p + "self_attn.%s.bias" % proj, dt, [width * head_dim]))
         if architecture == "MiniMaxM2ForCausalLM":
             # per-layer Q/K norms over every head (vllm/model_executor/models/minimax_m2.py)
             tensors.append((p + "self_attn.q_norm.weight", dt, [heads * head_dim]))
             tensors.append((p + "self_attn.k_norm.weight", dt, [kv_heads * head_dim]))
-        elif shape["qk_norm"]:
+        elif shape["qk_norm"] and kind != model_family.RECURRENT:
             tensors.append((p + "self_attn.q_norm.weight", dt, [head_dim]))
             tensors.append((p + "self_attn.k_norm.weight", dt, [head_dim]))
         experts, ffn = shape["experts"], shape["expert_ffn_size"]
-        if architecture in ("MiniMaxM2ForCausalLM", "MixtralForCausalLM"):
+        if layer < shape.get("dense_leading", 0):
+            linear(p + "mlp.gate_proj.weight", shape["dense_ffn_size"], hidden)
+            linear(p + "mlp.up_proj.weight", shape["dense_ffn_size"], hidden)
+            linear(p + "mlp.down_proj.weight", hidden, shape["dense_ffn_size"])
+        elif architecture == "GptOssForCausalLM":
+            _gpt_oss_experts(shape, p, dt, mxfp4, tensors)
+        elif architecture in MLA_ARCHITECTURES + ("Glm4MoeForCausalLM", "Qwen3NextForCausalLM"):
+            tensors.append((p + "mlp.gate.weight", dt, [experts, hidden]))
+            if architecture != "Qwen3NextForCausalLM":
+                tensors.append((p + "mlp.gate.e_score_correction_bias", "F32", [experts]))
+            for e in range(experts):
+                linear(p + "mlp.experts.%d.gate_proj.weight" % e, ffn, hidden)
+                linear(p + "mlp.experts.%d.up_proj.weight" % e, ffn, hidden)
+                linear(p + "mlp.experts.%d.down_proj.weight" % e, hidden, ffn)
+            shared = shape["shared_expert_ffn_size"]
+            if shared:
+                # DeepSeek / GLM: mlp.shared_experts; Qwen3-Next: mlp.shared_expert with a gate
+                name = "shared_expert" if architecture == "Qwen3NextForCausalLM" else "shared_experts"
+                linear(p + "mlp.%s.gate_proj.weight" % name, shared, hidden)
+                linear(p + "mlp.%s.up_proj.weight" % name, shared, hidden)
+                linear(p + "mlp.%s.down_proj.weight" % name, hidden, shared)
+                if architecture == "Qwen3NextForCausalLM":
+                    tensors.append((p + "mlp.shared_expert_gate.weight", dt, [1, hidden]))
+        elif architecture in ("MiniMaxM2ForCausalLM", "MixtralForCausalLM"):
             moe = p + "block_sparse_moe."
             tensors.append((moe + "gate.weight", dt, [experts, hidden]))
             if architecture == "MiniMaxM2ForCausalLM":
@@ -196,6 +274,64 @@ def checkpoint_tensors(shape):
     if not shape["tie_word_embeddings"]:
         tensors.append(("lm_head.weight", dt, [shape["vocab_size"], hidden]))
     return tensors
+
+
+def _mla_attention(shape, p, dt, linear, tensors):
+    """DeepSeek-V2/V3 and Kimi-K2 attention (vllm/model_executor/models/deepseek_v2.py
+    DeepseekV2MLAAttention): low-rank Q (q_a_proj, q_a_layernorm, q_b_proj; q_proj without
+    q_lora_rank), the latent KV (kv_a_proj_with_mqa: kv_lora_rank + rope, kv_a_layernorm,
+    kv_b_proj to the heads' nope K and V), o_proj from the heads' V."""
+    mla, hidden, heads = shape["mla"], shape["hidden_size"], shape["heads"]
+    q_head = mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]
+    if mla["q_lora_rank"]:
+        linear(p + "self_attn.q_a_proj.weight", mla["q_lora_rank"], hidden)
+        tensors.append((p + "self_attn.q_a_layernorm.weight", dt, [mla["q_lora_rank"]]))
+        linear(p + "self_attn.q_b_proj.weight", heads * q_head, mla["q_lora_rank"])
+    else:
+        linear(p + "self_attn.q_proj.weight", heads * q_head, hidden)
+    linear(p + "self_attn.kv_a_proj_with_mqa.weight", mla["kv_lora_rank"] + mla["qk_rope_head_dim"], hidden)
+    tensors.append((p + "self_attn.kv_a_layernorm.weight", dt, [mla["kv_lora_rank"]]))
+    linear(p + "self_attn.kv_b_proj.weight", heads * (mla["qk_nope_head_dim"] + mla["v_head_dim"]),
+           mla["kv_lora_rank"])
+    linear(p + "self_attn.o_proj.weight", hidden, heads * mla["v_head_dim"])
+
+
+def _gated_delta_net(shape, p, dt, linear, tensors):
+    """Qwen3-Next's linear-attention layer (vllm/model_executor/models/qwen3_next.py
+    Qwen3NextGatedDeltaNet): in_proj_qkvz, in_proj_ba, conv1d over Q, K and V, A_log, dt_bias,
+    a gated norm over the value head, out_proj."""
+    cfg = shape["linear_attention"]
+    hidden = shape["hidden_size"]
+    key_dim = cfg["linear_num_key_heads"] * cfg["linear_key_head_dim"]
+    value_dim = cfg["linear_num_value_heads"] * cfg["linear_value_head_dim"]
+    linear(p + "linear_attn.in_proj_qkvz.weight", key_dim * 2 + value_dim * 2, hidden)
+    linear(p + "linear_attn.in_proj_ba.weight", cfg["linear_num_value_heads"] * 2, hidden)
+    tensors.append((p + "linear_attn.conv1d.weight", dt, [key_dim * 2 + value_dim, 1, cfg["linear_conv_kernel_dim"]]))
+    tensors.append((p + "linear_attn.A_log", "F32", [cfg["linear_num_value_heads"]]))
+    tensors.append((p + "linear_attn.dt_bias", dt, [cfg["linear_num_value_heads"]]))
+    tensors.append((p + "linear_attn.norm.weight", "F32", [cfg["linear_value_head_dim"]]))
+    linear(p + "linear_attn.out_proj.weight", hidden, value_dim)
+
+
+# OCP MX block: 32 values share one E8M0 scale; two FP4 values a byte
+MXFP4_BLOCK = 32
+
+
+def _gpt_oss_experts(shape, p, dt, mxfp4, tensors):
+    """gpt-oss's fused experts (vllm/model_executor/models/gpt_oss.py MLPBlock, weights named as
+    the released checkpoint): router with bias; gate_up (interleaved) and down, with biases; MXFP4
+    stores each as U8 `_blocks` [.., k / 32, 16] and U8 `_scales` [.., k / 32]."""
+    experts, ffn, hidden = shape["experts"], shape["expert_ffn_size"], shape["hidden_size"]
+    m = p + "mlp."
+    tensors.append((m + "router.weight", dt, [experts, hidden]))
+    tensors.append((m + "router.bias", dt, [experts]))
+    for name, rows, k in (("gate_up_proj", 2 * ffn, hidden), ("down_proj", hidden, ffn)):
+        if mxfp4:
+            tensors.append((m + "experts.%s_blocks" % name, "U8", [experts, rows, k // MXFP4_BLOCK, MXFP4_BLOCK // 2]))
+            tensors.append((m + "experts.%s_scales" % name, "U8", [experts, rows, k // MXFP4_BLOCK]))
+        else:
+            tensors.append((m + "experts.%s" % name, dt, [experts, k, rows]))
+        tensors.append((m + "experts.%s_bias" % name, dt, [experts, rows]))
 
 
 def tensor_nbytes(dtype, dims):

@@ -475,11 +475,13 @@ def _streams(parallel, kv_unified):
     return 1 if kv_unified or parallel == 1 else parallel
 
 
-def choose_ctx_and_split(model, devices, ctx_size=AUTO, split=AUTO, facts=None, limit=REJECTED_LIMIT, **options):
+def choose_ctx_and_split(model, devices, ctx_size=AUTO, split=AUTO, facts=None, limit=REJECTED_LIMIT,
+                         per_slot_trained=False, **options):
     """llama_server_ctx_size and llama_server_tensor_split, each auto or the operator's value.
 
     ctx auto: the largest context (whole 256-cell blocks per slot) whose plan fits with the
-    margin, capped by the model's trained context; with split auto the split is searched at every
+    margin, capped by the model's trained context (per_slot_trained: the trained context for each
+    slot's stream, as llama-server caps a slot); with split auto the split is searched at every
     context tried. A given context is kept and checked. Returns {ctx_size, tensor_split, plan,
     ctx_reason, split_reason, split_figures, rejected, fits}: the reasons and the rejected splits'
     findings name no free-memory figure (memory-plan.json keeps them); split_figures and each rejected
@@ -515,7 +517,8 @@ def choose_ctx_and_split(model, devices, ctx_size=AUTO, split=AUTO, facts=None, 
             raise AutoError("llama_server_ctx_size is auto but the model does not say its trained context "
                             "(%s.context_length); set llama_server_ctx_size" % facts["architecture"])
         block = gp.KV_CTX_PAD * streams
-        top = max(trained // block, 1)
+        cap = trained * streams if per_slot_trained else trained
+        top = max(cap // block, 1)
         caps = _capacities(devices)
         if any(c is None for c in caps):
             ctx = min(trained, max(UNKNOWN_MEMORY_CTX // block, 1) * block)
@@ -541,8 +544,9 @@ def choose_ctx_and_split(model, devices, ctx_size=AUTO, split=AUTO, facts=None, 
                         high = mid - 1
                 plan, choice = best
                 ctx = low * block
-                if ctx >= trained or low == top:
-                    ctx_reason = "auto: %d tokens, the model's trained context (it fits with the margin)" % ctx
+                if ctx >= cap or low == top:
+                    ctx_reason = "auto: %d tokens, the model's trained context%s (it fits with the margin)" % (
+                        ctx, " for each of the %d slots" % streams if cap > trained else "")
                 else:
                     ctx_reason = ("auto: %d tokens, the largest context that fits with the margin (trained %d)"
                                   % (ctx, trained))
@@ -580,6 +584,8 @@ def resolve_from_memory_plan(split, ctx_size, record, model_path, record_path="m
                         % (subject, record_path, record.get("model_path"), model_path))
     options = record.get("options") if isinstance(record.get("options"), dict) else {}
     planned_split, planned_ctx = record.get("tensor_split"), options.get("ctx_size")
+    if intent is not None:
+        reason += "; %s" % INTENT_LAYOUT_REASONS[intent]
     if is_auto_word(split):
         if not isinstance(planned_split, list) or not planned_split or not all(
                 isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in planned_split):
@@ -617,6 +623,227 @@ def _closeness(result):
     and data-parallel engines, then the larger TP first (the ones an operator tries first)."""
     layout = result["layout"]
     world = layout["tensor_parallel_size"] * layout["pipeline_parallel_size"] * layout["data_parallel_size"]
+
+
+# ---------------------------------------------------------------- the serving intent
+#
+# gpulab_serving_intent (role common) says what the lab serves, and the autopilot tunes both engines
+# for it. Every value it sets stays the operator's: a setting other than auto is kept, and the plan
+# says which values the intent set and why.
+
+INTENTS = ("interactive", "throughput")
+DEFAULT_INTENT = "throughput"
+DEFAULT_CONCURRENCY = 4
+# llama.cpp under throughput: a slot with less context than this (or than the trained context, if
+# that is shorter) would cut off ordinary conversations; the plan then runs fewer slots.
+MIN_SLOT_CTX = 4096
+# vLLM: how many sequences one engine schedules at once (--max-num-seqs). Interactive: a person's
+# few requests at a time (a chat, its tool calls, a title); throughput: vLLM's own default on a
+# GPU of 70 GiB or more (vllm/engine/arg_utils.py EngineArgs.get_batch_defaults, API server 1024).
+INTERACTIVE_MAX_NUM_SEQS = 8
+THROUGHPUT_MAX_NUM_SEQS = 1024
+# --max-num-batched-tokens, both intents: vLLM's API-server default on such a GPU (get_batch_defaults,
+# 8192). A prompt up to it prefills in one step; a larger chunk would hold every decoding stream
+# for the whole prefill. vLLM's default is 2048 below 70 GiB, where the intent still sets 8192.
+MAX_NUM_BATCHED_TOKENS = 8192
+# CUDA graphs under throughput: vLLM's largest capture size (vllm/config/vllm.py
+# VllmConfig._set_cudagraph_sizes: min(max_num_seqs x 2, 512), capped by max_num_batched_tokens).
+THROUGHPUT_MAX_CAPTURE_SIZE = 512
+
+INTENT_LAYOUT_REASONS = {
+    "interactive": "serving intent interactive: ranked for the lowest per-token latency among the valid layouts "
+                   "(fewest pipeline stages, one engine rather than data parallel, the largest TP within a node, "
+                   "experts tensor-sharded rather than placed whole where vLLM runs both): vLLM's expert-parallel "
+                   "guide (docs/serving/expert_parallel_deployment.md) pairs TP with latency",
+    "throughput": "serving intent throughput: ranked for the highest aggregate among the valid layouts (fewest "
+                  "pipeline stages, expert parallel with the most data-parallel engines vLLM's rules and the memory "
+                  "allow, then KV capacity): vLLM's expert-parallel guide "
+                  "(docs/serving/expert_parallel_deployment.md) pairs DP attention and EP experts with throughput",
+}
+
+
+def check_intent(intent, concurrency=DEFAULT_CONCURRENCY):
+    """(intent, concurrency), or an error naming the variable the operator set."""
+    if intent not in INTENTS:
+        raise AutoError("gpulab_serving_intent is %r; set interactive (one user, the fastest stream) or throughput "
+                        "(several users, the most tokens in all)" % (intent,))
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise AutoError("gpulab_serving_concurrency is %r; set the number of streams the lab should serve at once, "
+                        "a whole number of 1 or more" % (concurrency,))
+    return intent, concurrency
+
+
+def intent_rank_key(result, intent, hw):
+    """The order of valid layouts for a serving intent (None: vllm_plan.rank_key, KV capacity).
+
+    Both: valid first, every GPU used, fewer pipeline stages (a request crosses them one after
+    another). interactive: TP within a node (a TP group across nodes all-reduces over the network
+    for every layer), one engine (DP splits the requests, never one request), the largest TP (every
+    GPU works on each token), experts tensor-sharded (balanced at batch 1, no all-to-all), then KV
+    capacity. throughput: expert parallel with the most data-parallel engines (each engine
+    schedules its own batch; attention weights replicate, experts spread over TP x DP), then KV
+    capacity, then the larger TP."""
+    if intent is None:
+        return vp.rank_key(result)
+    layout = result["layout"]
+    est = result["estimate"] or {}
+    tp, pp, dp, ep = (layout["tensor_parallel_size"], layout["pipeline_parallel_size"],
+                      layout["data_parallel_size"], layout["enable_expert_parallel"])
+    capacity = (-est.get("concurrency_at_max_model_len", 0), -est.get("kv_tokens_total", 0))
+    head = (not result["valid"], -(tp * pp * dp))
+    if intent == "interactive":
+        return head + (tp > hw.get("gpus_per_node", tp), pp, dp, -tp, ep) + capacity
+    return head + (pp, not ep, -dp) + capacity + (-tp,)
+
+
+def llama_slots(intent, concurrency=DEFAULT_CONCURRENCY, parallel=AUTO):
+    """llama_server_parallel: a set value is kept; auto is one slot for interactive (the one stream
+    gets the whole context and shares no batch) and the target concurrency for throughput (one
+    slot per stream, decoded together). Returns {parallel, reason}."""
+    intent, concurrency = check_intent(intent, concurrency)
+    if not is_auto(parallel):
+        if isinstance(parallel, bool) or not str(parallel).strip().isdigit() or int(str(parallel).strip()) < 1:
+            raise AutoError("llama_server_parallel is %r; set a whole number of 1 or more, or auto" % (parallel,))
+        return {"parallel": int(str(parallel).strip()), "reason": "llama_server_parallel %s as set" % parallel}
+    if intent == "interactive":
+        return {"parallel": 1, "reason": "auto, serving intent interactive: one slot, so the one stream has the "
+                                         "whole context and shares no batch"}
+    return {"parallel": concurrency, "reason": "auto, serving intent throughput: %d slot(s), one per stream of "
+                                               "gpulab_serving_concurrency, decoded in one batch" % concurrency}
+
+
+def choose_llama_serving(model, devices, intent=DEFAULT_INTENT, concurrency=DEFAULT_CONCURRENCY, parallel=AUTO,
+                         ctx_size=AUTO, split=AUTO, facts=None, limit=REJECTED_LIMIT, **options):
+    """The slots, the context and the split for a serving intent: llama_slots, then
+    choose_ctx_and_split with each slot's context capped by the trained one (llama-server caps a
+    slot there: tools/server/server-context.cpp n_ctx_slot). Under throughput with slots and
+    context both auto, a memory that cannot give every slot MIN_SLOT_CTX tokens gets fewer slots.
+    Returns choose_ctx_and_split's answer with intent, concurrency, parallel and parallel_reason."""
+    facts = facts or gp.model_facts(model)
+    slots = llama_slots(intent, concurrency, parallel)
+    options = dict(options)
+    options.pop("parallel", None)
+
+    def choose(count):
+        return choose_ctx_and_split(model, devices, ctx_size=ctx_size, split=split, facts=facts, limit=limit,
+                                    parallel=count, per_slot_trained=True, **options)
+
+    count, reason = slots["parallel"], slots["reason"]
+    choice = choose(count)
+    trained = facts.get("context_length_train") or 0
+    floor = min(MIN_SLOT_CTX, trained) if trained else MIN_SLOT_CTX
+    if (intent == "throughput" and is_auto(parallel) and is_auto(ctx_size) and count > 1
+            and not options.get("kv_unified") and choice["fits"] and choice["ctx_size"] // count < floor):
+        fewer = max(1, choice["ctx_size"] // floor)
+        while True:
+            choice = choose(fewer)
+            if fewer == 1 or choice["ctx_size"] // fewer >= floor:
+                break
+            fewer -= 1
+        reason = ("auto, serving intent throughput: %d slot(s) of the %d of gpulab_serving_concurrency: the memory "
+                  "holds %d tokens of context, and a slot below %d tokens would cut conversations short"
+                  % (fewer, count, choice["ctx_size"], floor))
+        count = fewer
+    return dict(choice, intent=intent, concurrency=concurrency, parallel=count, parallel_reason=reason)
+
+
+def intent_record(choice):
+    """memory-plan.json's `intent`: the intent, the target concurrency and what it set (the
+    slots, with the reason); the head reads the slots from here when llama_server_parallel is auto."""
+    return {"intent": choice["intent"], "concurrency": choice["concurrency"], "parallel": choice["parallel"],
+            "parallel_reason": choice["parallel_reason"]}
+
+
+def resolve_parallel_from_memory_plan(parallel, record, record_path="memory-plan.json"):
+    """llama_server_parallel for the head's command line: auto takes the slots the memory plan
+    resolved (memory-plan.json's intent), a set value stays."""
+    if not is_auto_word(parallel):
+        return parallel
+    planned = ((record or {}).get("intent") or {}).get("parallel") if isinstance(record, dict) else None
+    if isinstance(planned, bool) or not isinstance(planned, int) or planned < 1:
+        raise AutoError("llama_server_parallel is auto: the memory plan resolves it (role memory_plan writes %s before "
+                        "any service changes), but %s holds no resolved slots (%r); run deploy.yml "
+                        "(deploy.yml), or set llama_server_parallel" % (record_path, record_path, planned))
+    return planned
+
+
+def vllm_batch_choice(intent, concurrency=DEFAULT_CONCURRENCY, max_num_seqs=AUTO, max_num_batched_tokens=AUTO,
+                      cudagraph_capture_sizes=AUTO, enforce_eager=False):
+    """vLLM's batch settings for a serving intent, each a set value kept or auto resolved:
+    max_num_seqs (--max-num-seqs), max_num_batched_tokens (--max-num-batched-tokens) and the CUDA
+    graphs captured (--cudagraph-capture-sizes, a list, or --max-cudagraph-capture-size under
+    throughput, vLLM listing the sizes up to it). vLLM pads a decode batch up to the next captured
+    size and runs a larger one without a graph (vllm/config/vllm.py VllmConfig._set_cudagraph_sizes).
+
+    Returns {max_num_seqs, max_num_batched_tokens, cudagraph_capture_sizes (list or None),
+    max_cudagraph_capture_size (int or None), reasons: {name: sentence}, set_by_intent: [names]}."""
+    intent, concurrency = check_intent(intent, concurrency)
+    reasons, by_intent = {}, []
+
+    def whole(value, name):
+        if isinstance(value, bool) or not str(value).strip().isdigit() or int(str(value).strip()) < 1:
+            raise AutoError("vllm_server_%s is %r; set a whole number of 1 or more, or auto" % (name, value))
+        return int(str(value).strip())
+
+    if is_auto(max_num_seqs):
+        if intent == "interactive":
+            seqs = INTERACTIVE_MAX_NUM_SEQS
+            reasons["max_num_seqs"] = ("auto, interactive: %d sequences at once, a person's few requests without "
+                                       "queueing; small batches keep each step short" % seqs)
+        else:
+            seqs = max(THROUGHPUT_MAX_NUM_SEQS, concurrency)
+            reasons["max_num_seqs"] = ("auto, throughput: %d sequences per engine, vLLM's default on a GPU of 70 GiB or "
+                                       "more (vllm/engine/arg_utils.py get_batch_defaults), on every GPU size" % seqs)
+        by_intent.append("max_num_seqs")
+    else:
+        seqs = whole(max_num_seqs, "max_num_seqs")
+        reasons["max_num_seqs"] = "vllm_server_max_num_seqs %d as set" % seqs
+    if is_auto(max_num_batched_tokens):
+        tokens = MAX_NUM_BATCHED_TOKENS
+        reasons["max_num_batched_tokens"] = (
+            "auto, %s: %d tokens a step, vLLM's API-server default on a GPU of 70 GiB or more (get_batch_defaults): "
+            "a prompt up to it prefills in one step, a larger chunk would hold every decoding stream for the whole "
+            "prefill" % (intent, tokens))
+        by_intent.append("max_num_batched_tokens")
+    else:
+        tokens = whole(max_num_batched_tokens, "max_num_batched_tokens")
+        reasons["max_num_batched_tokens"] = "vllm_server_max_num_batched_tokens %d as set" % tokens
+    sizes, largest = None, None
+    if enforce_eager:
+        reasons["cudagraph_capture_sizes"] = "none: vllm_server_enforce_eager runs without CUDA graphs"
+    elif is_auto(cudagraph_capture_sizes):
+        if intent == "interactive":
+            sizes = sorted(set([s for s in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512) if s < seqs] + [seqs]))
+            sizes = [s for s in sizes if s <= tokens]
+            reasons["cudagraph_capture_sizes"] = (
+                "auto, interactive: graphs for %s, every decode batch up to max_num_seqs %d padded to the next one; "
+                "none captured for batches it never runs" % (" ".join("%d" % s for s in sizes), seqs))
+        else:
+            largest = min(THROUGHPUT_MAX_CAPTURE_SIZE, tokens)
+            reasons["cudagraph_capture_sizes"] = (
+                "auto, throughput: vLLM's sizes up to %d (--max-cudagraph-capture-size; 1, 2, 4, every 8 to 256, "
+                "every 16 beyond), so wide decode batches run as graphs too" % largest)
+        by_intent.append("cudagraph_capture_sizes")
+    else:
+        values = cudagraph_capture_sizes if isinstance(cudagraph_capture_sizes, (list, tuple)) else [cudagraph_capture_sizes]
+        sizes = sorted(set(whole(v, "cudagraph_capture_sizes") for v in values))
+        if not sizes:
+            raise AutoError("vllm_server_cudagraph_capture_sizes is empty; give batch sizes, e.g. [1, 2, 4, 8], or auto")
+        reasons["cudagraph_capture_sizes"] = "vllm_server_cudagraph_capture_sizes %s as set" % " ".join(
+            "%d" % s for s in sizes)
+    return {"max_num_seqs": seqs, "max_num_batched_tokens": tokens, "cudagraph_capture_sizes": sizes,
+            "max_cudagraph_capture_size": largest, "reasons": reasons, "set_by_intent": by_intent}
+
+
+def vllm_batch_arguments(batch):
+    """The `vllm serve` flags of vllm_batch_choice's answer (vLLM 0.24.0's names:
+    tests/unit/fixtures/vllm/vllm-0.24.0-serve-options.txt)."""
+    args = ["--max-num-seqs", str(batch["max_num_seqs"]), "--max-num-batched-tokens", str(batch["max_num_batched_tokens"])]
+    if batch.get("cudagraph_capture_sizes"):
+        args += ["--cudagraph-capture-sizes"] + [str(s) for s in batch["cudagraph_capture_sizes"]]
+    elif batch.get("max_cudagraph_capture_size"):
+        args += ["--max-cudagraph-capture-size", str(batch["max_cudagraph_capture_size"])]
+    return args
     return (-world, layout["pipeline_parallel_size"], layout["data_parallel_size"],
             -layout["tensor_parallel_size"], layout["enable_expert_parallel"])
 
@@ -628,10 +855,11 @@ def _verdict(result):
     return errors, idle
 
 
-def choose_vllm_layout(summary, shape, hw, opts, given=None, limit=REJECTED_LIMIT):
+def choose_vllm_layout(summary, shape, hw, opts, given=None, limit=REJECTED_LIMIT, intent=None):
     """TP, PP, DP and expert parallel chosen together: every GPU used, vLLM's rules, memory,
-    then KV capacity (vllm_plan.rank_key). given: the operator's values, each a value or auto/None;
-    a layout they fix completely is kept and checked (idle GPUs then only warn).
+    then what the serving intent ranks first (intent_rank_key; without an intent KV capacity,
+    vllm_plan.rank_key). given: the operator's values, each a value or auto/None; a layout they fix
+    completely is kept and checked (idle GPUs then only warn).
 
     Returns {layout (vllm_plan.Layout), result (check_layout's), reason, rejected, alternatives}.
     """
@@ -669,7 +897,7 @@ def choose_vllm_layout(summary, shape, hw, opts, given=None, limit=REJECTED_LIMI
         first = "; ".join("%s: %s" % (r["label"], " ".join(r["findings"])) for r in rejected[:3])
         raise AutoError("no layout of %s runs the model on every GPU (%s). The closest: %s. %s"
                         % (hw["label"], _given_text(given), first, smallest_vllm_hint(summary, shape, hw, opts)))
-    accepted.sort(key=lambda pair: vp.rank_key(pair[1]))
+    accepted.sort(key=lambda pair: intent_rank_key(pair[1], intent, hw))
     layout, result = accepted[0]
     est = result["estimate"]
     reason = ("auto: %s uses all %d GPUs and passes vLLM's rules; %.1f GiB of weights and %.1f GiB of KV cache "
@@ -677,8 +905,9 @@ def choose_vllm_layout(summary, shape, hw, opts, given=None, limit=REJECTED_LIMI
               % (layout.label(), hw["gpus_total"], est["weights_gib"], est["kv_cache_gib"], est["kv_tokens_total"],
                  est["concurrency_at_max_model_len"], opts["max_model_len"]))
     alternatives = [{"label": r["label"], "layout": r["layout"], "estimate": r["estimate"],
-                     "findings": ["valid, ranked lower: %d requests at max_model_len, %d KV tokens, PP %d, DP %d"
-                                  % (r["estimate"]["concurrency_at_max_model_len"], r["estimate"]["kv_tokens_total"],
+                     "findings": ["valid, ranked lower%s: %d requests at max_model_len, %d KV tokens, PP %d, DP %d"
+                                  % ("" if intent is None else " for %s serving" % intent,
+                                     r["estimate"]["concurrency_at_max_model_len"], r["estimate"]["kv_tokens_total"],
                                      r["layout"]["pipeline_parallel_size"], r["layout"]["data_parallel_size"])]}
                     for _l, r in accepted[1:]]
     cut = (lambda items: items[:limit]) if limit is not None else (lambda items: items)

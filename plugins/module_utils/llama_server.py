@@ -492,9 +492,12 @@ def output_device(devices, split, n_layer=None, n_gpu_layers="all"):
     return devices[shares[-1]] if shares else None
 
 
-def backend_sampling_choice(setting, devices, split, n_layer=None, n_gpu_layers="all", extra_args=()):
+def backend_sampling_choice(setting, devices, split, n_layer=None, n_gpu_layers="all", extra_args=(), intent=None):
     """Whether llama-server samples on the device that holds the output layer (--backend-sampling).
 
+    intent (gpulab_serving_intent): under throughput auto is off, since sampling on the device
+    serialises the streams' sampling (37% of the aggregate at four streams on an H200,
+    docs/benchmarks.md); under interactive, or without an intent, auto is the rule below.
     auto: on when that device is one of the head's own GPUs, where the sampler reads the logits in
     place instead of copying a vocabulary-sized row to the host for every token; off when it is an
     RPC device (every step would read the sampler's state back over the network) or the CPU.
@@ -517,10 +520,15 @@ def backend_sampling_choice(setting, devices, split, n_layer=None, n_gpu_layers=
     if setting not in (None, "auto"):
         raise LlamaServerError(
             "llama_server_backend_sampling is %r; set auto, true or false" % (setting,))
+    if intent == "throughput":
+        return {"enabled": False, "output_device": where,
+                "reason": "auto, serving intent throughput: off, sampling on the device cost 37% of the aggregate "
+                          "at four streams (docs/benchmarks.md)"}
     local = device is not None and device["kind"] == "local"
     return {
         "enabled": local,
-        "reason": "auto: the output layer is on %s" % where,
+        "reason": "auto%s: the output layer is on %s" % (", serving intent interactive" if intent == "interactive"
+                                                        else "", where),
         "output_device": where,
     }
 
@@ -627,7 +635,8 @@ def memory_options(options):
         "n_gpu_layers": gpu_layers,
         # auto: the memory plan chooses it (layout_auto.choose_ctx_and_split)
         "ctx_size": "auto" if str(given["ctx_size"][0]).strip() == "auto" else _memory_whole(*given["ctx_size"], minimum=0),
-        "parallel": _memory_whole(*given["parallel"], minimum=1),
+        # auto: the memory plan sets it from the serving intent (layout_auto.choose_llama_serving)
+        "parallel": "auto" if str(given["parallel"][0]).strip() == "auto" else _memory_whole(*given["parallel"], minimum=1),
         "flash_attn": str(flash_attn),
         "cache_type_k": cache["cache_type_k"],
         "cache_type_v": cache["cache_type_v"],
@@ -649,9 +658,12 @@ def server_argv(binary, model, options, rpc, split_arg, backend_sampling):
     argv = [binary, "--model", model, "--host", str(opts["host"]), "--port", str(port)]
     if rpc:
         argv += ["--rpc", rpc]
-    if memory_options(opts)["ctx_size"] == "auto":  # the values the memory plan reads, refused here the same way
-        raise LlamaServerError("llama_server_ctx_size is auto but nothing resolved it: the memory plan "
-                               "(memory-plan.json) gives the head its context")
+    memory = memory_options(opts)  # the values the memory plan reads, refused here the same way
+    for key in ("ctx_size", "parallel"):
+        if memory[key] == "auto":
+            raise LlamaServerError("llama_server_%s is auto but nothing resolved it: the memory plan "
+                                   "(memory-plan.json) gives the head its %s" % (key, "context" if key == "ctx_size"
+                                                                                 else "slots"))
     argv += ["--n-gpu-layers", str(opts["gpu_layers"]), "--tensor-split", split_arg,
              "--ctx-size", str(opts["ctx_size"]), "--parallel", str(opts["parallel"]),
              "--flash-attn", str(opts["flash_attn"]),

@@ -84,8 +84,12 @@ def hardware_label(nodes):
 
 def llama_row(model, facts, nodes, options, label):
     devices = llama_devices(nodes)
-    result = la.choose_ctx_and_split(model, devices, ctx_size=options.get("ctx_size", la.AUTO), split=la.AUTO,
-                                     facts=facts, **_llama_options(options))
+    # the slots as the deployment would set them: a number, or auto from the serving intent
+    result = la.choose_llama_serving(model, devices, options.get("serving_intent", la.DEFAULT_INTENT),
+                                     options.get("serving_concurrency", la.DEFAULT_CONCURRENCY),
+                                     parallel=options.get("parallel", 1), ctx_size=options.get("ctx_size", la.AUTO),
+                                     split=la.AUTO, facts=facts,
+                                     **dict((k, v) for k, v in _llama_options(options).items() if k != "parallel"))
     plan = result["plan"]
     checked = [r["headroom_mib"] for r in plan["devices"] if r["headroom_mib"] is not None]
     return {
@@ -102,7 +106,7 @@ def llama_row(model, facts, nodes, options, label):
                                              "compute_mib_estimate", "context_mib", "total_mib", "free_mib",
                                              "headroom_mib", "fits")) for r in plan["devices"]],
         "verdict": "fits" if plan["fits"] else "does not fit",
-        "reason": "%s; %s" % (result["ctx_reason"], result["split_reason"]),
+        "reason": "%s; %s; %s" % (result["parallel_reason"], result["ctx_reason"], result["split_reason"]),
         "rejected": result["rejected"],
     }
 

@@ -184,6 +184,14 @@ def _tensor_split(value):
     if any(number < 0 for number in numbers) or not any(numbers):
         return "needs non-negative shares, one above 0"
     return None
+def _parallel(value):
+    if value == "auto":
+        return None
+    if as_whole(value) is None:
+        return "is not a whole number or auto"
+    return _at_least(1)(value)
+
+
 
 
 # What Ansible's `type: bool` accepts (ansible.module_utils.parsing.convert_bool).
@@ -230,7 +238,9 @@ RULES = {
     "llama_server_port": (_PORT, "a TCP port from 1 to 65535, e.g. 8080"),
     "llama_server_ctx_size": (_ctx_size, "the context in tokens shared by all slots, e.g. 8192 (0: the model's training "
                                          "context), or auto (the largest that fits, chosen by the memory plan)"),
-    "llama_server_parallel": (_at_least(1), "the number of requests served at once, 1 or more, e.g. 4"),
+    "llama_server_parallel": (_parallel, "the number of requests served at once, 1 or more, e.g. 4, or auto (from "
+                                         "gpulab_serving_intent, set by the memory plan)"),
+    "gpulab_serving_concurrency": (_at_least(1), "the streams the lab serves at once, 1 or more, e.g. 4"),
     "llama_server_gpu_layers": (_gpu_layers, "a number of layers, or all"),
     "llama_server_tensor_split": (_tensor_split, "auto (whole layers with the most headroom, chosen by the memory plan), "
                                                  "equal, proportional, or one share per device, e.g. [1, 1, 2]"),
@@ -278,7 +288,7 @@ RULES = {
 # test) for the combinations below, when the user set only one side.
 DEFAULTS = {
     "llama_server_ctx_size": "auto",
-    "llama_server_parallel": 4,
+    "llama_server_parallel": "auto",
     "llama_server_restart_sec": 5,
     "llama_server_restart_max_delay_s": 30,
     "llama_rpc_server_restart_sec": 5,

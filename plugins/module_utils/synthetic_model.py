@@ -37,7 +37,7 @@ QUANTIZATIONS = {
     "Q8_0": (gguf.GGML_Q8_0, 7),
     "F16": (gguf.GGML_F16, 1),
 }
-ARCHITECTURES = ("minimax-m2",)
+ARCHITECTURES = ("minimax-m2", "deepseek2", "qwen3moe", "glm4moe", "gpt-oss", "qwen3next")
 EXPERT_GATING_SIGMOID = 2  # LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID
 LLAMA_MAX_LAYERS = 512
 LLAMA_MAX_EXPERTS = 1024
@@ -121,6 +121,10 @@ def validate_options(options):
             raise SyntheticModelError("%s=%d is not divisible by %d (the Q8_0 block size every weight row "
                                       "must fill); use a multiple of %d"
                                       % (name, opts[name], ROW_BLOCK_VALUES, ROW_BLOCK_VALUES))
+    if opts["architecture"] == "deepseek2" and opts["head_dim"] % (2 * ROW_BLOCK_VALUES):
+        raise SyntheticModelError("head_dim=%d: deepseek2 splits it into rotary and non-rotary halves, each a "
+                                  "multiple of %d; use a multiple of %d"
+                                  % (opts["head_dim"], ROW_BLOCK_VALUES, 2 * ROW_BLOCK_VALUES))
     if opts["attention_heads"] % opts["kv_heads"]:
         raise SyntheticModelError("attention_heads=%d is not divisible by kv_heads=%d (grouped-query "
                                   "attention shares each KV head among a whole number of heads)"
@@ -292,7 +296,303 @@ def minimax_m2_metadata(opts):
     ]
 
 
-ARCH_BUILDERS = {"minimax-m2": (minimax_m2_tensors, minimax_m2_metadata)}
+# ---------------------------------------------------------------- the other families
+# Each follows its loader in llama.cpp 0c1e570 (src/models/<arch>.cpp load_arch_hparams and
+# load_arch_tensors). Family-specific sizes derive from the common options: one dense leading
+# layer and one shared expert where the family has them (deepseek2, glm4moe, qwen3next's shared
+# expert), gpt-oss's 128-token window on every other layer, qwen3next's full attention every
+# fourth layer; deepseek2's MLA ranks are hidden_size / 4 and its per-head parts head_dim / 2.
+SYNTHETIC_SWA_WINDOW = 128
+SYNTHETIC_FULL_ATTENTION_INTERVAL = 4
+
+
+def _u32(value):
+    return gguf.GGUFValue(gguf.UINT32, value)
+
+
+def _f32(value):
+    return gguf.GGUFValue(gguf.FLOAT32, value)
+
+
+def _common_metadata(arch, opts, rope_dims):
+    return [
+        (arch + ".context_length", _u32(opts["context_length"])),
+        (arch + ".embedding_length", _u32(opts["hidden_size"])),
+        (arch + ".block_count", _u32(opts["layers"])),
+        (arch + ".feed_forward_length", _u32(opts["expert_ffn_size"])),
+        (arch + ".expert_feed_forward_length", _u32(opts["expert_ffn_size"])),
+        (arch + ".attention.head_count", _u32(opts["attention_heads"])),
+        (arch + ".attention.layer_norm_rms_epsilon", _f32(1e-6)),
+        (arch + ".rope.dimension_count", _u32(rope_dims)),
+        (arch + ".rope.freq_base", _f32(1000000.0)),
+        (arch + ".expert_count", _u32(opts["experts"])),
+        (arch + ".expert_used_count", _u32(opts["experts_used"])),
+    ]
+
+
+def _dense_leading(opts):
+    return 1 if opts["layers"] > 1 else 0
+
+
+def _builders(opts):
+    weight_type = QUANTIZATIONS[opts["quantization"]][0]
+
+    def weight(name, dims):
+        return TensorPlan(name, dims, weight_type, "random", dims[0])
+
+    def f32(name, dims, fill="random"):
+        return TensorPlan(name, dims, gguf.GGML_F32, fill, dims[0])
+
+    def norm(name, dims):
+        return TensorPlan(name, dims, gguf.GGML_F32, 1.0)
+    return weight, f32, norm
+
+
+def _moe_ffn(blk, opts, weight, f32, shared=0, probs_bias=False):
+    n_embd, n_ff, n_expert = opts["hidden_size"], opts["expert_ffn_size"], opts["experts"]
+    plan = [TensorPlan(blk + "ffn_gate_inp.weight", (n_embd, n_expert), gguf.GGML_F32, "random", n_embd)]
+    if probs_bias:
+        plan.append(TensorPlan(blk + "exp_probs_b.bias", (n_expert,), gguf.GGML_F32, 0.0))
+    plan += [
+        weight(blk + "ffn_gate_exps.weight", (n_embd, n_ff, n_expert)),
+        weight(blk + "ffn_down_exps.weight", (n_ff, n_embd, n_expert)),
+        weight(blk + "ffn_up_exps.weight", (n_embd, n_ff, n_expert)),
+    ]
+    if shared:
+        plan += [
+            weight(blk + "ffn_gate_shexp.weight", (n_embd, n_ff * shared)),
+            weight(blk + "ffn_down_shexp.weight", (n_ff * shared, n_embd)),
+            weight(blk + "ffn_up_shexp.weight", (n_embd, n_ff * shared)),
+        ]
+    return plan
+
+
+def _dense_ffn(blk, opts, weight):
+    n_embd, n_ff = opts["hidden_size"], opts["expert_ffn_size"]
+    return [weight(blk + "ffn_gate.weight", (n_embd, n_ff)), weight(blk + "ffn_down.weight", (n_ff, n_embd)),
+            weight(blk + "ffn_up.weight", (n_embd, n_ff))]
+
+
+def _ends(opts, n_vocab, weight, norm, body):
+    n_embd = opts["hidden_size"]
+    return ([weight("token_embd.weight", (n_embd, n_vocab))] + body
+            + [norm("output_norm.weight", (n_embd,)), weight("output.weight", (n_embd, n_vocab))])
+
+
+def _mla_sizes(opts):
+    """(q_lora_rank, kv_lora_rank, qk_nope, qk_rope, v_head) of a synthetic deepseek2."""
+    half = opts["head_dim"] // 2
+    rank = max(ROW_BLOCK_VALUES, opts["hidden_size"] // 4 // ROW_BLOCK_VALUES * ROW_BLOCK_VALUES)
+    return rank, rank, half, half, half
+
+
+def deepseek2_tensors(opts, n_vocab):
+    """src/models/deepseek2.cpp load_arch_tensors with MLA (split wk_b / wv_b) and q_lora_rank."""
+    weight, f32, norm = _builders(opts)
+    n_embd, n_head = opts["hidden_size"], opts["attention_heads"]
+    q_lora, kv_lora, nope, rope, v_head = _mla_sizes(opts)
+    body = []
+    for il in range(opts["layers"]):
+        blk = "blk.%d." % il
+        body += [
+            norm(blk + "attn_norm.weight", (n_embd,)),
+            norm(blk + "attn_q_a_norm.weight", (q_lora,)),
+            norm(blk + "attn_kv_a_norm.weight", (kv_lora,)),
+            weight(blk + "attn_q_a.weight", (n_embd, q_lora)),
+            weight(blk + "attn_q_b.weight", (q_lora, n_head * (nope + rope))),
+            weight(blk + "attn_kv_a_mqa.weight", (n_embd, kv_lora + rope)),
+            weight(blk + "attn_k_b.weight", (nope, kv_lora, n_head)),
+            weight(blk + "attn_v_b.weight", (kv_lora, v_head, n_head)),
+            weight(blk + "attn_output.weight", (n_head * v_head, n_embd)),
+            norm(blk + "ffn_norm.weight", (n_embd,)),
+        ]
+        if il < _dense_leading(opts):
+            body += _dense_ffn(blk, opts, weight)
+        else:
+            body += _moe_ffn(blk, opts, weight, f32, shared=1, probs_bias=True)
+    return _ends(opts, n_vocab, weight, norm, body)
+
+
+def deepseek2_metadata(opts):
+    """src/models/deepseek2.cpp load_arch_hparams: the MLA GGUF keeps one KV head whose key is
+    kv_lora_rank + rope and value kv_lora_rank; key_length_mla / value_length_mla the heads."""
+    arch = "deepseek2"
+    q_lora, kv_lora, nope, rope, v_head = _mla_sizes(opts)
+    return _common_metadata(arch, opts, rope) + [
+        (arch + ".attention.head_count_kv", _u32(1)),
+        (arch + ".attention.key_length", _u32(kv_lora + rope)),
+        (arch + ".attention.value_length", _u32(kv_lora)),
+        (arch + ".attention.key_length_mla", _u32(nope + rope)),
+        (arch + ".attention.value_length_mla", _u32(v_head)),
+        (arch + ".attention.q_lora_rank", _u32(q_lora)),
+        (arch + ".attention.kv_lora_rank", _u32(kv_lora)),
+        (arch + ".leading_dense_block_count", _u32(_dense_leading(opts))),
+        (arch + ".expert_shared_count", _u32(1)),
+        (arch + ".expert_weights_scale", _f32(1.0)),
+        (arch + ".expert_weights_norm", gguf.GGUFValue(gguf.BOOL, True)),
+        (arch + ".expert_gating_func", _u32(EXPERT_GATING_SIGMOID)),
+    ]
+
+
+def _gqa_attention(blk, opts, weight, norm, q_factor=1, qk_norm=True):
+    n_embd, hd = opts["hidden_size"], opts["head_dim"]
+    n_q, n_kv = hd * opts["attention_heads"], hd * opts["kv_heads"]
+    plan = [
+        weight(blk + "attn_q.weight", (n_embd, n_q * q_factor)),
+        weight(blk + "attn_k.weight", (n_embd, n_kv)),
+        weight(blk + "attn_v.weight", (n_embd, n_kv)),
+        weight(blk + "attn_output.weight", (n_q, n_embd)),
+    ]
+    if qk_norm:
+        plan += [norm(blk + "attn_q_norm.weight", (hd,)), norm(blk + "attn_k_norm.weight", (hd,))]
+    return plan
+
+
+def _gqa_keys(arch, opts):
+    return [(arch + ".attention.head_count_kv", _u32(opts["kv_heads"])),
+            (arch + ".attention.key_length", _u32(opts["head_dim"])),
+            (arch + ".attention.value_length", _u32(opts["head_dim"]))]
+
+
+def qwen3moe_tensors(opts, n_vocab):
+    """src/models/qwen3moe.cpp load_arch_tensors."""
+    weight, f32, norm = _builders(opts)
+    n_embd = opts["hidden_size"]
+    body = []
+    for il in range(opts["layers"]):
+        blk = "blk.%d." % il
+        body += [norm(blk + "attn_norm.weight", (n_embd,))] + _gqa_attention(blk, opts, weight, norm)
+        body += [norm(blk + "ffn_norm.weight", (n_embd,))] + _moe_ffn(blk, opts, weight, f32)
+    return _ends(opts, n_vocab, weight, norm, body)
+
+
+def qwen3moe_metadata(opts):
+    return _common_metadata("qwen3moe", opts, opts["head_dim"]) + _gqa_keys("qwen3moe", opts)
+
+
+def glm4moe_tensors(opts, n_vocab):
+    """src/models/glm4-moe.cpp load_arch_tensors (no nextn layer)."""
+    weight, f32, norm = _builders(opts)
+    n_embd = opts["hidden_size"]
+    body = []
+    for il in range(opts["layers"]):
+        blk = "blk.%d." % il
+        body += [norm(blk + "attn_norm.weight", (n_embd,))] + _gqa_attention(blk, opts, weight, norm)
+        body.append(norm(blk + "post_attention_norm.weight", (n_embd,)))
+        if il < _dense_leading(opts):
+            body += _dense_ffn(blk, opts, weight)
+        else:
+            body += _moe_ffn(blk, opts, weight, f32, shared=1, probs_bias=True)
+    return _ends(opts, n_vocab, weight, norm, body)
+
+
+def glm4moe_metadata(opts):
+    arch = "glm4moe"
+    return _common_metadata(arch, opts, opts["head_dim"] // 2) + _gqa_keys(arch, opts) + [
+        (arch + ".leading_dense_block_count", _u32(_dense_leading(opts))),
+        (arch + ".expert_shared_count", _u32(1)),
+        (arch + ".expert_weights_scale", _f32(1.0)),
+        (arch + ".expert_weights_norm", gguf.GGUFValue(gguf.BOOL, True)),
+        (arch + ".expert_gating_func", _u32(EXPERT_GATING_SIGMOID)),
+    ]
+
+
+def gpt_oss_tensors(opts, n_vocab):
+    """src/models/openai-moe.cpp load_arch_tensors: attention sinks, biases on the output and
+    the experts (the experts are Q8_0 here, MXFP4 in the released GGUFs)."""
+    weight, f32, norm = _builders(opts)
+    n_embd, n_ff, n_expert = opts["hidden_size"], opts["expert_ffn_size"], opts["experts"]
+    body = []
+    for il in range(opts["layers"]):
+        blk = "blk.%d." % il
+        body += [norm(blk + "attn_norm.weight", (n_embd,)), norm(blk + "post_attention_norm.weight", (n_embd,))]
+        body += _gqa_attention(blk, opts, weight, norm, qk_norm=False)
+        body += [
+            TensorPlan(blk + "attn_sinks.weight", (opts["attention_heads"],), gguf.GGML_F32, 0.0),
+            TensorPlan(blk + "attn_output.bias", (n_embd,), gguf.GGML_F32, 0.0),
+            TensorPlan(blk + "ffn_gate_inp.weight", (n_embd, n_expert), gguf.GGML_F32, "random", n_embd),
+            TensorPlan(blk + "ffn_gate_inp.bias", (n_expert,), gguf.GGML_F32, 0.0),
+            weight(blk + "ffn_gate_exps.weight", (n_embd, n_ff, n_expert)),
+            weight(blk + "ffn_down_exps.weight", (n_ff, n_embd, n_expert)),
+            weight(blk + "ffn_up_exps.weight", (n_embd, n_ff, n_expert)),
+            TensorPlan(blk + "ffn_gate_exps.bias", (n_ff, n_expert), gguf.GGML_F32, 0.0),
+            TensorPlan(blk + "ffn_down_exps.bias", (n_embd, n_expert), gguf.GGML_F32, 0.0),
+            TensorPlan(blk + "ffn_up_exps.bias", (n_ff, n_expert), gguf.GGML_F32, 0.0),
+        ]
+    return _ends(opts, n_vocab, weight, norm, body)
+
+
+def gpt_oss_metadata(opts):
+    arch = "gpt-oss"
+    return _common_metadata(arch, opts, opts["head_dim"]) + _gqa_keys(arch, opts) + [
+        (arch + ".attention.sliding_window", _u32(SYNTHETIC_SWA_WINDOW)),
+    ]
+
+
+def _qwen3next_ssm(opts):
+    """(d_conv, d_state = head dim, n_group = key heads, dt_rank = value heads, d_inner)."""
+    heads_k = max(1, opts["kv_heads"])
+    heads_v = opts["attention_heads"]
+    return 4, opts["head_dim"], heads_k, heads_v, opts["head_dim"] * heads_v
+
+
+def qwen3next_tensors(opts, n_vocab):
+    """src/models/qwen3next.cpp load_arch_tensors: gated attention (Q twice as wide) every
+    fourth layer, gated delta-net layers between, routed plus one shared expert everywhere."""
+    weight, f32, norm = _builders(opts)
+    n_embd, n_ff = opts["hidden_size"], opts["expert_ffn_size"]
+    d_conv, head, n_k, n_v, d_inner = _qwen3next_ssm(opts)
+    key_dim, value_dim = head * n_k, head * n_v
+    body = []
+    for il in range(opts["layers"]):
+        blk = "blk.%d." % il
+        body += [norm(blk + "attn_norm.weight", (n_embd,)), norm(blk + "post_attention_norm.weight", (n_embd,))]
+        if (il + 1) % SYNTHETIC_FULL_ATTENTION_INTERVAL == 0:
+            body += _gqa_attention(blk, opts, weight, norm, q_factor=2)
+        else:
+            body += [
+                weight(blk + "attn_qkv.weight", (n_embd, key_dim * 2 + value_dim)),
+                weight(blk + "attn_gate.weight", (n_embd, value_dim)),
+                TensorPlan(blk + "ssm_conv1d.weight", (d_conv, key_dim * 2 + value_dim), gguf.GGML_F32, "random",
+                           d_conv),
+                TensorPlan(blk + "ssm_dt.bias", (n_v,), gguf.GGML_F32, 0.0),
+                TensorPlan(blk + "ssm_a", (n_v,), gguf.GGML_F32, -1.0),
+                weight(blk + "ssm_ba.weight", (n_embd, n_v * 2)),
+                norm(blk + "ssm_norm.weight", (head,)),
+                weight(blk + "ssm_out.weight", (value_dim, n_embd)),
+            ]
+        body += _moe_ffn(blk, opts, weight, f32)
+        body += [
+            TensorPlan(blk + "ffn_gate_inp_shexp.weight", (n_embd,), gguf.GGML_F32, "random", n_embd),
+            weight(blk + "ffn_gate_shexp.weight", (n_embd, n_ff)),
+            weight(blk + "ffn_up_shexp.weight", (n_embd, n_ff)),
+            weight(blk + "ffn_down_shexp.weight", (n_ff, n_embd)),
+        ]
+    return _ends(opts, n_vocab, weight, norm, body)
+
+
+def qwen3next_metadata(opts):
+    arch = "qwen3next"
+    d_conv, head, n_k, n_v, d_inner = _qwen3next_ssm(opts)
+    return _common_metadata(arch, opts, opts["head_dim"] // 4) + _gqa_keys(arch, opts) + [
+        (arch + ".expert_shared_feed_forward_length", _u32(opts["expert_ffn_size"])),
+        (arch + ".ssm.conv_kernel", _u32(d_conv)),
+        (arch + ".ssm.inner_size", _u32(d_inner)),
+        (arch + ".ssm.state_size", _u32(head)),
+        (arch + ".ssm.time_step_rank", _u32(n_v)),
+        (arch + ".ssm.group_count", _u32(n_k)),
+        (arch + ".full_attention_interval", _u32(SYNTHETIC_FULL_ATTENTION_INTERVAL)),
+    ]
+
+
+ARCH_BUILDERS = {
+    "minimax-m2": (minimax_m2_tensors, minimax_m2_metadata),
+    "deepseek2": (deepseek2_tensors, deepseek2_metadata),
+    "qwen3moe": (qwen3moe_tensors, qwen3moe_metadata),
+    "glm4moe": (glm4moe_tensors, glm4moe_metadata),
+    "gpt-oss": (gpt_oss_tensors, gpt_oss_metadata),
+    "qwen3next": (qwen3next_tensors, qwen3next_metadata),
+}
 
 
 def assign_shards(sizes, shards):

@@ -26,6 +26,7 @@ __metaclass__ = type
 import math
 import re
 
+from ansible_collections.gpulab.inference.plugins.module_utils import model_family
 from ansible_collections.gpulab.inference.plugins.module_utils.endpoint_rule import EndpointError, listen_address, port_number
 from ansible_collections.gpulab.inference.plugins.module_utils.hf_checkpoint import (
     DTYPE_BYTES,
@@ -134,6 +135,16 @@ def tensor_role(name):
         return "expert"
     if re.search(r"\.(k_proj|v_proj)\.", name):
         return "kv"
+    # MLA (vllm/model_executor/models/deepseek_v2.py DeepseekV2MLAAttention): q_a_proj and
+    # kv_a_proj_with_mqa are ReplicatedLinear (fused_qkv_a_proj with disable_tp), q_b_proj and
+    # kv_b_proj ColumnParallelLinear; Qwen3-Next's delta net (qwen3_next.py): in_proj_qkvz,
+    # in_proj_ba and conv1d column-parallel, out_proj row-parallel
+    if re.search(r"\.(q_a_proj|kv_a_proj_with_mqa)\.", name):
+        return "replicated"
+    if re.search(r"\.(q_b_proj|kv_b_proj|in_proj_qkvz|in_proj_ba|conv1d)\.", name):
+        return "column"
+    if re.search(r"\.out_proj\.", name):
+        return "row"
     if re.search(r"\.(q_proj|gate_proj|up_proj|w1|w3)\.", name) or ".shared_expert." in name:
         return "column"
     if re.search(r"\.(o_proj|down_proj|w2)\.", name):
@@ -206,11 +217,27 @@ def weights_per_gpu(summary, shape, layout):
     return totals[fullest], dict((k, int(v)) for k, v in stages[fullest].items()), totals
 
 
-def kv_bytes_per_token(shape, layout, kv_cache_dtype, layers):
-    """KV cache bytes one token takes on one GPU of a stage with `layers` layers: K and V, the KV
-    heads this GPU holds (vllm/config/model.py get_num_kv_heads: max(1, kv_heads // TP))."""
+def kv_bytes_per_token(shape, layout, kv_cache_dtype, layers, start=0):
+    """KV cache bytes one token takes, as vLLM counts the tokens it reports, on one GPU of a stage
+    holding `layers` layers from `start`: K and V, the KV heads this GPU holds
+    (vllm/config/model.py get_num_kv_heads: max(1, kv_heads // TP)).
+
+    Per family (model_family.hf_structure): MLA keeps one latent of kv_lora_rank +
+    qk_rope_head_dim values and no V, whole on every TP rank (get_num_kv_heads is 1;
+    vllm/v1/kv_cache_interface.py MLAAttentionSpec). Sliding-window and hybrid models share pages
+    between layer types: the tokens vLLM reports are those of model_family.vllm_group_layers
+    attention layers. 0 when the family is not modelled."""
     dtype_bytes = KV_CACHE_DTYPE_BYTES[kv_cache_dtype] or shape["dtype_bytes"]
-    return layers * 2 * max(1, shape["kv_heads"] // layout.tp) * shape["head_dim"] * dtype_bytes
+    structure = shape.get("structure")
+    if structure is None:
+        return layers * 2 * max(1, shape["kv_heads"] // layout.tp) * shape["head_dim"] * dtype_bytes
+    if not structure["modelled"]:
+        return 0
+    stage = dict(structure, layer_kinds=structure["layer_kinds"][start:start + layers])
+    span = model_family.vllm_group_layers(stage)
+    if structure["attention"] == model_family.MLA:
+        return span * structure["k_values"][0] * dtype_bytes
+    return span * 2 * max(1, shape["kv_heads"] // layout.tp) * shape["head_dim"] * dtype_bytes
 
 
 def budget_bytes(gpu_memory_mib, utilization, kept_mib=0):
@@ -244,7 +271,8 @@ def memory_estimate(summary, shape, layout, gpu_memory_mib, opts, kept_mib=0):
     pinned = None
     for stage, stage_bytes in enumerate(stage_weights):
         stage_kv = budget - stage_bytes - reserve
-        per_token = kv_bytes_per_token(shape, layout, opts["kv_cache_dtype"], partitions[stage])
+        per_token = kv_bytes_per_token(shape, layout, opts["kv_cache_dtype"], partitions[stage],
+                                       sum(partitions[:stage]))
         tokens = max(0, stage_kv) // per_token if per_token else 0
         if kv_tokens is None or tokens < kv_tokens:
             kv_tokens, kv_cache = tokens, stage_kv
@@ -306,6 +334,12 @@ def rule_attention_heads(ctx):
 
 def rule_kv_heads(ctx):
     shape, layout = ctx["shape"], ctx["layout"]
+    if (shape.get("structure") or {}).get("attention") == model_family.MLA:
+        # the latent cache has one "head", whole on every rank (get_num_kv_heads: 1 with MLA)
+        if layout.tp > 1:
+            return [("warning", "MLA keeps the whole latent KV cache on each of the TP %d GPUs: KV cache per "
+                     "token does not shrink with TP" % layout.tp)]
+        return []
     kv, tp = shape["kv_heads"], layout.tp
     if kv >= tp and kv % tp:
         return [("error", "the %d KV heads do not divide by TP %d" % (kv, tp))]
@@ -375,8 +409,21 @@ def rule_linear_shard_vs_block(ctx):
         return []
     shards = [("attention Q output", shape["heads"] * shape["head_dim"] // tp, block[0]),
               ("attention output input", shape["heads"] * shape["head_dim"] // tp, block[1])]
-    if shape["kv_heads"] >= tp:
+    mla = shape.get("mla")
+    if mla:
+        # deepseek_v2.py: q_b_proj and kv_b_proj are column-parallel over the heads, o_proj
+        # row-parallel over the heads' V; the latent projections are replicated
+        heads = shape["heads"] // tp
+        shards = [("q_b_proj output", heads * (mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]), block[0]),
+                  ("kv_b_proj output", heads * (mla["qk_nope_head_dim"] + mla["v_head_dim"]), block[0]),
+                  ("o_proj input", heads * mla["v_head_dim"], block[1])]
+    elif shape["kv_heads"] >= tp:
         shards.append(("attention K/V output", shape["kv_heads"] // tp * shape["head_dim"], block[0]))
+    if shape.get("dense_ffn_size"):
+        shards.append(("dense MLP gate/up output", shape["dense_ffn_size"] // tp, block[0]))
+        shards.append(("dense MLP down input", shape["dense_ffn_size"] // tp, block[1]))
+    if shape.get("shared_expert_ffn_size"):
+        shards.append(("shared expert gate/up output", shape["shared_expert_ffn_size"] // tp, block[0]))
     if shape["ffn_size"]:
         shards.append(("MLP gate/up output", shape["ffn_size"] // tp, block[0]))
         shards.append(("MLP down input", shape["ffn_size"] // tp, block[1]))
@@ -384,6 +431,18 @@ def rule_linear_shard_vs_block(ctx):
     if bad:
         return [("error", "with TP %d these FP8 weight shards are not multiples of the block %s: %s"
                  % (tp, block, ", ".join(bad)))]
+    return []
+
+
+def rule_mxfp4_expert_shard(ctx):
+    shape, layout = ctx["shape"], ctx["layout"]
+    if (shape["quant"] or {}).get("method") != "mxfp4" or not shape["experts"] or layout.ep:
+        return []
+    part = shape["expert_ffn_size"] // layout.moe_shards
+    if shape["expert_ffn_size"] % layout.moe_shards or part % 32:
+        return [("error", "without expert parallelism each MXFP4 expert is split over TP x DP = %d GPUs: expert FFN "
+                 "%d / %d is not a whole number of 32-value MX blocks (one E8M0 scale each); enable expert "
+                 "parallelism or use fewer shards" % (layout.moe_shards, shape["expert_ffn_size"], layout.moe_shards))]
     return []
 
 
@@ -408,6 +467,10 @@ def rule_memory(ctx):
     if est is None:
         return []
     weights = est["weights_gib"]
+    structure = ctx["shape"].get("structure") or {"modelled": True}
+    if not structure["modelled"] and est["kv_cache_gib"] > 0:
+        return [("warning", "%s; %.1f GiB is left for the KV cache, whose size per token is not known here"
+                 % (model_family.not_modelled_message(structure), est["kv_cache_gib"]))]
     if est["kv_cache_gib"] <= 0:
         return [("error", "%s puts %.1f GiB (%.1f GB) of weights on a GPU; with %.1f GiB reserved for activations "
                  "that exceeds the %.1f GiB vLLM may use (%.1f GiB x gpu_memory_utilization %s): spread the weights "
@@ -448,6 +511,10 @@ RULES = (
     {"name": "linear_shard_vs_block", "check": rule_linear_shard_vs_block,
      "source": "vllm/model_executor/layers/quantization/utils/fp8_utils.py validate_fp8_block_shape",
      "what": "TP shards of attention and dense MLP weights multiples of the FP8 block"},
+    {"name": "mxfp4_expert_shard", "check": rule_mxfp4_expert_shard,
+     "source": "vllm/model_executor/layers/quantization/mxfp4.py Mxfp4MoEMethod.create_weights (scales per "
+               "32 values of intermediate_size_per_partition)",
+     "what": "tensor-sharded MXFP4 expert FFN (no EP) a whole number of MX blocks"},
     {"name": "pipeline_layers", "check": rule_pipeline_layers, "source": "vllm/distributed/utils.py get_pp_indices",
      "what": "PP not greater than the layers"},
     {"name": "max_model_len", "check": rule_max_model_len,
@@ -692,8 +759,9 @@ def serve_arguments(model_path, layout, opts, hardware_info, launch):
     """The `vllm serve` arguments for one node, and what that node is.
 
     launch: host, port, served_model_name, node_rank, master_addr, master_port, dp_rpc_port,
-    backend (mp or ray), reasoning_parser, tool_call_parser, enforce_eager, extra_args.
-    One node: everything local. Several nodes (vLLM's own launcher, backend mp):
+    backend (mp or ray), reasoning_parser, tool_call_parser, enforce_eager, extra_args, batch_args
+    (the serving intent's --max-num-seqs, --max-num-batched-tokens and CUDA graph sizes:
+    layout_auto.vllm_batch_arguments). One node: everything local. Several nodes (vLLM's own launcher, backend mp):
     - a replica (TP x PP) that fits one node and DP spread over the nodes: each node runs
       dp / nodes local engines (--data-parallel-size-local), followers --headless with their
       --data-parallel-start-rank, all meeting at --data-parallel-address / -rpc-port
@@ -732,6 +800,7 @@ def serve_arguments(model_path, layout, opts, hardware_info, launch):
         # this value on every worker (vllm/v1/worker/gpu_worker.py determine_available_memory), so a
         # restart holds what was planned. gpu_memory_utilization still gates the start (init_device).
         args += ["--kv-cache-memory-bytes", str(int(opts["kv_cache_memory_bytes"]))]
+    args += [str(a) for a in launch.get("batch_args") or []]
     if launch.get("reasoning_parser"):
         args += ["--reasoning-parser", launch["reasoning_parser"]]
     if launch.get("tool_call_parser"):

@@ -114,6 +114,18 @@ options:
       - Not together with O(n_gpu_layers), O(ctx_size), O(parallel), O(kv_unified), O(cache_type_k),
         O(cache_type_v), O(flash_attn), O(offload_kqv) or O(ubatch_size).
     type: dict
+  serving_intent:
+    description:
+      - What the lab serves (role C(common)'s C(gpulab_serving_intent)). With C(parallel) at V(auto) in O(server), the
+        slots are one for V(interactive) and O(serving_concurrency) for V(throughput), fewer where the memory cannot give
+        each slot 4096 tokens; the context is then the largest that fits those slots (RV(record) C(intent) says what it set).
+    type: str
+    choices: [interactive, throughput]
+    default: throughput
+  serving_concurrency:
+    description: The streams a V(throughput) lab serves at once (C(gpulab_serving_concurrency)).
+    type: int
+    default: 4
   margin_mib:
     description: Free memory every device must keep beyond the plan.
     type: int
@@ -281,7 +293,9 @@ record:
   description:
     - The prediction to keep for the report (C(/var/lib/gpulab/memory-plan.json), O(record_file)), with model facts,
       options, split, and per device the layers, weights, KV cache, compute estimate and total;
-      C(choice) is RV(choice) without its lines and without a free-memory figure (the lines print them).
+      C(choice) is RV(choice) without its lines and without a free-memory figure (the lines print them);
+      C(intent) the serving intent, the target concurrency and the slots it set (C(parallel), C(parallel_reason)),
+      null when the slots were set.
       Live free memory is left out, so the record changes only when the prediction does.
   returned: success
   type: dict
@@ -329,6 +343,8 @@ def build_module():
             offload_kqv=dict(type="bool"),
             ubatch_size=dict(type="int"),
             server=dict(type="dict"),
+            serving_intent=dict(type="str", default=layout_auto.DEFAULT_INTENT, choices=list(layout_auto.INTENTS)),
+            serving_concurrency=dict(type="int", default=layout_auto.DEFAULT_CONCURRENCY),
             margin_mib=dict(type="int", default=1024),
             cuda_context_mib=dict(type="int", default=720),
             cuda_idle_context_mib=dict(type="int", default=518),
@@ -358,8 +374,17 @@ def main():
                 nodes.get("drained"))
         else:
             devices = params["devices"]
-        choice = None
-        if layout_auto.is_auto_word(params["tensor_split"]) or options.get("ctx_size") == "auto":
+        choice = intent = None
+        if options.get("parallel") == "auto":
+            # the serving intent sets the slots; options carries ctx_size: the context is chosen with them
+            intent = layout_auto.choose_llama_serving(model, devices, params["serving_intent"],
+                                                      params["serving_concurrency"], split=params["tensor_split"],
+                                                      facts=facts, **options)
+            options.update(parallel=intent["parallel"], ctx_size=intent["ctx_size"])
+            plan = intent["plan"]
+            if layout_auto.is_auto_word(params["tensor_split"]) or intent["ctx_reason"].startswith("auto"):
+                choice = intent
+        elif layout_auto.is_auto_word(params["tensor_split"]) or options.get("ctx_size") == "auto":
             # options carries ctx_size: the context is chosen with the split
             choice = layout_auto.choose_ctx_and_split(model, devices, split=params["tensor_split"], facts=facts,
                                                       **options)
@@ -402,6 +427,9 @@ def main():
                                              "; ".join(r.get("details") or r["findings"]))
                 for r in choice["rejected"]]},
     )
+    result["record"]["intent"] = None if intent is None else layout_auto.intent_record(intent)
+    if intent is not None and result["choice"] is not None:
+        result["choice"]["lines"].insert(0, intent["parallel_reason"])
     if params["require_fit"] and not plan["fits"]:
         module.fail_json(msg="%s would overflow (free memory minus a %d MiB margin); nothing was changed. "
                              "Lower ctx_size or parallel, change the tensor split, or add devices:\n%s"

@@ -76,6 +76,13 @@ options:
     description: Where O(memory_plan) was read, named in errors.
     type: str
     default: memory-plan.json
+  serving_intent:
+    description:
+      - What the lab serves (role C(common)'s C(gpulab_serving_intent)). C(backend_sampling=auto) in O(server) is off
+        under V(throughput) and follows the output layer under V(interactive) (or without an intent); C(parallel) at
+        V(auto) takes the slots the memory plan set for the intent (O(memory_plan)'s C(intent)).
+    type: str
+    choices: [interactive, throughput]
   health_timeout_s:
     description:
       - Seconds to wait for C(/health) to answer 200. V(0) computes it from the model's size
@@ -139,7 +146,8 @@ options:
         C(reasoning_budget), C(metrics), C(threads), C(log_verbosity), C(api_key_file), C(extra_args) and
         C(backend_sampling) (V(auto), V(true) or V(false)); a key left out takes the llama_server role's default (C(backend_sampling=false)).
       - C(backend_sampling=auto) samples on the GPU where the output layer is on one of the head's own GPUs, and
-        on the CPU where it is on an RPC device or the CPU (RV(backend_sampling) says why).
+        on the CPU where it is on an RPC device or the CPU (RV(backend_sampling) says why); under O(serving_intent)
+        V(throughput) it is off.
     type: dict
 """
 
@@ -386,10 +394,14 @@ class LlamaServerPlan:
             given, server_ctx = layout_auto.resolve_from_memory_plan(
                 params["tensor_split"], server.get("ctx_size"), params["memory_plan"], params["model_path"],
                 params["memory_plan_path"])
+            slots = layout_auto.resolve_parallel_from_memory_plan(server.get("parallel"), params["memory_plan"],
+                                                                  params["memory_plan_path"])
         except layout_auto.AutoError as exc:
             raise LlamaServerError(str(exc))
         if params["server"] is not None and "ctx_size" in server:
             self.params = dict(params, server=dict(server, ctx_size=server_ctx))
+        if params["server"] is not None and "parallel" in server:
+            self.params = dict(self.params, server=dict(self.params["server"], parallel=slots))
         split = tensor_split(given, devices)
         timeout_s = params["health_timeout_s"] or health_timeout_s(
             model_bytes, params["health_timeout_floor_s"], params["health_load_rate_mib_s"])
@@ -419,7 +431,7 @@ class LlamaServerPlan:
         server = dict(self.params["server"])
         choice = backend_sampling_choice(
             server.get("backend_sampling", "auto"), devices, split, model_layers(model),
-            server.get("gpu_layers", "all"), server.get("extra_args") or [])
+            server.get("gpu_layers", "all"), server.get("extra_args") or [], self.params.get("serving_intent"))
         binary = os.path.join(build.get("build_dir") or self.params["build_link"] or "", "bin", "llama-server")
         self.plan["backend_sampling"] = choice
         self.plan["argv"] = server_argv(binary, model, server, self.plan["rpc"], self.plan["tensor_split_arg"],
@@ -489,6 +501,7 @@ def build_module():
             tensor_split=dict(type="raw", default="equal"),
             memory_plan=dict(type="dict"),
             memory_plan_path=dict(type="str", default="memory-plan.json"),
+            serving_intent=dict(type="str", choices=list(layout_auto.INTENTS)),
             health_timeout_s=dict(type="int", default=0),
             health_timeout_floor_s=dict(type="int", default=120),
             health_load_rate_mib_s=dict(type="int", default=100),

@@ -77,7 +77,8 @@ options:
     choices: [auto, llama_cpp, vllm]
   llama:
     description:
-      - llama.cpp's options as C(gguf_plan) takes them - C(parallel) (default 1), C(ctx_size) (V(auto) or tokens),
+      - llama.cpp's options as C(gguf_plan) takes them - C(parallel) (default 1; V(auto) sets it from C(serving_intent),
+        V(interactive) or V(throughput) (default), and C(serving_concurrency) (default 4)), C(ctx_size) (V(auto) or tokens),
         C(cache_type_k), C(cache_type_v), C(flash_attn), C(margin_mib) (default 1024), C(cuda_context_mib) (default 720),
         C(cuda_idle_context_mib) (default 518).
     type: dict

@@ -143,6 +143,34 @@ options:
     description: C(--enforce-eager) (no CUDA graphs; faster start, slower decode).
     type: bool
     default: false
+  serving_intent:
+    description:
+      - What the lab serves (role C(common)'s C(gpulab_serving_intent)). Where a layout option is V(auto), the valid
+        layouts are ranked for it - V(interactive) the lowest per-token latency (TP within a node, no DP), V(throughput)
+        the highest aggregate (EP with the most DP engines); it also resolves O(max_num_seqs),
+        O(max_num_batched_tokens) and O(cudagraph_capture_sizes) left at V(auto). RV(intent) says what it set and why.
+      - Null ranks by KV capacity and leaves the three at vLLM's defaults.
+    type: str
+    choices: [interactive, throughput]
+  serving_concurrency:
+    description: The streams a V(throughput) lab serves at once (C(gpulab_serving_concurrency)); C(--max-num-seqs) is at least this.
+    type: int
+    default: 4
+  max_num_seqs:
+    description: C(--max-num-seqs), sequences one engine schedules at once, or V(auto) (the serving intent's).
+    type: raw
+    default: auto
+  max_num_batched_tokens:
+    description: C(--max-num-batched-tokens), tokens one engine step holds, or V(auto) (the serving intent's).
+    type: raw
+    default: auto
+  cudagraph_capture_sizes:
+    description:
+      - C(--cudagraph-capture-sizes), the decode batch sizes captured as CUDA graphs, or V(auto) (the serving intent's -
+        every size up to O(max_num_seqs) for V(interactive), vLLM's list up to C(--max-cudagraph-capture-size 512) for
+        V(throughput)).
+    type: raw
+    default: auto
   extra_args:
     description: More C(vllm serve) arguments, appended as given.
     type: list
@@ -338,6 +366,14 @@ choice:
       layout set completely is kept and only checked.
   returned: success
   type: dict
+intent:
+  description:
+    - The serving intent and what it set - C(intent), C(concurrency), C(max_num_seqs), C(max_num_batched_tokens),
+      C(cudagraph_capture_sizes) (a list, or null), C(max_cudagraph_capture_size) (or null), C(reasons) (one sentence
+      per value, a value set by the operator said to be so), C(set_by_intent) (the values it set), C(layout_reason);
+      null without O(serving_intent).
+  returned: success
+  type: dict
 kv_cache_memory_bytes:
   description: The KV cache pinned per GPU (C(--kv-cache-memory-bytes)); null when not pinned or invalid.
   returned: success
@@ -502,6 +538,11 @@ def build_module():
             port=dict(type="int", default=8000),
             served_model_name=dict(type="str"),
             enforce_eager=dict(type="bool", default=False),
+            serving_intent=dict(type="str", choices=list(la.INTENTS)),
+            serving_concurrency=dict(type="int", default=la.DEFAULT_CONCURRENCY),
+            max_num_seqs=dict(type="raw", default=la.AUTO),
+            max_num_batched_tokens=dict(type="raw", default=la.AUTO),
+            cudagraph_capture_sizes=dict(type="raw", default=la.AUTO),
             extra_args=dict(type="list", elements="str", default=[]),
             node_rank=dict(type="int", default=0),
             master_addr=dict(type="str"),
@@ -553,7 +594,7 @@ def run(module):
             "kv_cache_dtype": p["kv_cache_dtype"], "reserve_mib": p["reserve_mib"]}
     if any(la.is_auto(v) for v in given.values()):
         shape, summary, hw, checked, _tensors = vp.plan_inputs(config, tensors, nodes, opts, p["model_path"])
-        choice = la.choose_vllm_layout(summary, shape, hw, checked, given)
+        choice = la.choose_vllm_layout(summary, shape, hw, checked, given, intent=p["serving_intent"])
         layout = choice["layout"]
         choice = {"reason": choice["reason"], "rejected": choice["rejected"], "alternatives": choice["alternatives"],
                   "summary": la.summary_line(choice["reason"], choice["rejected"])}
@@ -569,13 +610,15 @@ def run(module):
     if index_total:
         result["model"]["index_total_size"] = index_total
     result["ranked"] = result["ranked"][:max(0, p["ranked_limit"])]
+    result["intent"] = intent_settings(p, choice["reason"])
     result["serve_args"], result["node_role"] = [], None
     if result["valid"]:
         keys = ("host", "port", "served_model_name", "node_rank", "master_addr", "master_port", "dp_rpc_port",
                 "enforce_eager", "extra_args")
         launch = dict((k, p[k]) for k in keys)
         launch.update(backend=p["distributed_backend"], reasoning_parser=result["reasoning_parser"],
-                      tool_call_parser=result["tool_call_parser"])
+                      tool_call_parser=result["tool_call_parser"],
+                      batch_args=la.vllm_batch_arguments(result["intent"]) if result["intent"] else [])
         opts["max_model_len"] = result["max_model_len"]
         if p["pin_kv_cache"]:
             hw = result["hardware"]
@@ -590,6 +633,18 @@ def run(module):
                          "model_path": p["model_path"]}
             result.update(vs.service_files_of(service, plan_info, command["role"], command["args"]))
     return result
+
+
+def intent_settings(params, layout_reason):
+    """What the serving intent sets (layout_auto.vllm_batch_choice) with the layout's reason; None
+    without an intent, where vLLM keeps its own batch defaults."""
+    if params["serving_intent"] is None:
+        return None
+    batch = la.vllm_batch_choice(params["serving_intent"], params["serving_concurrency"], params["max_num_seqs"],
+                                 params["max_num_batched_tokens"], params["cudagraph_capture_sizes"],
+                                 params["enforce_eager"])
+    return dict(batch, intent=params["serving_intent"], concurrency=params["serving_concurrency"],
+                layout_reason=layout_reason)
 
 
 def layout_values(params):

@@ -38,8 +38,8 @@ def test_fp8_block_checkpoint_stores_linear_weights_with_a_scale_per_block():
 
 
 def test_unknown_architecture_has_no_checkpoint_layout():
-    shape = hf.model_shape(dict(config('llama-3.1-8b-config.json'), architectures=['GptOssForCausalLM']))
-    with pytest.raises(hf.CheckpointError, match="architecture 'GptOssForCausalLM' has no known checkpoint layout"):
+    shape = hf.model_shape(dict(config('llama-3.1-8b-config.json'), architectures=['Gemma3ForCausalLM']))
+    with pytest.raises(hf.CheckpointError, match="architecture 'Gemma3ForCausalLM' has no known checkpoint layout"):
         hf.checkpoint_tensors(shape)
 
 

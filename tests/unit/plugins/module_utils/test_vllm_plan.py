@@ -300,8 +300,8 @@ def test_bad_layout_sizes():
 
 
 def test_unknown_architecture_without_safetensors():
-    cfg = dict(config('llama-3.1-8b-config.json'), architectures=['GptOssForCausalLM'])
-    with pytest.raises(vp.VllmPlanError, match="architecture 'GptOssForCausalLM' has no known checkpoint layout"):
+    cfg = dict(config('llama-3.1-8b-config.json'), architectures=['Gemma3ForCausalLM'])
+    with pytest.raises(vp.VllmPlanError, match="architecture 'Gemma3ForCausalLM' has no known checkpoint layout"):
         seed_plan(vp.Layout(1), cfg=cfg)
 
 

@@ -1,0 +1,222 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The serving intent (gpulab_serving_intent) on the two seed deployments: MiniMax-M2.7 Q8_0 over
+three 96 GB GPUs on two nodes (llama.cpp), MiniMax-M2.5 FP8 over eight (vLLM), each choice with
+the reason it prints; and the values an operator sets winning over the intent."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import pytest
+from test_gguf_plan import MINIMAX_M2, ShapedModel
+from test_layout_auto import OPTIONS, seed_devices, seed_vllm
+
+from ansible_collections.gpulab.inference.plugins.module_utils import layout_auto as la
+from ansible_collections.gpulab.inference.plugins.module_utils import llama_server as ls
+from ansible_collections.gpulab.inference.plugins.module_utils import vllm_plan as vp
+
+LLAMA = dict((k, v) for k, v in OPTIONS.items() if k != "parallel")
+
+
+@pytest.fixture(scope="module")
+def minimax():
+    return ShapedModel(MINIMAX_M2, 200064)
+
+
+# ---------------------------------------------------------------- llama.cpp
+
+def test_seed_llama_interactive_is_one_slot_with_the_longest_context(minimax):
+    choice = la.choose_llama_serving(minimax, seed_devices(), "interactive", 4, **LLAMA)
+    assert choice["parallel"] == 1 and choice["fits"] is True
+    assert choice["parallel_reason"] == ("auto, serving intent interactive: one slot, so the one stream has the "
+                                         "whole context and shares no batch")
+    assert choice["plan"]["kv_streams"] == 1
+    # the longest context for that slot: one block more fits under no whole-layer split
+    ctx = choice["ctx_size"]
+    assert 32768 < ctx <= 196608 and ctx % 256 == 0
+    bigger = la.choose_tensor_split(minimax, la.steady_devices(seed_devices()), ctx_size=ctx + 256, parallel=1, **LLAMA)
+    assert bigger["plan"]["fits"] is False
+    assert la.intent_record(choice) == {"intent": "interactive", "concurrency": 4, "parallel": 1,
+                                        "parallel_reason": choice["parallel_reason"]}
+
+
+def test_seed_llama_throughput_is_a_slot_per_stream(minimax):
+    choice = la.choose_llama_serving(minimax, seed_devices(), "throughput", 4, **LLAMA)
+    assert choice["parallel"] == 4 and choice["plan"]["kv_streams"] == 4 and choice["fits"] is True
+    assert choice["parallel_reason"] == ("auto, serving intent throughput: 4 slot(s), one per stream of "
+                                         "gpulab_serving_concurrency, decoded in one batch")
+    # the slots share the memory the single slot had: about the same total, a quarter each
+    single = la.choose_llama_serving(minimax, seed_devices(), "interactive", 4, **LLAMA)
+    assert choice["ctx_size"] % (256 * 4) == 0
+    assert 0.9 * single["ctx_size"] < choice["ctx_size"] < 1.1 * single["ctx_size"]
+    assert choice["ctx_size"] // 4 >= la.MIN_SLOT_CTX
+
+
+def test_throughput_slots_may_each_reach_the_trained_context(minimax):
+    # four idle H200s hold more than 196608 tokens: each slot gets the trained context (llama-server caps
+    # a slot there), not a quarter of it
+    devs = [{"name": "CUDA%d" % i, "free_mib": 143771} for i in range(4)]
+    choice = la.choose_llama_serving(minimax, devs, "throughput", 4, **LLAMA)
+    assert choice["ctx_size"] == 4 * 196608
+    assert choice["ctx_reason"] == ("auto: 786432 tokens, the model's trained context for each of the 4 slots "
+                                    "(it fits with the margin)")
+
+
+def test_throughput_runs_fewer_slots_where_memory_cannot_give_each_enough(minimax):
+    # the seed's GPUs with most of their memory kept by other services
+    devs = seed_devices(worker_kept_mib=15000, head_kept_mib=(15000, 15000))
+    choice = la.choose_llama_serving(minimax, devs, "throughput", 16, **LLAMA)
+    assert choice["fits"] is True and choice["parallel"] == 6 and choice["ctx_size"] == 26112
+    assert choice["ctx_size"] // choice["parallel"] >= la.MIN_SLOT_CTX
+    assert choice["parallel_reason"].startswith("auto, serving intent throughput: %d slot(s) of the 16 of "
+                                                "gpulab_serving_concurrency" % choice["parallel"])
+    assert "a slot below 4096 tokens would cut conversations short" in choice["parallel_reason"]
+
+
+def test_a_set_slot_count_wins_over_the_intent(minimax):
+    choice = la.choose_llama_serving(minimax, seed_devices(), "interactive", 4, parallel=3, **LLAMA)
+    assert choice["parallel"] == 3 and choice["parallel_reason"] == "llama_server_parallel 3 as set"
+    assert la.llama_slots("throughput", 8, "2") == {"parallel": 2, "reason": "llama_server_parallel 2 as set"}
+
+
+@pytest.mark.parametrize("intent, concurrency, parallel, message", [
+    ("latency", 4, "auto", "gpulab_serving_intent is 'latency'; set interactive"),
+    ("throughput", 0, "auto", "gpulab_serving_concurrency is 0; set the number of streams"),
+    ("throughput", True, "auto", "gpulab_serving_concurrency is True"),
+    ("throughput", 4, "many", "llama_server_parallel is 'many'; set a whole number of 1 or more, or auto"),
+])
+def test_bad_intent_settings_name_the_variable(intent, concurrency, parallel, message):
+    with pytest.raises(la.AutoError, match=message):
+        la.llama_slots(intent, concurrency, parallel)
+
+
+def test_the_head_reads_the_slots_the_memory_plan_set():
+    record = {"intent": {"intent": "interactive", "concurrency": 4, "parallel": 1, "parallel_reason": "..."}}
+    assert la.resolve_parallel_from_memory_plan("auto", record) == 1
+    assert la.resolve_parallel_from_memory_plan(6, record) == 6
+    with pytest.raises(la.AutoError, match="llama_server_parallel is auto: the memory plan resolves it"):
+        la.resolve_parallel_from_memory_plan("auto", {"intent": None}, "/var/lib/gpulab/memory-plan.json")
+
+
+def _seed_head_devices():
+    """node-b's GPU over RPC, then node-a's two GPUs: the output layer lands on CUDA1, the head's own."""
+    return [{"name": "RPC0", "kind": "rpc", "endpoint": "10.231.77.11:50052"},
+            {"name": "CUDA0", "kind": "local"}, {"name": "CUDA1", "kind": "local"}]
+
+
+def test_backend_sampling_follows_the_intent():
+    devices, split = _seed_head_devices(), [20, 21, 22]
+    interactive = ls.backend_sampling_choice("auto", devices, split, 62, intent="interactive")
+    assert interactive["enabled"] is True
+    assert interactive["reason"] == "auto, serving intent interactive: the output layer is on CUDA1 (a GPU of the head)"
+    throughput = ls.backend_sampling_choice("auto", devices, split, 62, intent="throughput")
+    assert throughput["enabled"] is False
+    assert throughput["reason"].startswith("auto, serving intent throughput: off")
+    # an operator's value wins, and interactive never samples on an RPC device
+    assert ls.backend_sampling_choice(True, devices, split, 62, intent="throughput")["enabled"] is True
+    rpc_last = [{"name": "CUDA0", "kind": "local"}, {"name": "RPC0", "kind": "rpc", "endpoint": "10.231.77.11:50052"}]
+    assert ls.backend_sampling_choice("auto", rpc_last, [1, 1], 62, intent="interactive")["enabled"] is False
+
+
+def test_the_head_refuses_slots_nothing_resolved():
+    with pytest.raises(ls.LlamaServerError, match="llama_server_parallel is auto but nothing resolved it"):
+        ls.server_argv("/bin/llama-server", "/m.gguf", {"ctx_size": 8192, "parallel": "auto"}, "", "1", False)
+    assert ls.memory_options({"parallel": "auto", "ctx_size": "auto"})["parallel"] == "auto"
+
+
+# ---------------------------------------------------------------- vLLM
+
+def test_seed_vllm_interactive_takes_tp8_with_expert_parallel():
+    summary, shape, hw, opts = seed_vllm()
+    choice = la.choose_vllm_layout(summary, shape, hw, opts, intent="interactive", limit=None)
+    # TP=8 without EP would be the lowest latency, but its FP8 expert shards break vLLM's block rule
+    assert choice["layout"].label() == "TP=8+EP"
+    assert choice["reason"].startswith("auto: TP=8+EP uses all 8 GPUs and passes vLLM's rules")
+    assert choice["reason"].endswith(la.INTENT_LAYOUT_REASONS["interactive"])
+    assert "pairs TP with latency" in choice["reason"]
+    rejected = dict((r["label"], r) for r in choice["rejected"])
+    assert rejected["TP=8"]["rules"] == ["expert_shard_vs_block"]
+    # the data-parallel layouts are valid but ranked lower, and say so
+    lower = dict((a["label"], a) for a in choice["alternatives"])
+    assert "TP=4+DP=2+EP" in lower
+    assert lower["TP=4+DP=2+EP"]["findings"][0].startswith("valid, ranked lower for interactive serving")
+
+
+def test_seed_vllm_throughput_takes_data_parallel_with_expert_parallel():
+    summary, shape, hw, opts = seed_vllm()
+    choice = la.choose_vllm_layout(summary, shape, hw, opts, intent="throughput", limit=None)
+    # eight engines, each with its own batch and KV cache, the experts spread over all eight GPUs
+    assert choice["layout"].label() == "TP=1+DP=8+EP"
+    assert choice["reason"].startswith("auto: TP=1+DP=8+EP uses all 8 GPUs and passes vLLM's rules; 31.1 GiB of "
+                                       "weights and 51.0 GiB of KV cache per GPU")
+    assert "pairs DP attention and EP experts with throughput" in choice["reason"]
+    # DP without EP tensor-shards every expert over 8 GPUs: the FP8 block rule refuses it
+    rejected = dict((r["label"], r) for r in choice["rejected"])
+    assert rejected["TP=1+DP=8"]["rules"] == ["expert_shard_vs_block"]
+    # TP=8+EP, the interactive choice, is valid here and ranked lower
+    lower = [a["label"] for a in choice["alternatives"]]
+    assert "TP=8+EP" in lower and lower.index("TP=2+DP=4+EP") < lower.index("TP=8+EP")
+
+
+def test_without_an_intent_the_layout_is_ranked_by_kv_capacity_as_before():
+    summary, shape, hw, opts = seed_vllm()
+    assert la.choose_vllm_layout(summary, shape, hw, opts)["layout"].label() == "TP=8+EP"
+
+
+def test_interactive_keeps_tensor_parallel_within_a_node():
+    nodes = [{"name": n, "gpus": [{"index": i, "memory_total_mib": 97887} for i in range(8)]} for n in ("a", "b")]
+    summary, shape, hw, opts = seed_vllm(nodes=nodes)
+    choice = la.choose_vllm_layout(summary, shape, hw, opts, intent="interactive")
+    assert choice["layout"].tp <= 8 and choice["layout"].pp == 1
+    assert choice["layout"].label() == "TP=8+DP=2+EP"
+
+
+def test_vllm_interactive_batches():
+    batch = la.vllm_batch_choice("interactive", 4)
+    assert (batch["max_num_seqs"], batch["max_num_batched_tokens"]) == (8, 8192)
+    assert batch["cudagraph_capture_sizes"] == [1, 2, 4, 8] and batch["max_cudagraph_capture_size"] is None
+    assert batch["set_by_intent"] == ["max_num_seqs", "max_num_batched_tokens", "cudagraph_capture_sizes"]
+    assert batch["reasons"]["cudagraph_capture_sizes"].startswith("auto, interactive: graphs for 1 2 4 8, every decode "
+                                                                  "batch up to max_num_seqs 8")
+    assert la.vllm_batch_arguments(batch) == ["--max-num-seqs", "8", "--max-num-batched-tokens", "8192",
+                                              "--cudagraph-capture-sizes", "1", "2", "4", "8"]
+
+
+def test_vllm_throughput_batches():
+    batch = la.vllm_batch_choice("throughput", 64)
+    assert (batch["max_num_seqs"], batch["max_num_batched_tokens"]) == (1024, 8192)
+    assert batch["cudagraph_capture_sizes"] is None and batch["max_cudagraph_capture_size"] == 512
+    assert "get_batch_defaults" in batch["reasons"]["max_num_seqs"]
+    assert la.vllm_batch_arguments(batch) == ["--max-num-seqs", "1024", "--max-num-batched-tokens", "8192",
+                                              "--max-cudagraph-capture-size", "512"]
+    assert la.vllm_batch_choice("throughput", 2048)["max_num_seqs"] == 2048
+
+
+def test_vllm_values_set_win_over_the_intent():
+    batch = la.vllm_batch_choice("interactive", 4, max_num_seqs="16", max_num_batched_tokens=4096,
+                                 cudagraph_capture_sizes=[8, 1, 4, 2, 16])
+    assert (batch["max_num_seqs"], batch["max_num_batched_tokens"]) == (16, 4096)
+    assert batch["cudagraph_capture_sizes"] == [1, 2, 4, 8, 16] and batch["set_by_intent"] == []
+    assert batch["reasons"]["max_num_seqs"] == "vllm_server_max_num_seqs 16 as set"
+    eager = la.vllm_batch_choice("interactive", 4, enforce_eager=True)
+    assert eager["cudagraph_capture_sizes"] is None and "enforce_eager" in eager["reasons"]["cudagraph_capture_sizes"]
+    assert la.vllm_batch_arguments(eager) == ["--max-num-seqs", "8", "--max-num-batched-tokens", "8192"]
+    with pytest.raises(la.AutoError, match="vllm_server_max_num_seqs is 0; set a whole number of 1 or more, or auto"):
+        la.vllm_batch_choice("throughput", 4, max_num_seqs=0)
+
+
+def test_the_batch_flags_reach_the_command_line_and_are_vllm_0_24_names():
+    summary, shape, hw, opts = seed_vllm()
+    batch = la.vllm_batch_choice("interactive", 4)
+    launch = {"host": "127.0.0.1", "port": 8000, "batch_args": la.vllm_batch_arguments(batch)}
+    args = vp.serve_arguments("/srv/m", vp.Layout(8, 1, 1, True), opts, hw, launch)["args"]
+    assert args[args.index("--max-num-seqs") + 1] == "8"
+    assert args[args.index("--cudagraph-capture-sizes"):args.index("--cudagraph-capture-sizes") + 5] == [
+        "--cudagraph-capture-sizes", "1", "2", "4", "8"]
+    from test_layout_auto import FIXTURES
+    known = set(line.strip() for line in (FIXTURES / "vllm-0.24.0-serve-options.txt").read_text().splitlines()
+                if line.startswith("--"))
+    throughput = la.vllm_batch_arguments(la.vllm_batch_choice("throughput", 4))
+    for flag in [a for a in la.vllm_batch_arguments(batch) + throughput if a.startswith("--")]:
+        assert flag in known, flag
