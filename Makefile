@@ -16,7 +16,8 @@ LLAMA_CPP_PYTHON_VERSION := 0.3.36
 LLAMA_CPP_COMMIT := 0c1e570
 LLAMA_CPP_ARCHIVE := .cache/llama.cpp-$(LLAMA_CPP_COMMIT).tar.gz
 MOLECULE_SCENARIOS ?= default drain roce vllm models supervisor
-APT_PACKAGES := podman runc debootstrap rsync shellcheck openssh-client
+# prometheus: promtool, which checks and unit-tests the monitoring role's rules in `make test`.
+APT_PACKAGES := podman runc debootstrap rsync shellcheck openssh-client prometheus
 
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)
@@ -44,6 +45,7 @@ host-deps: ## Debian packages for the container lab (podman, runc, debootstrap, 
 	if [ -n "$$missing" ]; then \
 	  echo "    installing:" $$missing; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  if [ -d /run/systemd/system ]; then systemctl disable --now prometheus prometheus-node-exporter >/dev/null 2>&1 || true; fi; \
 	else echo "    already installed"; fi
 
 venv: $(VENV_STAMP) ## Python venv with the pinned tools of requirements.txt

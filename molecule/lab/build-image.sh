@@ -8,6 +8,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 packages=(
   python3 systemd systemd-sysv dbus sudo iproute2 procps ca-certificates
   build-essential cmake ninja-build ccache nftables curl netcat-openbsd less openssh-server
+  prometheus prometheus-node-exporter
 )
 tag_hash=$(sha256sum "$here/build-image.sh" | cut -c1-12)
 image="${GPULAB_LAB_IMAGE:-localhost/gpulab-lab:bookworm-$tag_hash}"
@@ -39,6 +40,9 @@ for unit in systemd-udevd.service systemd-udev-trigger.service getty@tty1.servic
   ln -sf /dev/null "$rootfs/etc/systemd/system/$unit"
 done
 rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+# The packages enable their own units (Prometheus on *:9090, the exporter on *:9100): role monitoring
+# runs the same binaries bound and firewalled, so the image starts neither.
+rm -f "$rootfs"/etc/systemd/system/*.wants/prometheus*.service "$rootfs"/etc/systemd/system/*.wants/prometheus*.timer
 
 # Host keys made at install time would be shared by every node: each container makes its own
 # when sshd first starts. Keys only, no passwords, no root login, as on a hardened lab node.
