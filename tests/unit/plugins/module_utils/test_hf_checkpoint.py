@@ -104,3 +104,50 @@ def test_safetensors_header_parse_gives_exact_sizes():
 def test_bad_safetensors_headers(data, match):
     with pytest.raises(hf.CheckpointError, match=match):
         hf.parse_safetensors_header(data, 'f.safetensors')
+
+
+# DeepSeek-V3 (and Kimi-K2, the same DeepseekV3ForCausalLM layout), as its config.json says it
+DEEPSEEK_V3 = {
+    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 7168,
+    "num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128, "vocab_size": 129280,
+    "n_routed_experts": 256, "num_experts_per_tok": 8, "moe_intermediate_size": 2048, "intermediate_size": 18432,
+    "n_shared_experts": 1, "first_k_dense_replace": 3, "kv_lora_rank": 512, "q_lora_rank": 1536,
+    "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128, "num_nextn_predict_layers": 1,
+    "max_position_embeddings": 163840, "torch_dtype": "bfloat16",
+    "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]},
+}
+
+
+def test_deepseek_v3_shape_sees_routed_and_shared_experts_and_dense_layers():
+    shape = hf.model_shape(DEEPSEEK_V3)
+    assert (shape["experts"], shape["experts_used"], shape["expert_ffn_size"]) == (256, 8, 2048)
+    assert (shape["dense_leading"], shape["dense_ffn_size"], shape["shared_expert_ffn_size"]) == (3, 18432, 2048)
+    assert shape["structure"]["attention"] == "mla" and shape["mtp_layers"] == 1
+
+
+def test_deepseek_v3_checkpoint_tensors():
+    shape = hf.model_shape(dict(DEEPSEEK_V3, num_hidden_layers=4))
+    tensors = dict((name, (dt, dims)) for name, dt, dims in hf.checkpoint_tensors(shape))
+    # dense layer 0: an MLP of 18432; MoE layer 3: 256 experts of 2048 and one shared expert
+    assert tensors["model.layers.0.mlp.gate_proj.weight"] == ("F8_E4M3", [18432, 7168])
+    assert tensors["model.layers.3.mlp.experts.255.down_proj.weight"] == ("F8_E4M3", [7168, 2048])
+    assert tensors["model.layers.3.mlp.shared_experts.up_proj.weight"] == ("F8_E4M3", [2048, 7168])
+    # the latent: kv_a_proj_with_mqa to 512 + 64, kv_b_proj to 128 heads x (128 + 128)
+    assert tensors["model.layers.1.self_attn.kv_a_proj_with_mqa.weight"] == ("F8_E4M3", [576, 7168])
+    assert tensors["model.layers.1.self_attn.kv_b_proj.weight"] == ("F8_E4M3", [32768, 512])
+    # q_b_proj: 128 heads x (128 + 64) from the 1536 rank; its scales per [128, 128] block
+    assert tensors["model.layers.1.self_attn.q_b_proj.weight_scale_inv"] == ("F32", [192, 12])
+    assert "model.layers.0.mlp.experts.0.up_proj.weight" not in tensors
+
+
+def test_gpt_oss_mxfp4_experts_are_blocks_and_scales():
+    cfg = {"architectures": ["GptOssForCausalLM"], "hidden_size": 2880, "num_hidden_layers": 2,
+           "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 201088,
+           "num_local_experts": 128, "num_experts_per_tok": 4, "intermediate_size": 2880, "sliding_window": 128,
+           "attention_bias": True, "quantization_config": {"quant_method": "mxfp4"}}
+    shape = hf.model_shape(cfg)
+    tensors = dict((name, (dt, dims)) for name, dt, dims in hf.checkpoint_tensors(shape))
+    # 2 x 2880 rows, 2880 / 32 = 90 blocks of 16 bytes (32 FP4 values)
+    assert tensors["model.layers.0.mlp.experts.gate_up_proj_blocks"] == ("U8", [128, 5760, 90, 16])
+    assert tensors["model.layers.0.mlp.experts.down_proj_scales"] == ("U8", [128, 2880, 90])
+    assert shape["structure"]["layer_kinds"][:2] == ["swa", "full"]

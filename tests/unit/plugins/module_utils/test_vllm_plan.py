@@ -392,3 +392,20 @@ def test_serve_arguments_ray():
 def test_serve_arguments_refused(layout, launch, match):
     with pytest.raises(vp.VllmPlanError, match=match):
         vp.serve_arguments('/srv/m', layout, SERVE_OPTS, HW2, launch)
+
+
+def test_deepseek_v3_kv_is_the_mla_latent_on_every_tp_rank():
+    from test_hf_checkpoint import DEEPSEEK_V3
+    shape = vp.model_shape(DEEPSEEK_V3)
+    # 61 layers x (kv_lora_rank 512 + qk_rope_head_dim 64) x 2 bytes, the same at TP 1 and TP 8
+    assert vp.kv_bytes_per_token(shape, vp.Layout(8), 'auto', 61) == 70272
+    assert vp.kv_bytes_per_token(shape, vp.Layout(1), 'auto', 61) == 70272
+    result = seed_plan(vp.Layout(8, ep=True), cfg=DEEPSEEK_V3, nodes=[{'host': 'n', 'gpus': gpus(8, 143771)}])
+    assert 'expert_parallel_needs_experts' not in rules(result, 'error')
+    assert 'linear_shard_vs_block' not in rules(result, 'error')
+
+
+def test_unmodelled_family_plans_weights_and_says_so():
+    cfg = dict(config('llama-3.1-8b-config.json'), architectures=['MiniMaxM3ForCausalLM'])
+    shape = vp.model_shape(cfg)
+    assert vp.kv_bytes_per_token(shape, vp.Layout(1), 'auto', shape['layers']) == 0
