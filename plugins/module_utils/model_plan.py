@@ -14,6 +14,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gpulab.inference.plugins.module_utils import model_family
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf_plan as gp
 from ansible_collections.gpulab.inference.plugins.module_utils import layout_auto as la
 from ansible_collections.gpulab.inference.plugins.module_utils import vllm_plan as vp
@@ -129,7 +130,8 @@ def llama_table(model, nodes, options):
     hint = None
     if not any(r["fits"] for r in rows):
         hint = llama_smallest_hint(model, facts, nodes, options)
-    return {"engine": "llama_cpp", "facts": facts, "rows": rows, "smallest_fitting": hint}
+    structure = gp.structure_line(facts, options.get("cache_type_k", "f16"), options.get("cache_type_v", "f16"))
+    return {"engine": "llama_cpp", "facts": facts, "rows": rows, "smallest_fitting": hint, "structure": structure}
 
 
 def llama_smallest_hint(model, facts, nodes, options, max_gpus=gp.MAX_TENSOR_SPLIT_ENTRIES + 1):
@@ -167,7 +169,20 @@ def vllm_table(config, tensors, nodes, options):
     rows += [_vllm_row(r, "valid, ranked lower", opts) for r in choice["alternatives"]]
     rows += [_vllm_row(r, "rejected", opts) for r in choice["rejected"]]
     return {"engine": "vllm", "rows": rows, "error": None, "smallest_fitting": None, "max_model_len": opts["max_model_len"],
-            "hardware": hw["label"]}
+            "hardware": hw["label"], "structure": vllm_structure_line(shape, opts)}
+
+
+def vllm_structure_line(shape, opts):
+    """The family's structure as vLLM holds it, for the table: attention kind, KV per token on one
+    GPU at TP 1, the recurrent state per sequence (model_family.hf_structure)."""
+    structure = shape.get("structure")
+    if not structure:
+        return None
+    per_token = vp.kv_bytes_per_token(shape, vp.Layout(1), opts["kv_cache_dtype"], shape["layers"])
+    dtype = vp.KV_CACHE_DTYPE_BYTES[opts["kv_cache_dtype"]] or shape["dtype_bytes"]
+    state = sum(1 for k in structure["layer_kinds"] if k == "recurrent") * \
+        (structure["state_r_values"] + structure["state_s_values"]) * dtype
+    return "%s: %s" % (shape["architecture"], model_family.describe(structure, per_token, state))
 
 
 def _vllm_row(result, verdict, opts):
@@ -215,6 +230,8 @@ def table_lines(table):
             lines.append("      %-20s %-20s %10s %10s %12s %6s  %s" % (
                 row["layout"], row["verdict"], _fmt(row["weights_gib"], "%.1f"), _fmt(row["kv_cache_gib"], "%.1f"),
                 _fmt(row["kv_tokens"]), _fmt(row["concurrency"]), row["reason"]))
+    if table.get("structure"):
+        lines.append("model: %s" % table["structure"])
     if table.get("smallest_fitting"):
         lines.append("fits nowhere here; the smallest that would: %s" % table["smallest_fitting"])
     return lines

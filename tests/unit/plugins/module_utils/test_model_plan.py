@@ -143,3 +143,13 @@ def test_vllm_spans_the_head_and_the_vllm_nodes_only():
     nodes = [{"name": "node-a", "gpus": [1, 2]}, {"name": "node-b", "gpus": [1]}, {"name": "node-c", "gpus": [1, 2]}]
     assert [n["name"] for n in mp.vllm_nodes(nodes, [])] == ["node-a"]
     assert [n["name"] for n in mp.vllm_nodes(nodes, ["node-c"])] == ["node-a", "node-c"]
+
+
+def test_vllm_table_names_the_family_structure():
+    from test_hf_checkpoint import DEEPSEEK_V3
+    shape = mp.vp.model_shape(DEEPSEEK_V3)
+    line = mp.vllm_structure_line(shape, {"kv_cache_dtype": "auto"})
+    # 61 layers x 576 latent values x 2 bytes
+    assert line == "DeepseekV3ForCausalLM: mla attention (61 full layers): 70272 bytes of cache per token"
+    table = {"engine": "vllm", "error": None, "structure": line, "hardware": "h", "max_model_len": 4096, "rows": []}
+    assert mp.table_lines(table)[-1] == "model: " + line
