@@ -248,3 +248,26 @@ def test_free_space_counts_what_stale_temp_files_hold():
 def test_existing_directory_walks_up(tmp_path):
     assert sm.existing_directory(str(tmp_path / "a" / "b")) == str(tmp_path)
     assert sm.existing_directory(str(tmp_path)) == str(tmp_path)
+
+
+@pytest.mark.parametrize("arch, per_token, state", [
+    # deepseek2: rank 256 / 4 = 64, rope 64 / 2 = 32: 4 layers x 96 K values x 2 bytes, no V
+    ("deepseek2", 768, 0),
+    # qwen3moe / glm4moe: 4 layers x (2 x 64 K + 2 x 64 V) x 2 bytes
+    ("qwen3moe", 2048, 0),
+    ("glm4moe", 2048, 0),
+    # gpt-oss: the same widths, 2 sliding + 2 full layers
+    ("gpt-oss", 2048, 0),
+    # qwen3next: one full layer (512 bytes); 3 recurrent layers x (r 3 x (256 + 2 x 2 x 64) + s 64 x 256) x 4
+    ("qwen3next", 512, 215040),
+])
+def test_each_family_is_written_as_its_loader_reads_it(tmp_path, arch, per_token, state):
+    from ansible_collections.gpulab.inference.plugins.module_utils import gguf_plan as gp
+    opts = sm.validate_options(dict(architecture=arch, layers=4, hidden_size=256, attention_heads=4, kv_heads=2,
+                                    head_dim=64, experts=4, experts_used=2, expert_ffn_size=128, quantization="F16"))
+    plan = sm.ModelPlan(opts, str(tmp_path / "m.gguf"), sm.builtin_vocab(), "0" * 64)
+    sm.write_model(plan, 1)
+    facts = gp.model_facts(gguf.read_gguf_model(plan.paths[0]))
+    assert facts["architecture"] == arch and facts["structure"]["modelled"]
+    assert gp.kv_bytes_per_token(facts) == per_token
+    assert gp.state_bytes_per_sequence(facts) == state

@@ -1,0 +1,59 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""gguf_plan against what llama.cpp allocates for each modelled family: MLA (deepseek2),
+grouped-query with 4 KV heads (qwen3moe), GLM-4.x MoE with a dense first layer and a shared
+expert (glm4moe), sliding window alternating with full attention (gpt-oss) and recurrent state
+beside full attention (qwen3next).
+
+Two CPU RPC servers and llama-server load a reduced-depth synthetic GGUF of each family; the
+planner's weights per device must match within 1%, its KV cache to the logged 0.01 MiB, the
+recurrent state (`RS buffer size`) likewise, and the compute estimate within a factor of two.
+Run by `make integration-llama` (GPULAB_LLAMA_BIN_DIR, GPULAB_LLAMA_VOCAB_GGUF); without the
+binaries it fails rather than skips.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+
+import pytest
+
+from ansible_collections.gpulab.inference.plugins.module_utils import gguf
+from ansible_collections.gpulab.inference.plugins.module_utils import gguf_plan
+
+from test_gguf_plan_llama import load_and_read_buffers, rpc_endpoints, write_model  # noqa: F401 (fixture)
+
+RS_BUFFER = re.compile(r"llama_memory_recurrent: +(?P<buf>\S+) RS buffer size = +(?P<mib>[0-9.]+) MiB")
+
+SHAPE = {"layers": 4, "hidden_size": 256, "attention_heads": 4, "kv_heads": 2, "head_dim": 64, "experts": 4,
+         "experts_used": 2, "expert_ffn_size": 128, "quantization": "F16"}
+SERVER = ["-ngl", "all", "-c", "2048", "--parallel", "2", "--fit", "off"]
+PLAN = dict(n_gpu_layers="all", ctx_size=2048, parallel=2)
+FAMILIES = ["deepseek2", "qwen3moe", "glm4moe", "gpt-oss", "qwen3next"]
+
+
+@pytest.mark.parametrize("arch", FAMILIES)
+def test_family_buffers_match_llama_cpp(arch, rpc_endpoints, tmp_path):  # noqa: F811
+    model_path = write_model(tmp_path, "model.gguf", architecture=arch, **SHAPE)
+    model = gguf.read_gguf_model(model_path)
+    devices = [{"name": "RPC%d[%s]" % (0, ep), "free_mib": 1 << 20, "host": ep} for ep in rpc_endpoints]
+    plan = gguf_plan.plan_layout(model, devices, split="1,1", margin_mib=0, **PLAN)
+    found, log = load_and_read_buffers(model_path, rpc_endpoints, "1,1", SERVER, str(tmp_path / "server.log"))
+    states = {}
+    for match in RS_BUFFER.finditer(log):
+        states[match.group("buf")] = states.get(match.group("buf"), 0.0) + float(match.group("mib"))
+    report = ["%s %s: weights %.2f/%.2f KV %.2f/%.2f state %.2f/%.2f compute %.2f/%.2f MiB (planned/logged)" % (
+        arch, r["name"], r["weights_mib"], found["model"].get(r["name"], 0.0), r["kv_cache_mib"],
+        found["kv"].get(r["name"], 0.0), r["state_mib"], states.get(r["name"], 0.0), r["compute_mib_estimate"],
+        found["compute"].get(r["name"], 0.0)) for r in plan["devices"]]
+    print("\n".join(report))
+    assert plan["kv_note"] is None
+    for row in plan["devices"]:
+        assert row["weights_mib"] == pytest.approx(found["model"].get(row["name"], 0.0), rel=0.01, abs=0.01), \
+            "\n".join(report) + log[-3000:]
+        assert row["kv_cache_mib"] == pytest.approx(found["kv"].get(row["name"], 0.0), abs=0.01), "\n".join(report)
+        assert row["state_mib"] == pytest.approx(states.get(row["name"], 0.0), abs=0.01), "\n".join(report)
+        logged_compute = found["compute"].get(row["name"], 0.0)
+        assert logged_compute / 2 <= row["compute_mib_estimate"] <= logged_compute * 2, "\n".join(report)
