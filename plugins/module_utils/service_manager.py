@@ -214,3 +214,26 @@ def parse_supervisorctl_states(output):
 def active_programs(states):
     """The programs of parse_supervisorctl_states's answer that run or are being started."""
     return [name for name, program in states.items() if program["state"] in SUPERVISOR_ACTIVE_STATES]
+
+
+def program_failure(state, pid_before=None):
+    """Why a supervisord program that should be loading a model is not, or None while it may still
+    come up (llama_service.unit_failure's counterpart under supervisor).
+
+    state: parse_supervisorctl_states's entry for the program, or None when supervisord does not
+    know it. A program that gave up (FATAL), exited, waits to be started again (BACKOFF), is stopped,
+    or runs with another pid than when the wait began (restarted) has failed.
+    """
+    if state is None:
+        return "supervisord does not know the program"
+    name = state["state"]
+    detail = state.get("description") or name
+    if name == "FATAL":
+        return "the program gave up starting (%s)" % detail
+    if name == "BACKOFF":
+        return "the program exited and waits to be started again (%s)" % detail
+    if name in ("EXITED", "STOPPED", "STOPPING", "UNKNOWN"):
+        return "the program is %s (%s)" % (name.lower(), detail)
+    if pid_before is not None and state.get("pid") not in (None, pid_before):
+        return "the program was restarted while loading (pid %s, was %s)" % (state["pid"], pid_before)
+    return None

@@ -197,3 +197,20 @@ def test_supervisorctl_status_after_a_stop_and_when_supervisord_is_down():
     assert active_programs(states) == ["gpu-embed", "gpu-notebook"]
     assert parse_supervisorctl_states((SUPERVISORCTL / "status-down.txt").read_text()) == {}
     assert parse_supervisorctl_states("") == {}
+
+
+@pytest.mark.parametrize("state, pid_before, expected", [
+    ({"state": "RUNNING", "pid": 42, "description": "pid 42, uptime 0:00:10"}, 42, None),
+    ({"state": "STARTING", "pid": None, "description": ""}, None, None),
+    ({"state": "RUNNING", "pid": 77, "description": "pid 77, uptime 0:00:01"}, 42,
+     "the program was restarted while loading (pid 77, was 42)"),
+    ({"state": "FATAL", "pid": None, "description": "Exited too quickly"}, None,
+     "the program gave up starting (Exited too quickly)"),
+    ({"state": "BACKOFF", "pid": None, "description": "Exited too quickly"}, 42,
+     "the program exited and waits to be started again (Exited too quickly)"),
+    ({"state": "EXITED", "pid": None, "description": "Dec 07 04:00 AM"}, None, "the program is exited (Dec 07 04:00 AM)"),
+    (None, None, "supervisord does not know the program"),
+])
+def test_why_a_program_that_should_be_loading_is_not(state, pid_before, expected):
+    from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import program_failure
+    assert program_failure(state, pid_before) == expected

@@ -90,3 +90,77 @@ def test_a_hanging_journalctl_still_reports_why_the_service_failed(tmp_path, mon
     assert result.result["journal"] == ["`%s --no-pager --output=cat -n 30 -u %s` did not finish within 1 s and was "
                                         "stopped: the journal does not answer: check systemd-journald "
                                         "(`systemctl status systemd-journald`)" % (journalctl, UNIT)]
+
+
+CTL = "/opt/gpulab/supervisor/bin/supervisorctl"
+CONF = "/etc/gpulab/supervisord.conf"
+PROGRAM_STATUS = (CTL, "-c", CONF, "status", "gpulab-llama-server")
+
+
+def run_supervisor(states, statuses, log_file=None):
+    answers = iter(states)
+    commands = []
+
+    def run_command(self, command, *unused_args, **unused_kwargs):
+        commands.append(list(command))
+        return next(answers)
+
+    statuses = iter(statuses)
+    args = dict(ARGS, manager="supervisor", unit="gpulab-llama-server", supervisorctl_path=CTL,
+                supervisor_config=CONF, log_file=log_file)
+    with mock.patch.object(llama_server_health.HealthWait, "health", lambda self: next(statuses)), \
+            mock.patch.object(llama_server_health.time, "sleep"), \
+            mock.patch.object(bounded_command.BoundedRunner, "run", run_command):
+        result = module_harness.run_module(llama_server_health.main, args, {}, {})
+    result.commands = commands
+    return result
+
+
+def test_under_supervisor_the_program_is_watched_until_200():
+    running = (0, "gpulab-llama-server   RUNNING   pid 42, uptime 0:00:10\n", "")
+    result = run_supervisor([running] * 3, [None, 503, 200])
+    assert result.kind is ExitJson
+    assert result.commands == [list(PROGRAM_STATUS)] * 3
+
+
+def test_under_supervisor_a_program_in_backoff_fails_at_once_with_its_log(tmp_path):
+    log = tmp_path / "gpulab-llama-server.log"
+    log.write_text("".join("line %d\n" % number for number in range(40)))
+    running = (0, "gpulab-llama-server   RUNNING   pid 42, uptime 0:00:10\n", "")
+    backoff = (3, "gpulab-llama-server   BACKOFF   Exited too quickly (process log may have details)\n", "")
+    result = run_supervisor([running, backoff], [None], log_file=str(log))
+    assert result.kind is FailJson
+    assert result.result["msg"].startswith(
+        "gpulab-llama-server: the program exited and waits to be started again (Exited too quickly")
+    assert result.result["journal"] == ["line %d" % number for number in range(10, 40)]
+
+
+def test_under_supervisor_a_restart_while_loading_fails():
+    first = (0, "gpulab-llama-server   RUNNING   pid 42, uptime 0:00:10\n", "")
+    again = (0, "gpulab-llama-server   RUNNING   pid 77, uptime 0:00:01\n", "")
+    result = run_supervisor([first, again], [None])
+    assert result.kind is FailJson
+    assert "restarted while loading (pid 77, was 42)" in result.result["msg"]
+
+
+def test_without_a_unit_it_only_polls():
+    statuses = iter([None, 503, 200])
+    with mock.patch.object(llama_server_health.HealthWait, "health", lambda self: next(statuses)), \
+            mock.patch.object(llama_server_health.time, "sleep"):
+        result = module_harness.run_module(llama_server_health.main, dict(ARGS, unit=""), {}, {})
+    assert result.kind is ExitJson and result.commands == []
+
+
+def test_unwatched_it_only_polls_and_a_timeout_shows_the_log(tmp_path):
+    log = tmp_path / "gpulab-vllm.log"
+    log.write_text("compiling\n")
+    statuses = iter([None, None])
+    clock = iter([0, 10, 700])
+    args = dict(ARGS, manager="supervisor", unit="gpulab-vllm", watch=False, log_file=str(log))
+    with mock.patch.object(llama_server_health.HealthWait, "health", lambda self: next(statuses)), \
+            mock.patch.object(llama_server_health.time, "sleep"), \
+            mock.patch.object(llama_server_health.time, "time", lambda: next(clock)):
+        result = module_harness.run_module(llama_server_health.main, args, {}, {})
+    assert result.kind is FailJson and result.commands == []
+    assert result.result["msg"].startswith("gpulab-vllm: /health did not answer 200 within 600 s")
+    assert result.result["journal"] == ["compiling"]
