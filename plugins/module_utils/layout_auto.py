@@ -584,8 +584,6 @@ def resolve_from_memory_plan(split, ctx_size, record, model_path, record_path="m
                         % (subject, record_path, record.get("model_path"), model_path))
     options = record.get("options") if isinstance(record.get("options"), dict) else {}
     planned_split, planned_ctx = record.get("tensor_split"), options.get("ctx_size")
-    if intent is not None:
-        reason += "; %s" % INTENT_LAYOUT_REASONS[intent]
     if is_auto_word(split):
         if not isinstance(planned_split, list) or not planned_split or not all(
                 isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in planned_split):
@@ -623,7 +621,105 @@ def _closeness(result):
     and data-parallel engines, then the larger TP first (the ones an operator tries first)."""
     layout = result["layout"]
     world = layout["tensor_parallel_size"] * layout["pipeline_parallel_size"] * layout["data_parallel_size"]
+    return (-world, layout["pipeline_parallel_size"], layout["data_parallel_size"],
+            -layout["tensor_parallel_size"], layout["enable_expert_parallel"])
 
+
+def _verdict(result):
+    """The findings that turn a layout down: its errors, and under auto its idle GPUs."""
+    errors = [f["message"] for f in result["findings"] if f["level"] == "error"]
+    idle = [f["message"] for f in result["findings"] if f["rule"] == "gpus" and f["level"] == "warning"]
+    return errors, idle
+
+
+def choose_vllm_layout(summary, shape, hw, opts, given=None, limit=REJECTED_LIMIT, intent=None):
+    """TP, PP, DP and expert parallel chosen together: every GPU used, vLLM's rules, memory,
+    then what the serving intent ranks first (intent_rank_key; without an intent KV capacity,
+    vllm_plan.rank_key). given: the operator's values, each a value or auto/None; a layout they fix
+    completely is kept and checked (idle GPUs then only warn).
+
+    Returns {layout (vllm_plan.Layout), result (check_layout's), reason, rejected, alternatives}.
+    """
+    given = dict(given or {})
+    fixed = not any(is_auto(given.get(k)) for k in ("tensor_parallel_size", "pipeline_parallel_size",
+                                                    "data_parallel_size", "enable_expert_parallel"))
+    if fixed:
+        layout = vp.check_layout_input(vp.Layout(given["tensor_parallel_size"], given["pipeline_parallel_size"],
+                                                 given["data_parallel_size"], given["enable_expert_parallel"]))
+        result = vp.check_layout(summary, shape, hw, layout, opts)
+        errors, _idle = _verdict(result)
+        if errors:
+            raise AutoError("vLLM cannot run %s as set: %s" % (layout.label(), " ".join(errors)))
+        return {"layout": layout, "result": result, "rejected": [], "alternatives": [],
+                "reason": "%s as set (vllm_server_*_parallel_size, vllm_server_enable_expert_parallel)" % layout.label()}
+    candidates = [c for c in vp.candidate_layouts(shape, hw) if _given_matches(c, given)]
+    if not candidates:
+        # the values set rule out every layout of these GPUs: judge them with the rest at vLLM's defaults
+        filled = vp.check_layout_input(vp.Layout(*[_given_or(given, key, default) for key, default in LAYOUT_DEFAULTS]))
+        errors, idle = _verdict(vp.check_layout(summary, shape, hw, filled, opts))
+        raise AutoError("vLLM cannot run %s on %s: %s" % (filled.label(), hw["label"], " ".join(errors + idle)))
+    accepted, rejected = [], []
+    for layout in candidates:
+        result = vp.check_layout(summary, shape, hw, layout, opts)
+        errors, idle = _verdict(result)
+        if errors or idle:
+            rejected.append({"label": result["label"], "layout": result["layout"], "findings": errors + idle,
+                             "rules": [f["rule"] for f in result["findings"] if f["level"] == "error"]
+                             + (["gpus"] if idle else []),
+                             "estimate": result["estimate"]})
+        else:
+            accepted.append((layout, result))
+    rejected.sort(key=_closeness)
+    if not accepted:
+        first = "; ".join("%s: %s" % (r["label"], " ".join(r["findings"])) for r in rejected[:3])
+        raise AutoError("no layout of %s runs the model on every GPU (%s). The closest: %s. %s"
+                        % (hw["label"], _given_text(given), first, smallest_vllm_hint(summary, shape, hw, opts)))
+    accepted.sort(key=lambda pair: intent_rank_key(pair[1], intent, hw))
+    layout, result = accepted[0]
+    est = result["estimate"]
+    reason = ("auto: %s uses all %d GPUs and passes vLLM's rules; %.1f GiB of weights and %.1f GiB of KV cache "
+              "per GPU, %d tokens, %d requests at %d tokens"
+              % (layout.label(), hw["gpus_total"], est["weights_gib"], est["kv_cache_gib"], est["kv_tokens_total"],
+                 est["concurrency_at_max_model_len"], opts["max_model_len"]))
+    if intent is not None:
+        reason += "; %s" % INTENT_LAYOUT_REASONS[intent]
+    alternatives = [{"label": r["label"], "layout": r["layout"], "estimate": r["estimate"],
+                     "findings": ["valid, ranked lower%s: %d requests at max_model_len, %d KV tokens, PP %d, DP %d"
+                                  % ("" if intent is None else " for %s serving" % intent,
+                                     r["estimate"]["concurrency_at_max_model_len"], r["estimate"]["kv_tokens_total"],
+                                     r["layout"]["pipeline_parallel_size"], r["layout"]["data_parallel_size"])]}
+                    for _l, r in accepted[1:]]
+    cut = (lambda items: items[:limit]) if limit is not None else (lambda items: items)
+    return {"layout": layout, "result": result, "reason": reason, "rejected": cut(rejected),
+            "alternatives": cut(alternatives)}
+
+
+def summary_line(reason, rejected):
+    """The reason and the alternatives turned down, each with its first finding, in one line."""
+    if not rejected:
+        return reason + "."
+    turned_down = ["%s (%s)" % (r["label"], r["findings"][0] if r["findings"] else "") for r in rejected]
+    return "%s. Turned down: %s." % (reason, "; ".join(turned_down))
+
+
+def _given_text(given):
+    set_values = ["%s=%s" % (k, v) for k, v in sorted(given.items()) if not is_auto(v)]
+    return "with " + ", ".join(set_values) if set_values else "every value auto"
+
+
+def smallest_vllm_hint(summary, shape, hw, opts, max_gpus=64):
+    """'it would fit on N x <memory> GPUs (TP=...)': the fewest GPUs of this size, one node of
+    gpus_per_node or more nodes of the same, on which some layout is valid."""
+    per_node = hw["gpus_per_node"]
+    for nodes in range(1, max(1, max_gpus // max(per_node, 1)) + 1):
+        trial = dict(hw, nodes=nodes, gpus_total=nodes * per_node,
+                     label="%d node(s) x %d GPUs of %d MiB" % (nodes, per_node, hw["gpu_memory_mib"]))
+        valid = [r for r in (vp.check_layout(summary, shape, trial, layout, opts)
+                             for layout in vp.candidate_layouts(shape, trial) if layout.world == trial["gpus_total"])
+                 if r["valid"]]
+        if valid:
+            return "It would run on %s as %s." % (trial["label"], min(valid, key=vp.rank_key)["label"])
+    return "No layout of up to %d GPUs of %d MiB runs it." % (max_gpus, hw["gpu_memory_mib"])
 
 # ---------------------------------------------------------------- the serving intent
 #
@@ -844,100 +940,3 @@ def vllm_batch_arguments(batch):
     elif batch.get("max_cudagraph_capture_size"):
         args += ["--max-cudagraph-capture-size", str(batch["max_cudagraph_capture_size"])]
     return args
-    return (-world, layout["pipeline_parallel_size"], layout["data_parallel_size"],
-            -layout["tensor_parallel_size"], layout["enable_expert_parallel"])
-
-
-def _verdict(result):
-    """The findings that turn a layout down: its errors, and under auto its idle GPUs."""
-    errors = [f["message"] for f in result["findings"] if f["level"] == "error"]
-    idle = [f["message"] for f in result["findings"] if f["rule"] == "gpus" and f["level"] == "warning"]
-    return errors, idle
-
-
-def choose_vllm_layout(summary, shape, hw, opts, given=None, limit=REJECTED_LIMIT, intent=None):
-    """TP, PP, DP and expert parallel chosen together: every GPU used, vLLM's rules, memory,
-    then what the serving intent ranks first (intent_rank_key; without an intent KV capacity,
-    vllm_plan.rank_key). given: the operator's values, each a value or auto/None; a layout they fix
-    completely is kept and checked (idle GPUs then only warn).
-
-    Returns {layout (vllm_plan.Layout), result (check_layout's), reason, rejected, alternatives}.
-    """
-    given = dict(given or {})
-    fixed = not any(is_auto(given.get(k)) for k in ("tensor_parallel_size", "pipeline_parallel_size",
-                                                    "data_parallel_size", "enable_expert_parallel"))
-    if fixed:
-        layout = vp.check_layout_input(vp.Layout(given["tensor_parallel_size"], given["pipeline_parallel_size"],
-                                                 given["data_parallel_size"], given["enable_expert_parallel"]))
-        result = vp.check_layout(summary, shape, hw, layout, opts)
-        errors, _idle = _verdict(result)
-        if errors:
-            raise AutoError("vLLM cannot run %s as set: %s" % (layout.label(), " ".join(errors)))
-        return {"layout": layout, "result": result, "rejected": [], "alternatives": [],
-                "reason": "%s as set (vllm_server_*_parallel_size, vllm_server_enable_expert_parallel)" % layout.label()}
-    candidates = [c for c in vp.candidate_layouts(shape, hw) if _given_matches(c, given)]
-    if not candidates:
-        # the values set rule out every layout of these GPUs: judge them with the rest at vLLM's defaults
-        filled = vp.check_layout_input(vp.Layout(*[_given_or(given, key, default) for key, default in LAYOUT_DEFAULTS]))
-        errors, idle = _verdict(vp.check_layout(summary, shape, hw, filled, opts))
-        raise AutoError("vLLM cannot run %s on %s: %s" % (filled.label(), hw["label"], " ".join(errors + idle)))
-    accepted, rejected = [], []
-    for layout in candidates:
-        result = vp.check_layout(summary, shape, hw, layout, opts)
-        errors, idle = _verdict(result)
-        if errors or idle:
-            rejected.append({"label": result["label"], "layout": result["layout"], "findings": errors + idle,
-                             "rules": [f["rule"] for f in result["findings"] if f["level"] == "error"]
-                             + (["gpus"] if idle else []),
-                             "estimate": result["estimate"]})
-        else:
-            accepted.append((layout, result))
-    rejected.sort(key=_closeness)
-    if not accepted:
-        first = "; ".join("%s: %s" % (r["label"], " ".join(r["findings"])) for r in rejected[:3])
-        raise AutoError("no layout of %s runs the model on every GPU (%s). The closest: %s. %s"
-                        % (hw["label"], _given_text(given), first, smallest_vllm_hint(summary, shape, hw, opts)))
-    accepted.sort(key=lambda pair: intent_rank_key(pair[1], intent, hw))
-    layout, result = accepted[0]
-    est = result["estimate"]
-    reason = ("auto: %s uses all %d GPUs and passes vLLM's rules; %.1f GiB of weights and %.1f GiB of KV cache "
-              "per GPU, %d tokens, %d requests at %d tokens"
-              % (layout.label(), hw["gpus_total"], est["weights_gib"], est["kv_cache_gib"], est["kv_tokens_total"],
-                 est["concurrency_at_max_model_len"], opts["max_model_len"]))
-    alternatives = [{"label": r["label"], "layout": r["layout"], "estimate": r["estimate"],
-                     "findings": ["valid, ranked lower%s: %d requests at max_model_len, %d KV tokens, PP %d, DP %d"
-                                  % ("" if intent is None else " for %s serving" % intent,
-                                     r["estimate"]["concurrency_at_max_model_len"], r["estimate"]["kv_tokens_total"],
-                                     r["layout"]["pipeline_parallel_size"], r["layout"]["data_parallel_size"])]}
-                    for _l, r in accepted[1:]]
-    cut = (lambda items: items[:limit]) if limit is not None else (lambda items: items)
-    return {"layout": layout, "result": result, "reason": reason, "rejected": cut(rejected),
-            "alternatives": cut(alternatives)}
-
-
-def summary_line(reason, rejected):
-    """The reason and the alternatives turned down, each with its first finding, in one line."""
-    if not rejected:
-        return reason + "."
-    turned_down = ["%s (%s)" % (r["label"], r["findings"][0] if r["findings"] else "") for r in rejected]
-    return "%s. Turned down: %s." % (reason, "; ".join(turned_down))
-
-
-def _given_text(given):
-    set_values = ["%s=%s" % (k, v) for k, v in sorted(given.items()) if not is_auto(v)]
-    return "with " + ", ".join(set_values) if set_values else "every value auto"
-
-
-def smallest_vllm_hint(summary, shape, hw, opts, max_gpus=64):
-    """'it would fit on N x <memory> GPUs (TP=...)': the fewest GPUs of this size, one node of
-    gpus_per_node or more nodes of the same, on which some layout is valid."""
-    per_node = hw["gpus_per_node"]
-    for nodes in range(1, max(1, max_gpus // max(per_node, 1)) + 1):
-        trial = dict(hw, nodes=nodes, gpus_total=nodes * per_node,
-                     label="%d node(s) x %d GPUs of %d MiB" % (nodes, per_node, hw["gpu_memory_mib"]))
-        valid = [r for r in (vp.check_layout(summary, shape, trial, layout, opts)
-                             for layout in vp.candidate_layouts(shape, trial) if layout.world == trial["gpus_total"])
-                 if r["valid"]]
-        if valid:
-            return "It would run on %s as %s." % (trial["label"], min(valid, key=vp.rank_key)["label"])
-    return "No layout of up to %d GPUs of %d MiB runs it." % (max_gpus, hw["gpu_memory_mib"])

@@ -184,14 +184,14 @@ def _tensor_split(value):
     if any(number < 0 for number in numbers) or not any(numbers):
         return "needs non-negative shares, one above 0"
     return None
+
+
 def _parallel(value):
     if value == "auto":
         return None
     if as_whole(value) is None:
         return "is not a whole number or auto"
     return _at_least(1)(value)
-
-
 
 
 # What Ansible's `type: bool` accepts (ansible.module_utils.parsing.convert_bool).
