@@ -16,7 +16,7 @@ import hashlib
 import json
 
 # The fields of a service (module service_status) that tell one run of it from the next. Not
-# `started`: under supervisord it is computed from the uptime and moves by a second.
+# `started`: where a manager reports an uptime (service_status), it is computed and moves by a second.
 RUN_FIELDS = ('name', 'state', 'main_pid', 'invocation_id')
 
 

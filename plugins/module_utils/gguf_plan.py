@@ -771,7 +771,7 @@ def own_service(unit, own_units):
 
 def own_process(process, own_units):
     """Whether a gpu_residency process runs in one of the collection's serving units, or under a
-    supervisord program that stands for one (service_manager.program_units: gpulab-rpc-server-0 as
+    program that stands for one (service_manager.program_units: gpulab-rpc-server-0 as
     gpulab-rpc-server@0.service), as the drain tells its own services apart under either manager."""
     if own_service(process.get("systemd_unit"), own_units):
         return True

@@ -62,7 +62,7 @@ def non_negative_int(value, what):
 # --- Head side ---------------------------------------------------------------
 
 # What a worker's servers.json may hold. The head renders these values into its wrapper script
-# and its systemctl calls, so each one is checked against a strict shape, not merely quoted.
+# and its service manager's calls, so each one is checked against a strict shape, not merely quoted.
 # \A...\Z, not ^...$: `$` also matches before a trailing newline, which would give a value a line
 # of its own in the head's script (a comment line, where quoting does not help).
 DEVICE_PATTERN = re.compile(r"\A[A-Za-z][A-Za-z0-9_]{0,31}\Z")

@@ -80,7 +80,7 @@ def process_kind(process):
         if 'vllm' in text.lower():
             return 'vllm'
     # vLLM's engine holds the GPU memory as the Python of its environment
-    # (/opt/gpulab/vllm/venv-0.24.0/bin/python3.12 under supervisord, where no unit names it).
+    # (/opt/gpulab/vllm/venv-0.24.0/bin/python3.12 where no unit names it).
     if re.search(r'(\A|/)[^/]*vllm[^/]*/', path.lower()):
         return 'vllm'
     return 'other'

@@ -60,7 +60,7 @@ options:
         M(gpulab.inference.gpu_residency), with free memory per GPU and processes per unit), C(servers)
         (host to its C(/etc/gpulab/rpc-server/servers.json), absent before its first deployment,
         when a CUDA build gets one device per GPU), C(own_units) (the collection's serving units,
-        or the supervisord programs that stand for them, whose GPU memory counts as available since a
+        or the programs that stand for them, whose GPU memory counts as available since a
         redeploy replaces them), C(drained) (host to
         the C(consumers) of M(gpulab.inference.gpu_drain) in check mode; what the drain will stop
         before the servers start counts as available too).

@@ -64,7 +64,7 @@ options:
   own_units:
     description:
       - The collection's serving units (shell patterns); their memory counts as available, since a redeploy replaces them.
-      - A process under a supervisord program counts as the unit it stands for (V(gpulab-rpc-server-0) as
+      - A process under a program counts as the unit it stands for (V(gpulab-rpc-server-0) as
         V(gpulab-rpc-server@0.service)).
     type: list
     elements: str

@@ -14,12 +14,14 @@ from ansible_collections.gpulab.inference.plugins.module_utils.rpc_worker import
 
 REPO = Path(__file__).resolve().parents[3]
 TEMPLATES = REPO / 'roles' / 'llama_rpc_server' / 'templates'
+# The servers' unit: role service's one unit template, rendering the plan's unit_file.
+UNIT_TEMPLATES = REPO / 'roles' / 'service' / 'templates'
 FIREWALL_UNIT = 'gpulab-rpc-server-firewall.service'
 
 
 def render(name, firewall_enabled=True):
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True,
-                             loader=jinja2.FileSystemLoader(str(TEMPLATES)))
+                             loader=jinja2.FileSystemLoader([str(TEMPLATES), str(UNIT_TEMPLATES)]))
     env.filters.update(FilterModule().filters())
     servers = [{'instance': 0, 'gpu_index': None, 'port': 50052}]
     firewall = {'ip_address_allow': ['10.231.77.10']}
@@ -36,6 +38,7 @@ def render(name, firewall_enabled=True):
         '__llama_rpc_server_plan': plan,
         'llama_rpc_server_nft_file': '/etc/nftables.d/gpulab-rpc.nft',
         'llama_rpc_server_nft_table': 'gpulab_rpc',
+        'service_unit_file': plan['unit_file'],
     }
     return env.get_template(name).render(**values)
 
@@ -72,7 +75,7 @@ def test_a_start_of_nftables_starts_the_firewall_unit_again():
 
 
 def test_every_server_requires_the_firewall_unit_and_comes_back_with_it():
-    unit = sections(render('gpulab-rpc-server@.service.j2'))
+    unit = sections(render('unit.service.j2'))
     assert ('Requires', FIREWALL_UNIT) in unit['Unit']
     assert ('After', FIREWALL_UNIT) in unit['Unit']
     assert ('WantedBy', 'multi-user.target ' + FIREWALL_UNIT) in unit['Install']
@@ -82,7 +85,7 @@ def test_every_server_requires_the_firewall_unit_and_comes_back_with_it():
 
 
 def test_without_the_firewall_the_server_unit_names_no_firewall_unit():
-    text = render('gpulab-rpc-server@.service.j2', firewall_enabled=False)
+    text = render('unit.service.j2', firewall_enabled=False)
     assert FIREWALL_UNIT not in text
     assert ('WantedBy', 'multi-user.target') in sections(text)['Install']
     assert 'IPAddress' not in text

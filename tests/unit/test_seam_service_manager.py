@@ -1,0 +1,169 @@
+"""The service manager seam: only role `service` (with role `supervisor`, which installs
+supervisord) knows systemd from supervisord, so a third manager is added there and nowhere else.
+
+A file of the collection (roles, playbooks, plugins) that names supervisord, supervisorctl or
+systemctl outside the places below fails this test, and so does a task file per manager
+(`*_systemd.yml`, `*_supervisor.yml`) outside role `service`.
+"""
+
+import re
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+MANAGER_WORDS = re.compile(r"supervisord|supervisorctl|systemctl", re.IGNORECASE)
+
+# The owners: role service decides, role supervisor installs and runs supervisord itself.
+OWNER_ROLES = ("roles/service/", "roles/supervisor/")
+
+# The plugins role service runs (each `gpulab.inference.<name>` its task files name, as a module or
+# a filter) are the role's own code, with the module_utils file of the same name behind each.
+SERVICE_PLUGIN_DIRS = ("plugins/modules", "plugins/filter", "plugins/module_utils")
+
+# Everything else allowed, each for a reason:
+ALLOWED = {
+    # The drain stops and restores foreign GPU consumers, whatever manager started them (a
+    # systemd unit, a supervisord program or a container of another team), not the collection's.
+    "roles/gpu_drain/": "stops and restores other people's services under any manager",
+    "plugins/modules/gpu_drain.py": "the drain's module",
+    "plugins/module_utils/gpu_drain.py": "the drain's rules and backends",
+    # The RPC guard's program runs on the node, outside Ansible, and stops the servers itself
+    # while their firewall table is gone; role service installs it (entry point guard).
+    "plugins/module_utils/rpc_guard.py": "the RPC guard's program, run by role service's guard entry point",
+    # The one rule for auto (module service_manager, which role common runs once per play) and the
+    # names and values role service hands each manager, behind its filters.
+    "plugins/modules/service_manager.py": "the one rule for gpulab_service_manager auto",
+    "plugins/module_utils/service_manager.py": "that rule, and the unit and program names of role service's filters",
+}
+
+# Plays and roles that are the collection's code (tests, the lab and the docs speak of both).
+SCOPE = ("roles", "playbooks", "plugins")
+
+
+def collection_files(root=REPO_ROOT):
+    for top in SCOPE:
+        for path in sorted((root / top).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                yield path.relative_to(root).as_posix()
+    if (root / "deploy.yml").is_file():
+        yield "deploy.yml"
+
+
+def service_role_plugins(root=REPO_ROOT):
+    """The plugin files role service's tasks name (gpulab.inference.<name>)."""
+    names = set()
+    for path in sorted((root / "roles" / "service").rglob("*")):
+        if path.suffix not in (".yml", ".j2"):
+            continue
+        names.update(re.findall(r"gpulab\.inference\.([a-z_]+)", path.read_text()))
+    found = set()
+    for name in names:
+        for directory in SERVICE_PLUGIN_DIRS:
+            candidate = "%s/%s.py" % (directory, name)
+            if (root / candidate).is_file():
+                found.add(candidate)
+    return found
+
+
+def allowed(path, service_plugins):
+    return (path.startswith(OWNER_ROLES) or path in service_plugins
+            or any(path == place or (place.endswith("/") and path.startswith(place)) for place in ALLOWED))
+
+
+def files_naming_a_manager(root=REPO_ROOT):
+    service_plugins = service_role_plugins(root)
+    offenders = []
+    for path in collection_files(root):
+        if allowed(path, service_plugins):
+            continue
+        try:
+            text = (root / path).read_text()
+        except UnicodeDecodeError:
+            continue
+        if MANAGER_WORDS.search(text):
+            offenders.append(path)
+    return offenders
+
+
+def per_manager_task_files(root=REPO_ROOT):
+    return [path for path in collection_files(root)
+            if not path.startswith("roles/service/") and re.search(r"/tasks/.*_(systemd|supervisor)\.ya?ml$", path)]
+
+
+def test_the_words_are_found():
+    assert MANAGER_WORDS.search("systemctl show")
+    assert MANAGER_WORDS.search("under Supervisord")
+    assert MANAGER_WORDS.search("/opt/gpulab/supervisor/bin/supervisorctl")
+    assert not MANAGER_WORDS.search("role gpulab.inference.supervisor; a systemd unit")
+
+
+def test_role_service_runs_the_plugins_it_owns():
+    plugins = service_role_plugins()
+    # what role service runs today: its status module and the unit module among them
+    assert {"plugins/modules/service_status.py", "plugins/modules/systemd_units.py"} <= plugins
+    assert all(path.startswith(SERVICE_PLUGIN_DIRS) for path in plugins)
+
+
+# Still to move behind role service (issue 50), each a file that names a manager today; the list
+# only shrinks: a file not listed here fails the test. 34 files at bc3595e by this test's rule.
+# - the RPC firewall and guard pair, written per manager in role llama_rpc_server (entry points
+#   firewall and guard of role service to come), and what feeds them;
+# - the serving roles' supervisord program options (startretries, environment), set by each role
+#   in supervisord's terms instead of one restart policy role service translates;
+# - the plan modules that ask systemd for its version or its units, and write unit directives;
+# - supervisord's shared paths in role common, read by roles service, supervisor and gpu_drain;
+# - the node's own process-to-service mapping (gpu_residency and nvidia_smi read a program's
+#   SUPERVISOR_PROCESS_NAME), and bounded_command's advice per control command.
+STILL_TO_MOVE = frozenset("""
+roles/common/defaults/main/engines.yml
+roles/common/defaults/main/service-manager.yml
+roles/common/meta/argument_specs.yml
+roles/llama_rpc_server/defaults/main.yml
+roles/llama_rpc_server/meta/argument_specs.yml
+roles/llama_rpc_server/tasks/guard_supervisor.yml
+roles/llama_rpc_server/tasks/service.yml
+roles/llama_rpc_server/vars/main.yml
+roles/llama_server/defaults/main.yml
+roles/llama_server/meta/argument_specs.yml
+roles/llama_server/tasks/service.yml
+roles/vllm_server/meta/argument_specs.yml
+roles/vllm_server/tasks/service.yml
+plugins/module_utils/bounded_command.py
+plugins/module_utils/llama_service.py
+plugins/module_utils/nvidia_smi.py
+plugins/module_utils/nvidia_smi_runner.py
+plugins/module_utils/rpc_worker.py
+plugins/module_utils/vllm_service.py
+plugins/modules/gpu_residency.py
+plugins/modules/llama_rpc_server_plan.py
+plugins/modules/llama_server_plan.py
+plugins/modules/vllm_plan.py
+""".split())
+PER_MANAGER_STILL_TO_MOVE = frozenset("""
+roles/llama_rpc_server/tasks/firewall_supervisor.yml
+roles/llama_rpc_server/tasks/firewall_systemd.yml
+roles/llama_rpc_server/tasks/guard_supervisor.yml
+roles/llama_rpc_server/tasks/guard_systemd.yml
+""".split())
+
+
+def test_no_other_file_outside_role_service_names_a_manager():
+    offenders = [path for path in files_naming_a_manager() if path not in STILL_TO_MOVE]
+    assert offenders == [], (
+        "%d file(s) name supervisord, supervisorctl or systemctl outside role service; call an entry point of "
+        "role gpulab.inference.service instead (docs/CONTRACTS.md, Adding a service manager):\n  %s"
+        % (len(offenders), "\n  ".join(offenders)))
+
+
+def test_no_other_task_file_per_manager_outside_role_service():
+    assert [path for path in per_manager_task_files() if path not in PER_MANAGER_STILL_TO_MOVE] == []
+
+
+def test_the_rule_finds_a_new_offender(tmp_path):
+    (tmp_path / "roles" / "x" / "tasks").mkdir(parents=True)
+    (tmp_path / "roles" / "x" / "tasks" / "main.yml").write_text("- ansible.builtin.command: systemctl daemon-reload\n")
+    (tmp_path / "roles" / "x" / "tasks" / "start_systemd.yml").write_text("---\n")
+    (tmp_path / "roles" / "service" / "tasks").mkdir(parents=True)
+    (tmp_path / "roles" / "service" / "tasks" / "stop.yml").write_text("- community.general.supervisorctl: {}\n")
+    assert files_naming_a_manager(tmp_path) == ["roles/x/tasks/main.yml"]
+    assert per_manager_task_files(tmp_path) == ["roles/x/tasks/start_systemd.yml"]
