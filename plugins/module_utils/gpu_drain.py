@@ -19,6 +19,7 @@ import re
 
 # Which of a node's units and programs are the collection's, and what supervisorctl answers: the
 # service role's rules (module_utils.service_manager), used here as they are, never restated.
+from ansible_collections.gpulab.inference.plugins.module_utils.service_status import parse_list_units, show_properties
 from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import (  # noqa: F401 (re-exported)
     SUPERVISORCTL_STATUS_RCS,
     active_programs,
@@ -397,24 +398,13 @@ def unmatched_patterns(keep, consumers):
 
 # --- systemd ---------------------------------------------------------------------------------------
 
-def parse_systemctl_show(output):
-    """{property: value} from `systemctl show --property=...` output."""
-    properties = {}
-    for line in output.splitlines():
-        if '=' in line:
-            name, value = line.split('=', 1)
-            properties[name.strip()] = value.strip()
-    return properties
+# One parser per systemctl answer, in service_status.py: a unit's properties, and list-units.
+parse_systemctl_show = show_properties
 
 
 def parse_active_units(output):
     """Unit names from `systemctl list-units --type=service --state=active --plain --no-legend`."""
-    units = []
-    for line in output.splitlines():
-        parts = line.split()
-        if parts and parts[0].endswith('.service'):
-            units.append(parts[0])
-    return units
+    return parse_list_units(output, ('*.service',))
 
 
 def unit_is_active(unit):

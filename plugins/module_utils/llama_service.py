@@ -14,6 +14,7 @@ import re
 
 from ansible_collections.gpulab.inference.plugins.module_utils import service_files
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import LlamaServerError
+from ansible_collections.gpulab.inference.plugins.module_utils.service_status import show_properties
 
 
 # --- Wrappers and units ----------------------------------------------------------
@@ -89,14 +90,8 @@ def restart_directives(systemd_version, restart_sec, max_delay_s, steps=5):
     return unit, service
 
 
-def parse_unit_properties(text):
-    """`systemctl show -p A -p B unit` output -> {A: value, B: value}."""
-    props = {}
-    for line in str(text or "").splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            props[key.strip()] = value.strip()
-    return props
+# `systemctl show -p A -p B unit` output -> {A: value, B: value}: service_status's one parser of it.
+parse_unit_properties = show_properties
 
 
 def unit_failure(props, restarts_before=0):

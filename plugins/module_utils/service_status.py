@@ -84,6 +84,18 @@ def show_blocks(text):
     return blocks
 
 
+def show_properties(text):
+    """{property: value} of `systemctl show --property=...` of one unit, values stripped; a line
+    that is no property (none in systemctl's answer) is skipped. For the readers of one unit (the
+    drain, the health wait): the only parser of that answer beside show_blocks."""
+    properties = {}
+    for line in str(text or "").splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            properties[key.strip()] = value.strip()
+    return properties
+
+
 def parse_systemctl_show(text):
     """{unit: status} from `systemctl show --property=...` of several units (blocks separated by an
     empty line, each with Id=). Start time: when the unit last became active (empty: never)."""

@@ -138,3 +138,16 @@ def test_show_blocks_keep_the_units_order_and_list_units_asks_for_every_state():
         ss.show_blocks("Id=a.service\nFailed to connect to bus\n")
     assert ss.list_units_args(["gpulab-*"]) == ["list-units", "--all", "--plain", "--no-legend", "--type=service", "--",
                                                 "gpulab-*"]
+
+
+def test_one_units_properties_and_one_parser_per_systemctl_answer():
+    from ansible_collections.gpulab.inference.plugins.module_utils import gpu_drain, llama_service, service_status
+    text = "ActiveState=active\nSubState=running\nExecStart={ path=/x ; argv[]=/x --a=b }\n\n"
+    assert service_status.show_properties(text) == {
+        "ActiveState": "active", "SubState": "running", "ExecStart": "{ path=/x ; argv[]=/x --a=b }"}
+    assert service_status.show_properties(None) == {}
+    # the drain and the health wait read systemctl show and list-units with service_status's parsers
+    assert gpu_drain.parse_systemctl_show is service_status.show_properties
+    assert llama_service.parse_unit_properties is service_status.show_properties
+    listed = "\u25cf ollama.service loaded active running Ollama\ncron.service loaded active running cron\n"
+    assert gpu_drain.parse_active_units(listed) == ["ollama.service", "cron.service"]
