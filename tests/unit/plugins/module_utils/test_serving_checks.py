@@ -134,8 +134,8 @@ SPEC_REFUSED = [
     # Ansible's words, the spec's hint
     ("llama_server_log_verbosity", None, "argument 'llama_server_log_verbosity' is of type NoneType and we were unable "
      "to convert to int", "role llama_server takes a whole number; remove the setting for the default 4."),
-    ("llama_server_parallel", "abc", "argument 'llama_server_parallel' is of type str", "takes a whole number"),
-    ("llama_server_parallel", "1.5", "unable to convert to int", "the default 4"),
+    ("llama_server_ubatch_size", "abc", "argument 'llama_server_ubatch_size' is of type str", "takes a whole number"),
+    ("llama_server_ubatch_size", "1.5", "unable to convert to int", "the default 512"),
     ("llama_server_flash_attn", "yes", "value of llama_server_flash_attn must be one of: on, off, auto, got: yes",
      "takes one of on, off, auto; remove the setting for the default 'auto'."),
     ("llama_server_cache_type_k", "q3_k", "must be one of: f32, f16", "takes one of f32, f16, bf16"),
@@ -178,6 +178,7 @@ RULE_REFUSED = [
     ("llama_server_ctx_size", "1.5", "is not a whole number or auto"),
     ("llama_server_ctx_size", "Auto", "is not a whole number or auto"),
     ("llama_server_parallel", "0", "is below 1: set the number of requests served at once"),
+    ("llama_server_parallel", "abc", "is not a whole number or auto: set the number of requests served at once"),
     ("llama_server_port", 0, "is below 1: set a TCP port from 1 to 65535"),
     ("llama_server_port", "70000", "is above 65535"),
     ("llama_server_gpu_layers", "most", "is not a number of layers, all or auto"),
@@ -210,7 +211,7 @@ def test_what_the_spec_cannot_say_is_named_with_what_to_set(name, value, words):
 
 def test_a_refused_value_is_not_checked_again():
     # "minus five" is no int for the spec; the range rule does not add "is below 1" to Ansible's error
-    (problem,) = one({"llama_server_parallel": "minus five"})
+    (problem,) = one({"llama_server_ubatch_size": "minus five"})
     assert "is below" not in problem and "unable to convert to int" in problem
     (problem,) = one({"llama_server_restart_sec": "soon"})
     assert "restart delay" not in problem
@@ -239,8 +240,10 @@ def test_a_problem_several_hosts_share_is_one_sentence():
     values = {"llama_server_parallel": "0"}
     checked = {"node-a": {"values": values}, "node-b": {"values": values}, "node-c": {"values": {"llama_server_parallel": 0}}}
     assert sc.serving_problems(checked, OPTIONS, ["node-a", "node-b", "node-c"]) == [
-        "llama_server_parallel='0' on node-a, node-b is below 1: set the number of requests served at once, 1 or more, e.g. 4.",
-        "llama_server_parallel=0 on node-c is below 1: set the number of requests served at once, 1 or more, e.g. 4."]
+        "llama_server_parallel='0' on node-a, node-b is below 1: set the number of requests served at once, 1 or more, e.g. 4, "
+        "or auto (from gpulab_serving_intent, set by the memory plan).",
+        "llama_server_parallel=0 on node-c is below 1: set the number of requests served at once, 1 or more, e.g. 4, "
+        "or auto (from gpulab_serving_intent, set by the memory plan)."]
     null = {"values": {"llama_server_log_verbosity": None}, "errors": validate({"llama_server_log_verbosity": None})}
     (everywhere,) = sc.serving_problems({"node-a": null, "node-b": null}, OPTIONS, ["node-a", "node-b"])
     assert everywhere.startswith("llama_server_log_verbosity=null on every node: argument 'llama_server_log_verbosity'")
@@ -262,9 +265,11 @@ def test_restart_delays_against_the_default_of_the_other():
 
 
 def test_context_below_one_token_per_slot():
-    (problem,) = one({"llama_server_ctx_size": 2})
-    assert problem.startswith("llama_server_ctx_size=2 on node-a over llama_server_parallel=4 (the default) "
+    (problem,) = one({"llama_server_ctx_size": 2, "llama_server_parallel": 4})
+    assert problem.startswith("llama_server_ctx_size=2 on node-a over llama_server_parallel=4 "
                               "leaves less than one token per slot")
+    # the default slots, auto, are the memory plan's: no number to compare before it runs
+    assert one({"llama_server_ctx_size": 2}) == []
     assert one({"llama_server_ctx_size": 0, "llama_server_parallel": 64}) == []  # 0: the model's context
     assert one({"llama_server_ctx_size": 64, "llama_server_parallel": 64}) == []
 
