@@ -105,7 +105,7 @@ def test_role_service_runs_the_plugins_it_owns():
 
 
 # Still to move behind role service (issue 50), each a file that names a manager today; the list
-# only shrinks: a file not listed here fails the test. 34 files at bc3595e by this test's rule.
+# only shrinks: a file not listed here fails the test. 32 files at bc3595e by this test's rule, 23 now.
 # - the RPC firewall and guard pair, written per manager in role llama_rpc_server (entry points
 #   firewall and guard of role service to come), and what feeds them;
 # - the serving roles' supervisord program options (startretries, environment), set by each role

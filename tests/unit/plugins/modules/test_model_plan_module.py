@@ -43,9 +43,10 @@ def test_a_gguf_is_planned_for_llama_cpp(models):
     assert result["engine"] == {"engine": "llama_cpp", "reason": "auto: %s is a GGUF model, which llama.cpp serves"
                                                                  % models["gguf"]}
     rows = result["table"]["rows"]
-    # the synthetic model's trained context fits on every layout here: the fewest devices first
+    # the synthetic model's trained context fits each of the two slots on every layout here (llama-server
+    # caps a slot at the trained context): the fewest devices first
     assert [(r["layout"], r["fits"], r["ctx_size"]) for r in rows] == [
-        ("node-b alone", True, 4096), ("node-a alone", True, 4096), ("all 2 nodes", True, 4096)]
+        ("node-b alone", True, 8192), ("node-a alone", True, 8192), ("all 2 nodes", True, 8192)]
     assert rows[0]["concurrency"] == 2 and [d["name"] for d in rows[2]["devices"]] == ["RPC0", "CUDA0", "CUDA1"]
     assert result["lines"][0].startswith("llama.cpp: layout")
     assert result["bytes_read"] < result["size_bytes"]
