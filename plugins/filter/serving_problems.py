@@ -13,15 +13,15 @@ short_description: What is wrong with the role variables an operator set, as sen
 version_added: 0.1.0
 description:
   - Reads, for every given host, the variables of every role's argument spec that the inventory or C(-e) set
-    (role defaults are not visible in C(hostvars), so only what the user set is checked) and the errors
-    M(ansible.builtin.validate_argument_spec) found in them, and returns one sentence per problem,
-    naming the variable, its value, the hosts and what to set instead.
-  - Besides Ansible's errors, what an argument spec cannot say - values it accepts by converting them while the
-    role uses them as given (text for a list, a boolean for a string, null in place of a default), ranges (a port
-    from 1 to 65535) and combinations that cannot work (a context below one token per slot, a longest restart
-    delay below the first).
+    (role defaults are not visible in C(hostvars), so only what the user set is checked), validates each alone
+    against its spec with Ansible's own validator, and returns one sentence per problem, naming the variable, its
+    value, the hosts and what to set instead.
+  - Besides the spec's types and choices, what the specs say in words (null only where an option's description
+    gives it a meaning, paths absolute), values the validation accepts by converting them while the role uses them
+    as given (text for a list, C([1,2]) for a path, a boolean for a string), ranges (a port from 1 to 65535) and
+    combinations that cannot work (a context below one token per slot, a longest restart delay below the first).
   - The rules live in C(plugins/module_utils/serving_checks.py); this filter only reads the
-    variables and hands them over. Filters C(role_options) and C(options_set) give the validation its spec.
+    variables and hands them over. Filter C(role_options) reads the specs.
 author:
   - gpulab.inference contributors (@gpulab)
 options:
@@ -38,27 +38,15 @@ options:
     description: Every role's options, as filter C(gpulab.inference.role_options) returns them.
     type: dict
     required: true
-  result:
-    description: The name of the variable each host registered the result of M(ansible.builtin.validate_argument_spec) in.
-    type: str
-    required: true
 """
 
 EXAMPLES = r"""
-- name: Validate every role variable this host set against the roles' argument specs
-  ansible.builtin.validate_argument_spec:
-    argument_spec: "{{ __options | gpulab.inference.options_set(hostvars[inventory_hostname]) }}"
-  register: __spec_result
-  failed_when: false
-  vars:
-    __options: "{{ (role_path ~ '/..') | gpulab.inference.role_options }}"
-
 - name: The variables are usable
   ansible.builtin.assert:
     that: __problems | length == 0
     fail_msg: "{{ __problems | join('\\n') }}"
   vars:
-    __problems: "{{ groups['gpu_nodes'] | gpulab.inference.serving_problems(hostvars, __options, '__spec_result') }}"
+    __problems: "{{ groups['gpu_nodes'] | gpulab.inference.serving_problems(hostvars, (role_path ~ '/..') | gpulab.inference.role_options) }}"
 """
 
 RETURN = r"""
@@ -100,24 +88,19 @@ def _values(options, host_vars):
         try:
             values[name] = _plain(host_vars[name])
         except AnsibleError:
-            # A value built from a role default cannot be read outside the role's play; the
-            # validation, which runs in the play, has checked its type.
+            # A value built from a role default cannot be read outside the role's play; the role
+            # validates it when it runs.
             continue
     return values
 
 
-def serving_problems(hosts, hostvars, options, result):
-    """Read the options each host set and its validation errors; return serving_checks' sentences."""
+def serving_problems(hosts, hostvars, options):
+    """Read the options each host set; return serving_checks' sentences."""
     if isinstance(hosts, str) or not isinstance(hosts, (list, tuple)):
         raise AnsibleFilterError("gpulab.inference.serving_problems: expects a list of hosts, got %s"
                                  % type(hosts).__name__)
     try:
-        checked = {}
-        for host in hosts:
-            host_vars = hostvars[host] if host in hostvars else {}
-            registered = host_vars[result] if result in host_vars else {}
-            checked[host] = {"values": _values(options, host_vars),
-                             "errors": [str(error) for error in (registered or {}).get("argument_errors") or []]}
+        checked = dict((host, _values(options, hostvars[host] if host in hostvars else {})) for host in hosts)
         return serving_checks.serving_problems(checked, options, list(hosts))
     except (KeyError, TypeError, AttributeError) as exc:
         raise AnsibleFilterError("gpulab.inference.serving_problems: %s" % exc)

@@ -4,16 +4,20 @@
 """Pure checks of the role variables an operator sets, before any node is touched.
 
 One layer: each role's meta/argument_specs.yml holds the types, choices and defaults of its
-variables. The preflight validates every variable the inventory or `-e` set against the specs of
-all roles at once (`ansible.builtin.validate_argument_spec`, with the spec `options_set` picks
-from `role_options`), so a wrong value stops the run in seconds instead of in its role, minutes
-into a deployment and after the drain. This module keeps only what a spec cannot say:
+variables, and its descriptions say what null and an empty path mean where they mean anything.
+The preflight checks every variable the inventory or `-e` set against the specs of all roles at
+once (`role_options`), so a wrong value stops the run in seconds instead of in its role, minutes
+into a deployment and after the drain. Each option set is validated alone
+(`ansible.builtin.validate_argument_spec`'s own validator), so every error belongs to the option
+it was found in. Besides the spec, this module keeps:
+- what the specs say in words: null only where the description gives it a meaning, a path
+  absolute (empty only where the description says what empty means);
 - values Ansible's validation accepts by converting them while the role goes on using them as
-  given (text for a list, a boolean for a string or a number, null in place of a default);
-- ranges and forms (a port from 1 to 65535, a context of 0 or more, `all` or a number of layers);
+  given (text for a list or `[1,2]` for a path, a boolean for a string or a number);
+- ranges and forms a spec cannot state (a port from 1 to 65535, `all` or a number of layers);
 - combinations (a context below one token per slot, a longest restart delay below the first).
-It turns Ansible's errors and its own findings into one sentence per problem that names the
-variable as the user set it, the hosts it was set on, and what to set instead.
+Every problem is one sentence that names the variable as the user set it, the hosts it was set
+on, and what to set instead.
 
 Values come as Ansible hands them over: `-e name=value` gives strings, so a whole number may be
 a string of digits, as the argument specs accept it.
@@ -24,6 +28,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import re
+
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 _WHOLE = re.compile(r"\A[+-]?[0-9]+\Z")
 
@@ -58,8 +64,18 @@ def _for_validation(spec, top=True):
 ROLE_OPTIONS_ENTRY = {"common": "names"}
 
 
+def _says(description, word):
+    """Whether a description gives `word` (null, empty) a meaning: a clause that starts with it
+    ("...; null keeps llama.cpp's default", "Empty takes ...") or "Unset (null)"."""
+    if isinstance(description, list):
+        description = " ".join(description)
+    return bool(re.search(r"(?:\A|[.;:]\s+|\bunset \()%s\b" % word, description or "", re.IGNORECASE))
+
+
 def role_options(spec_files):
-    """Every option of every role's main entry point, as {option: {"role": role, "spec": spec}}.
+    """Every option of every role's main entry point, as {option: {"role": role, "spec": spec}}, with
+    "null": True where its description gives null a meaning and, for a path, "empty": True where it
+    says what an empty value means.
 
     spec_files: {role: the content of roles/<role>/meta/argument_specs.yml}. Only `main` (role common's
     `names`): it is what a role validates when a play runs it, with the inventory's and -e's values;
@@ -73,24 +89,16 @@ def role_options(spec_files):
         entry = ROLE_OPTIONS_ENTRY.get(role, "main")
         main = ((spec_files[role] or {}).get("argument_specs") or {}).get(entry) or {}
         for name, spec in (main.get("options") or {}).items():
-            spec = _for_validation(spec or {})
+            mine = {"role": role, "spec": _for_validation(spec or {})}
+            words = ("null", "empty") if mine["spec"].get("type") == "path" else ("null",)
+            mine.update((word, True) for word in words if _says((spec or {}).get("description"), word))
             known = options.get(name)
             if known is None:
-                options[name] = {"role": role, "spec": spec}
-            elif known["spec"] != spec:
+                options[name] = mine
+            elif dict(known, role=role) != mine:
                 raise ValueError("%s is %r in role %s but %r in role %s: give both argument specs the same type, "
-                                 "choices and default" % (name, known["spec"], known["role"], spec, role))
+                                 "choices, default and meaning of null" % (name, known["spec"], known["role"], mine["spec"], role))
     return options
-
-
-def options_set(options, names):
-    """The argument spec of the options among names (the variables a host has set).
-
-    Role defaults are right by construction (the unit tests pass them through these checks), and
-    a variable nobody set has nothing to check; hostvars hold only what the inventory, -e and
-    earlier tasks set, never role defaults, so its names are exactly the ones to check.
-    """
-    return dict((name, entry["spec"]) for name, entry in options.items() if name in names)
 
 
 def _shown(value):
@@ -118,16 +126,16 @@ def wanted(spec):
             "path": "a path", "raw": "a value"}.get(kind, "a string")
 
 
-def _as_given_problem(name, spec, value):
-    """Why a value the spec accepts by converting it cannot work as the role uses it (the role
-    reads the variable as set, not as the validation converted it), or None."""
+# Text that YAML would read as a list or a mapping (what `-e name=[1,2]` hands over), not a template.
+_COLLECTION_TEXT = re.compile(r"\A\s*(?:\[.*\]|\{(?![{%#]).*(?<![}%#])\})\s*\Z", re.DOTALL)
+
+
+def _as_given_problem(name, entry, value):
+    """Why a value the spec accepts, or accepts by converting it, cannot work as the role uses it (the
+    role reads the variable as set, not as the validation converted it): a phrase ending in what to
+    set, or None."""
+    spec = entry["spec"]
     kind = spec.get("type", "str")
-    if value is None:
-        default = _default(spec)
-        # The spec refuses null itself where its type cannot hold it (int, bool, list, dict).
-        if default is not None:
-            return "replaces %s with null: remove the setting for the default, or set %s" % (default, wanted(spec))
-        return None
     if isinstance(value, bool) and kind in ("str", "path", "int", "float"):
         return ("is a boolean (YAML reads an unquoted yes, no, on, off, true or false as one): set %s, quoted "
                 "where it is one of those words" % wanted(spec))
@@ -137,6 +145,14 @@ def _as_given_problem(name, spec, value):
         example = "[...]" if kind == "list" else "{...}"
         return ("is text, which Ansible would take as a %s of its comma-separated parts: set %s, in YAML in the "
                 "inventory or as JSON on the command line (-e '{\"%s\": %s}')" % (kind, wanted(spec), name, example))
+    if isinstance(value, str) and kind in ("str", "path") and _COLLECTION_TEXT.match(value):
+        return ("is text that reads as a %s (-e name=value gives text): set %s, one value" %
+                ("list" if value.strip().startswith("[") else "mapping", wanted(spec)))
+    if kind == "path" and isinstance(value, str) and not value.startswith("/"):
+        if value == "" and (spec.get("default") == "" or entry.get("empty")):
+            return None
+        return ("is %s, which a task would take from wherever it runs (the deploy user's home on a node): set "
+                "an absolute path" % ("empty" if value == "" else "a relative path"))
     return None
 
 
@@ -168,6 +184,14 @@ def _ctx_size(value):
     return _at_least(0)(value)
 
 
+def _parallel(value):
+    if value == "auto":
+        return None
+    if as_whole(value) is None:
+        return "is not a whole number or auto"
+    return _at_least(1)(value)
+
+
 def _tensor_split(value):
     if isinstance(value, str) and value in ("auto", "equal", "proportional"):
         return None
@@ -184,14 +208,6 @@ def _tensor_split(value):
     if any(number < 0 for number in numbers) or not any(numbers):
         return "needs non-negative shares, one above 0"
     return None
-
-
-def _parallel(value):
-    if value == "auto":
-        return None
-    if as_whole(value) is None:
-        return "is not a whole number or auto"
-    return _at_least(1)(value)
 
 
 # What Ansible's `type: bool` accepts (ansible.module_utils.parsing.convert_bool).
@@ -284,36 +300,37 @@ RULES = {
     "bench_sampler_interval_ms": (_at_least(1), "milliseconds between GPU samples, e.g. 200"),
 }
 
-# Defaults of the roles (defaults/main.yml, role common's defaults/main/; checked by the unit
-# test) for the combinations below, when the user set only one side.
-DEFAULTS = {
-    "llama_server_ctx_size": "auto",
-    "llama_server_parallel": "auto",
-    "llama_server_restart_sec": 5,
-    "llama_server_restart_max_delay_s": 30,
-    "llama_rpc_server_restart_sec": 5,
-    "llama_rpc_server_restart_max_delay_s": 60,
-}
+def _type_problem(name, spec, value):
+    """Ansible's own validation of one option: its errors belong to that option by construction."""
+    errors = ArgumentSpecValidator({name: spec}).validate({name: value}).error_messages
+    return "; ".join(error.rstrip(".") for error in errors) or None
 
 
-def value_problem(name, value, spec=None):
-    """Why a value the argument spec accepts cannot work (a phrase ending in what to set), or None."""
-    if spec is not None:
-        reason = _as_given_problem(name, spec, value)
-        if reason is not None:
-            return reason
-    if name in RULES and value is not None:
+def value_problem(name, entry, value):
+    """Why a value set for an option cannot work: (True, Ansible's errors) where its spec refuses it,
+    (False, a phrase ending in what to set) where a rule here does, or None."""
+    spec = entry["spec"]
+    if value is None:
+        if entry.get("null"):
+            return None
+        return False, ("is null, which role %s gives no meaning: remove the setting for %s, or set %s"
+                       % (entry["role"], _default(spec) or "the role's default", wanted(spec)))
+    refused = _type_problem(name, spec, value)
+    if refused is not None:
+        return True, refused
+    reason = _as_given_problem(name, entry, value)
+    if reason is None and name in RULES:
         reason = RULES[name][0](value)
-        if reason is not None:
-            return "%s: set %s" % (reason, RULES[name][1])
-    return None
+        reason = reason and "%s: set %s" % (reason, RULES[name][1])
+    return reason and (False, reason)
 
 
-def _combination_problems(values):
+def _combination_problems(values, options):
     """(subject, rest of the sentence) for values that are each fine but cannot work together;
-    values: name -> value as set on one host (only names the user set, each valid)."""
+    values: name -> value as set on one host (only names the user set, each valid); what is not set
+    is its spec's default."""
     def get(name):
-        return as_whole(values[name] if name in values else DEFAULTS[name])
+        return as_whole(values[name] if name in values else options[name]["spec"].get("default"))
 
     def shown(name):
         return "%s=%s%s" % (name, get(name), "" if name in values else " (the default)")
@@ -335,48 +352,19 @@ def _combination_problems(values):
     return problems
 
 
-def _named(error, options):
-    """The option an error of Ansible's validation is about: the longest option name it contains
-    as a word (Ansible quotes some, not all: "argument 'x' is of type", "value of x must be")."""
-    found = [name for name in options if re.search(r"(?<![\w])%s(?![\w])" % re.escape(name), error)]
-    return max(found, key=len) if found else None
-
-
-def _by_option(errors, options):
-    """Ansible's errors grouped by the option they are about, in order, without repeats. Ansible
-    reports why a mapping with sub-options could not be read ("dictionary requested, ...") without
-    its name, just before the error that names it; an error no later error claims stays under None."""
-    grouped = {}
-    pending = []
-    for error in errors:
-        pending.append(error)
-        name = _named(error, options)
-        if name is not None:
-            grouped.setdefault(name, [])
-            grouped[name].extend(entry for entry in pending if entry not in grouped[name])
-            pending = []
-    if pending:
-        grouped[None] = pending
-    return grouped
-
-
 def _subject(name, values, options):
-    if name not in values:
-        return name
     if options[name]["spec"].get("no_log"):
         return "%s (its value hidden)" % name
     return "%s=%s" % (name, _shown(values[name]))
 
 
-def _spec_sentence(error, name, options):
-    if name is None:
-        return error.rstrip(".") + "."
-    spec = options[name]["spec"]
+def _spec_sentence(errors, entry):
+    spec = entry["spec"]
     default = _default(spec)
-    hint = "role %s takes %s" % (options[name]["role"], wanted(spec))
+    hint = "role %s takes %s" % (entry["role"], wanted(spec))
     if default is not None:
         hint += "; remove the setting for %s" % default
-    return "%s; %s." % (error.rstrip("."), hint)
+    return ": %s; %s." % (errors, hint)
 
 
 def _where(hosts, all_hosts):
@@ -388,37 +376,30 @@ def _where(hosts, all_hosts):
 def serving_problems(checked, options, all_hosts=None):
     """Every problem of the variables the hosts set, as sentences: [] when all is well.
 
-    checked: host -> {"values": {option: value} (the options of role_options the host set whose
-    value could be read), "errors": [the errors of Ansible's argument spec validation of the
-    options it set]}; options: role_options' result; all_hosts: the hosts checked, for "every
-    node". An option Ansible refused is not checked again; a problem several hosts share is
-    reported once, naming the hosts.
+    checked: host -> {option: value} (the options of role_options the host set whose value could be
+    read); options: role_options' result; all_hosts: the hosts checked, for "every node". What the
+    spec refuses comes first, then the rules' findings in the specs' order, then combinations; a
+    problem several hosts share is reported once, naming the hosts.
     """
     if not isinstance(checked, dict):
-        raise TypeError("checked must be a mapping of host to values and errors, got %s" % type(checked).__name__)
+        raise TypeError("checked must be a mapping of host to values, got %s" % type(checked).__name__)
     all_hosts = list(all_hosts if all_hosts is not None else checked)
     order = list(options)
     found = {}
     for host in sorted(checked):
-        values = dict((checked[host] or {}).get("values") or {})
+        values = dict(checked[host] or {})
         unknown = sorted(set(values) - set(options))
         if unknown:
             raise KeyError("no argument spec has %s" % ", ".join(unknown))
-        refused = _by_option((checked[host] or {}).get("errors") or [], options)
-        problems = [(_subject(name, values, options) if name else "", ": " + _spec_sentence("; ".join(errors), name, options))
-                    for name, errors in refused.items()]
-        valid = {}
-        for name in sorted(set(values) - set(refused), key=order.index):
-            reason = value_problem(name, values[name], options[name]["spec"])
-            if reason is None:
+        refused, problems, valid = [], [], {}
+        for name in sorted(values, key=order.index):
+            problem = value_problem(name, options[name], values[name])
+            if problem is None:
                 valid[name] = values[name]
+            elif problem[0]:
+                refused.append((_subject(name, values, options), _spec_sentence(problem[1], options[name])))
             else:
-                problems.append((_subject(name, values, options), " " + reason + "."))
-        problems.extend((subject, " " + rest) for subject, rest in _combination_problems(valid))
-        for problem in problems:
+                problems.append((_subject(name, values, options), " %s." % problem[1]))
+        for problem in refused + problems + [(subject, " " + rest) for subject, rest in _combination_problems(valid, options)]:
             found.setdefault(problem, []).append(host)
-    sentences = []
-    for (subject, rest), hosts in found.items():
-        where = _where(hosts, all_hosts)
-        sentences.append("%s %s%s" % (subject, where, rest) if subject else where[0].upper() + where[1:] + rest)
-    return sentences
+    return ["%s %s%s" % (subject, _where(hosts, all_hosts), rest) for (subject, rest), hosts in found.items()]

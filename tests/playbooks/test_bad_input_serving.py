@@ -436,18 +436,29 @@ DEPLOY_CASES = [
      ["llama_server_flash_attn=True on node-a is a boolean", "llama_rpc_server_port_base=0 on node-b is below 1"]),
     ("-e bench_max_tokens=1", "-e bench_max_tokens=1", {}, {},
      ["bench_max_tokens='1' on every node is below 2: set output tokens per request"]),
-    ("-e context below the slots", "-e llama_server_ctx_size=2", {}, {},
-     ["llama_server_ctx_size=2 on every node over llama_server_parallel=4 (the default) leaves less than one token"]),
+    ("-e context below the slots", "-e llama_server_ctx_size=2 -e llama_server_parallel=4", {}, {},
+     ["llama_server_ctx_size=2 on every node over llama_server_parallel=4 leaves less than one token"]),
     # The role's own validation found this 45 s in, after the drain.
     ("-e verbosity null as JSON", """-e '{"llama_server_log_verbosity": null}'""", {}, {},
-     ["llama_server_log_verbosity=null on every node: argument 'llama_server_log_verbosity' is of type NoneType and we "
-      "were unable to convert to int: \"None\" cannot be converted to an int; role llama_server takes a whole number; "
-      "remove the setting for the default 4."]),
+     ["llama_server_log_verbosity=null on every node is null, which role llama_server gives no meaning: remove the "
+      "setting for the default 4, or set a whole number."]),
     ("-e verbosity=null", "-e llama_server_log_verbosity=null", {}, {},
      ["llama_server_log_verbosity='null' on every node: argument 'llama_server_log_verbosity' is of type str"]),
     ("inventory: a keep list as text, a null host", None, {"gpu_drain_keep": "notalist"}, {"llama_server_host": None},
      ["gpu_drain_keep='notalist' on node-a is text, which Ansible would take as a list of its comma-separated parts",
-      "llama_server_host=null on node-b replaces the default '127.0.0.1' with null: remove the setting for the default"]),
+      "llama_server_host=null on node-b is null, which role llama_server gives no meaning: remove the setting for the "
+      "default '127.0.0.1', or set a string"]),
+    # A relative path was taken from the deploy user's home on every node; a list from -e arrives as text.
+    ("-e gpulab_state_dir=relative/dir", "-e gpulab_state_dir=relative/dir", {}, {},
+     ["gpulab_state_dir='relative/dir' on every node is a relative path, which a task would take from wherever it runs "
+      "(the deploy user's home on a node): set an absolute path."]),
+    ("-e gpulab_state_dir=[1,2]", "-e gpulab_state_dir=[1,2]", {}, {},
+     ["gpulab_state_dir='[1,2]' on every node is text that reads as a list (-e name=value gives text): set a path, one value."]),
+    ("-e null where no null is meant", """-e '{"bench_profiles": null, "gpulab_service_hardening": null, "model_dir": null}'""",
+     {}, {}, ["bench_profiles=null on every node is null, which role bench gives no meaning: remove the setting for the "
+              "role's default, or set a mapping.",
+              "gpulab_service_hardening=null on every node is null, which role common gives no meaning",
+              "model_dir=null on every node is null, which role model gives no meaning: remove the setting for the default ''"]),
     ("-e port as text, one bad choice", "-e llama_server_port=8081 -e llama_server_cache_type_k=q3", {}, {},
      ["llama_server_cache_type_k='q3' on every node: value of llama_server_cache_type_k must be one of: f32, f16"]),
 ]
@@ -476,8 +487,7 @@ def test_deploy_refuses_an_unknown_engine_before_the_gpu_tables(tmp_path):
     result = run_in(tmp_path / "runner", "deploy.yml", deploy_inventory(tmp_path), cmdline="-e gpulab_engine=vlm")
     assert result.status == "failed"
     (failure, *_others) = result.failures
-    assert failure[1].endswith("Check the collection's shared names"), failure
-    assert "value of gpulab_engine must be one of: llama_cpp, vllm, auto, got: vlm" in failure[2]
+    assert "gpulab_engine is 'vlm'; set one of llama_cpp, vllm" in failure[2], failure
     ran = {e["event_data"].get("task") for e in result.events if e.get("event") == "runner_on_ok"}
     assert not any("GPU" in (task or "") for task in ran), ran
     assert result.changed_tasks() == []

@@ -38,4 +38,21 @@ def test_null_verbosity_a_keep_list_as_text_and_a_bad_choice_are_refused_togethe
 
 def test_an_unknown_engine_is_refused_before_the_gpu_tables(tmp_path):
     failure = refused_first(tmp_path, "engine", {"gpulab_engine": "vlm"})
-    assert "value of gpulab_engine must be one of: llama_cpp, vllm, auto, got: vlm" in failure[2], failure
+    assert "gpulab_engine is 'vlm'; set one of llama_cpp, vllm" in failure[2], failure
+
+
+def test_a_relative_path_and_nulls_without_a_meaning_are_refused(tmp_path):
+    # gpulab_state_dir=relative/dir was taken from the deploy user's home on every node, owned by root
+    failure = refused_first(tmp_path, "paths", {"gpulab_state_dir": "relative/dir", "bench_profiles": None,
+                                                "gpulab_service_hardening": None})
+    assert failure[1] == "The serving variables are usable", failure
+    message = failure[2]
+    assert "gpulab_state_dir='relative/dir' on every node is a relative path" in message
+    assert "bench_profiles=null on every node is null, which role bench gives no meaning" in message
+    assert "gpulab_service_hardening=null on every node is null, which role common gives no meaning" in message
+
+
+def test_a_list_as_text_for_a_path_is_refused(tmp_path):
+    # what -e gpulab_state_dir=[1,2] hands over
+    failure = refused_first(tmp_path, "list-as-text", {"gpulab_state_dir": "[1,2]"})
+    assert "gpulab_state_dir='[1,2]' on every node is text that reads as a list" in failure[2], failure

@@ -22,7 +22,7 @@ def write_spec(roles, role, text):
 def test_reads_the_collections_roles():
     options = role_options(str(ROLES))
     assert options["llama_server_log_verbosity"] == {"role": "llama_server", "spec": {"type": "int", "default": 4}}
-    assert options["gpulab_engine"]["spec"]["choices"] == ["llama_cpp", "vllm", "auto"]
+    assert options["llama_server_flash_attn"]["spec"]["choices"] == ["on", "off", "auto"]
     assert options["gpu_preflight_show_table"]["role"] == "gpu_preflight"
 
 

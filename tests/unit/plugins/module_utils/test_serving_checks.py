@@ -1,7 +1,8 @@
-"""serving_checks: the roles' argument specs read as one table; Ansible's validation errors and what a
-spec cannot say (values it converts but the role uses as given, ranges, combinations) each refused
-with a sentence that names the variable, its value, the hosts and what to set; the values -e gives
-(strings) accepted where the argument specs accept them; no rule restates a spec's type or choices."""
+"""serving_checks: the roles' argument specs read as one table; each option set validated alone against
+its spec, and what a spec says in words (null only where its description gives it a meaning, paths
+absolute) or cannot say (values it converts but the role uses as given, ranges, combinations), each
+refused with a sentence that names the variable, its value, the hosts and what to set; the values -e
+gives (strings) accepted where the argument specs accept them; no rule restates a spec's type or choices."""
 
 import re
 from pathlib import Path
@@ -9,8 +10,6 @@ from pathlib import Path
 import pytest
 import yaml
 from common_defaults import common_defaults
-
-from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from ansible_collections.gpulab.inference.plugins.module_utils import serving_checks as sc
 from ansible_collections.gpulab.inference.plugins.module_utils.gguf_plan import CACHE_TYPES
@@ -32,14 +31,8 @@ def role_default(name):
     return defaults if name in defaults else common_defaults()
 
 
-def validate(values):
-    """Ansible's errors for values, as the preflight's validate_argument_spec finds them."""
-    return ArgumentSpecValidator(sc.options_set(OPTIONS, values)).validate(
-        values, validate_role_argument_spec=True).error_messages
-
-
 def one(values, host="node-a"):
-    return sc.serving_problems({host: {"values": values, "errors": validate(values)}}, OPTIONS, [host])
+    return sc.serving_problems({host: values}, OPTIONS, [host])
 
 
 def test_every_role_is_read():
@@ -68,12 +61,6 @@ def test_only_the_main_entry_points_are_read():
     files = {"one": {"argument_specs": {"main": {"options": {"x": {"type": "int"}}},
                                         "stop": {"options": {"x": {"type": "str"}, "y": {"type": "int"}}}}}}
     assert sc.role_options(files) == {"x": {"role": "one", "spec": {"type": "int"}}}
-
-
-def test_options_set_keeps_only_what_the_host_set():
-    assert sc.options_set(OPTIONS, {"llama_server_port": "8081", "ansible_host": "x"}) == {
-        "llama_server_port": {"type": "int", "default": 8080}}
-    assert sc.options_set(OPTIONS, {}) == {}
 
 
 @pytest.mark.parametrize("name", sorted(sc.RULES))
@@ -112,13 +99,16 @@ def test_role_defaults_pass(name):
         assert one({name: value}) == [], (name, value)
 
 
-@pytest.mark.parametrize("name", sorted(sc.DEFAULTS))
-def test_combination_defaults_are_the_roles(name):
-    assert role_default(name)[name] == sc.DEFAULTS[name]
+@pytest.mark.parametrize("name", ["llama_server_ctx_size", "llama_server_parallel", "llama_server_restart_sec",
+                                  "llama_server_restart_max_delay_s", "llama_rpc_server_restart_sec",
+                                  "llama_rpc_server_restart_max_delay_s"])
+def test_combination_defaults_are_the_specs_and_the_roles(name):
+    # what a combination reads for the side the operator did not set
+    assert OPTIONS[name]["spec"]["default"] == role_default(name)[name]
 
 
 def test_nothing_set_nothing_wrong():
-    assert sc.serving_problems({"node-a": {"values": {}, "errors": []}, "node-b": {}}, OPTIONS) == []
+    assert sc.serving_problems({"node-a": {}, "node-b": None}, OPTIONS) == []
 
 
 def test_values_as_extra_vars_give_them():
@@ -132,10 +122,9 @@ def test_values_as_extra_vars_give_them():
 
 SPEC_REFUSED = [
     # Ansible's words, the spec's hint
-    ("llama_server_log_verbosity", None, "argument 'llama_server_log_verbosity' is of type NoneType and we were unable "
+    ("llama_server_log_verbosity", "abc", "argument 'llama_server_log_verbosity' is of type str and we were unable "
      "to convert to int", "role llama_server takes a whole number; remove the setting for the default 4."),
-    ("llama_server_ubatch_size", "abc", "argument 'llama_server_ubatch_size' is of type str", "takes a whole number"),
-    ("llama_server_ubatch_size", "1.5", "unable to convert to int", "the default 512"),
+    ("llama_server_log_verbosity", "1.5", "unable to convert to int", "the default 4"),
     ("llama_server_flash_attn", "yes", "value of llama_server_flash_attn must be one of: on, off, auto, got: yes",
      "takes one of on, off, auto; remove the setting for the default 'auto'."),
     ("llama_server_cache_type_k", "q3_k", "must be one of: f32, f16", "takes one of f32, f16, bf16"),
@@ -144,7 +133,6 @@ SPEC_REFUSED = [
     ("llama_rpc_server_gpu_indices", ["x"], "Elements value for option 'llama_rpc_server_gpu_indices'", "a list of int values"),
     ("llama_rpc_server_other_firewall", "ignore", "must be one of: fail, opened", "the default 'fail'"),
     ("gpu_drain_keep", {"a": 1}, "argument 'gpu_drain_keep' is of type dict", "takes a list of str values; remove the setting for the default []."),
-    ("gpulab_engine", "vlm", "value of gpulab_engine must be one of: llama_cpp, vllm, auto, got: vlm", "role common takes one of llama_cpp, vllm, auto"),
     ("bench_sampler_method", "dcgm", "must be one of: auto, nvml", "role bench"),
     ("llama_server_supervisor_environment", [1], "argument 'llama_server_supervisor_environment' is of type list", "a mapping"),
 ]
@@ -169,8 +157,25 @@ RULE_REFUSED = [
     ("llama_cpp_cuda", False, "is a boolean"),
     ("llama_server_port", True, "is a boolean"),
     ("llama_server_host", ["127.0.0.1"], "is a list: set a string"),
-    ("llama_server_host", None, "replaces the default '127.0.0.1' with null: remove the setting for the default, or set a string"),
-    ("llama_server_tensor_split", None, "replaces the default 'auto' with null"),
+    # null where the spec's description gives it no meaning
+    ("llama_server_host", None, "is null, which role llama_server gives no meaning: remove the setting for the "
+     "default '127.0.0.1', or set a string"),
+    ("llama_server_tensor_split", None, "is null, which role llama_server gives no meaning: remove the setting for the default 'auto'"),
+    ("llama_server_log_verbosity", None, "is null, which role llama_server gives no meaning: remove the setting for the "
+     "default 4, or set a whole number"),
+    ("bench_profiles", None, "is null, which role bench gives no meaning: remove the setting for the role's default, or set a mapping"),
+    ("gpulab_service_hardening", None, "is null, which role common gives no meaning"),
+    ("gpulab_state_dir", None, "is null, which role common gives no meaning: remove the setting for the default "
+     "'/var/lib/gpulab', or set a path"),
+    # paths: absolute, and one value (-e name=value hands over text)
+    ("gpulab_state_dir", "relative/dir", "is a relative path, which a task would take from wherever it runs (the deploy "
+     "user's home on a node): set an absolute path"),
+    ("gpulab_state_dir", "~/gpulab", "is a relative path"),
+    ("gpulab_state_dir", "", "is empty, which a task would take from wherever it runs"),
+    ("bench_report_dir", "reports", "is a relative path"),
+    ("gpulab_state_dir", "[1,2]", "is text that reads as a list (-e name=value gives text): set a path, one value"),
+    ("llama_server_model_path", " {a: 1} ", "is text that reads as a mapping"),
+    ("llama_server_host", "[127.0.0.1]", "is text that reads as a list"),
     # ranges and forms
     ("llama_server_ctx_size", -1, "is below 0: set the context in tokens shared by all slots"),
     # a whole number or the word auto (the spec takes any value)
@@ -202,7 +207,6 @@ RULE_REFUSED = [
 
 @pytest.mark.parametrize("name, value, words", RULE_REFUSED, ids=["%s=%r" % case[:2] for case in RULE_REFUSED])
 def test_what_the_spec_cannot_say_is_named_with_what_to_set(name, value, words):
-    assert validate({name: value}) == []
     (problem,) = one({name: value})
     assert problem.startswith("%s=%s on node-a " % (name, "null" if value is None else repr(value))), problem
     assert words in problem
@@ -211,7 +215,7 @@ def test_what_the_spec_cannot_say_is_named_with_what_to_set(name, value, words):
 
 def test_a_refused_value_is_not_checked_again():
     # "minus five" is no int for the spec; the range rule does not add "is below 1" to Ansible's error
-    (problem,) = one({"llama_server_ubatch_size": "minus five"})
+    (problem,) = one({"llama_server_batch_size": "minus five"})
     assert "is below" not in problem and "unable to convert to int" in problem
     (problem,) = one({"llama_server_restart_sec": "soon"})
     assert "restart delay" not in problem
@@ -231,22 +235,62 @@ def test_the_errors_of_one_option_are_one_sentence():
     assert problem.endswith("; role model takes a mapping; remove the setting for the default {}.")
 
 
-def test_an_error_that_names_no_option_is_kept_whole():
-    problems = sc.serving_problems({"node-a": {"values": {}, "errors": ["something else went wrong"]}}, OPTIONS)
-    assert problems == ["On node-a: something else went wrong."]
+def test_what_the_specs_give_a_meaning_is_taken():
+    # null where the description says what it means, empty where a path's description or default does
+    assert one({"llama_server_reasoning_budget": None, "vllm_server_max_model_len": None, "bench_prompt_seed": None,
+                "bench_slo_ttft_s": None, "llama_rpc_server_cache_max_gib": None, "llama_server_model_path": "",
+                "model_vocab_src": "", "llama_cpp_nvcc_path": "", "gpulab_state_dir": "/srv/gpulab",
+                "llama_server_host": "127.0.0.1"}) == []
+
+
+def test_null_and_empty_meanings_are_read_from_the_descriptions():
+    assert sc.role_options({"r": {"argument_specs": {"main": {"options": {
+        "a": {"type": "int", "description": "C(--x); null keeps the default."},
+        "b": {"type": "dict", "description": "Directives (null drops one)."},
+        "c": {"type": "path", "description": ["A file.", "Empty takes the manifest's."]},
+        "d": {"type": "str", "description": "Unset (null) - all of it; empty is none."},
+    }}}}}) == {"a": {"role": "r", "spec": {"type": "int"}, "null": True}, "b": {"role": "r", "spec": {"type": "dict"}},
+               "c": {"role": "r", "spec": {"type": "path"}, "empty": True}, "d": {"role": "r", "spec": {"type": "str"}, "null": True}}
+
+
+def test_two_roles_giving_null_different_meanings_are_refused():
+    files = {"one": {"argument_specs": {"main": {"options": {"x": {"type": "int", "description": "null keeps it"}}}}},
+             "two": {"argument_specs": {"main": {"options": {"x": {"type": "int", "description": "a number"}}}}}}
+    with pytest.raises(ValueError) as raised:
+        sc.role_options(files)
+    assert "meaning of null" in str(raised.value)
+
+
+# The suffixes of an option that names a file or directory; each such text option is `type: path`, so
+# the preflight requires it absolute, but a command looked up in PATH.
+PATH_SUFFIXES = ("_dir", "_file", "_path", "_link", "_manifest", "_src", "_archive", "_cache", "_record", "_socket",
+                 "_pidfile", "_config", "_supervisorctl", "_python")
+def command(name):
+    return name.endswith("_nvidia_smi_path") or name == "vllm_server_python"
+
+
+@pytest.mark.parametrize("name", sorted(name for name, entry in OPTIONS.items() if name.endswith(PATH_SUFFIXES)
+                                         and entry["spec"].get("type", "str") in ("str", "path")))
+def test_every_option_that_names_a_path_is_a_path(name):
+    kind = OPTIONS[name]["spec"].get("type", "str")
+    assert (kind == "path") != command(name), "%s: make it type: path (an absolute path is required) or name it a command" % name
+    if kind == "path":
+        # relative paths have no base here: an absolute default shows what to give
+        default = OPTIONS[name]["spec"].get("default")
+        assert default is None or default == "" or default.startswith(("/", "{{")), default
 
 
 def test_a_problem_several_hosts_share_is_one_sentence():
     values = {"llama_server_parallel": "0"}
-    checked = {"node-a": {"values": values}, "node-b": {"values": values}, "node-c": {"values": {"llama_server_parallel": 0}}}
+    checked = {"node-a": values, "node-b": values, "node-c": {"llama_server_parallel": 0}}
     assert sc.serving_problems(checked, OPTIONS, ["node-a", "node-b", "node-c"]) == [
         "llama_server_parallel='0' on node-a, node-b is below 1: set the number of requests served at once, 1 or more, e.g. 4, "
         "or auto (from gpulab_serving_intent, set by the memory plan).",
         "llama_server_parallel=0 on node-c is below 1: set the number of requests served at once, 1 or more, e.g. 4, "
         "or auto (from gpulab_serving_intent, set by the memory plan)."]
-    null = {"values": {"llama_server_log_verbosity": None}, "errors": validate({"llama_server_log_verbosity": None})}
+    null = {"llama_server_log_verbosity": None}
     (everywhere,) = sc.serving_problems({"node-a": null, "node-b": null}, OPTIONS, ["node-a", "node-b"])
-    assert everywhere.startswith("llama_server_log_verbosity=null on every node: argument 'llama_server_log_verbosity'")
+    assert everywhere.startswith("llama_server_log_verbosity=null on every node is null, which role llama_server")
 
 
 def test_spec_errors_come_first_then_the_table_order():
@@ -276,7 +320,7 @@ def test_context_below_one_token_per_slot():
 
 def test_a_combination_with_a_word_has_no_order():
     # a spec may allow a word (auto) where a number is usual: no combination can be judged then
-    checked = {"node-a": {"values": {"llama_server_ctx_size": "auto", "llama_server_parallel": 8}}}
+    checked = {"node-a": {"llama_server_ctx_size": "auto", "llama_server_parallel": 8}}
     assert sc.serving_problems(checked, {"llama_server_ctx_size": {"role": "llama_server", "spec": {"type": "raw"}},
                                          "llama_server_parallel": {"role": "llama_server", "spec": {"type": "int"}}}) == []
 
@@ -291,4 +335,4 @@ def test_wrong_input():
     with pytest.raises(TypeError):
         sc.serving_problems([("node-a", {})], OPTIONS)
     with pytest.raises(KeyError):
-        sc.serving_problems({"node-a": {"values": {"llama_server_ctx": 1}}}, OPTIONS)
+        sc.serving_problems({"node-a": {"llama_server_ctx": 1}}, OPTIONS)
