@@ -38,10 +38,15 @@ def common_default(name):
         if isinstance(value, dict):
             return dict((key, render(item)) for key, item in value.items())
         if isinstance(value, str):
-            return REFERENCE.sub(lambda match: render(defaults[match.group(1)]), value)
+            whole = REFERENCE.fullmatch(value)
+            if whole:  # a value that is one reference keeps the type it names (a port stays a number)
+                return render(defaults[whole.group(1)])
+            return REFERENCE.sub(lambda match: str(render(defaults[match.group(1)])), value)
         return value
 
     return render(defaults[name])
 
 
-OWN_UNITS = common_default('gpulab_own_units')['llama_cpp'] + common_default('gpulab_own_units')['vllm']
+ENGINES = common_default('gpulab_engines')
+# Every engine's units in table order, as filter engine_units gives gpulab_own_unit_patterns.
+OWN_UNITS = [unit for entry in ENGINES.values() for unit in entry['units']]

@@ -12,7 +12,7 @@ name: api_warnings
 short_description: The heads' APIs served off loopback without a key because the operator allowed it
 version_added: 0.4.0
 description:
-  - One sentence per API of O(_input) that the engine O(engine) serves (both for V(auto)) bound off loopback without
+  - One sentence per API of O(_input) that the engine deployed serves (its prefix O(prefix)) bound off loopback without
     an API key while its C(*_allow_unauthenticated) is true, as M(gpulab.inference.node_exposure) returns them in
     its RV(gpulab.inference.node_exposure#module:warnings_found), computed on the controller without a module run.
   - An API open without the operator's consent is a problem the preflight refuses, not a warning; it is not listed.
@@ -29,17 +29,16 @@ options:
     description: The node named in the sentences.
     type: str
     required: true
-  engine:
-    description: The engine deployed (C(gpulab_engine_resolved)).
+  prefix:
+    description: The deployed engine's API variables' prefix (role common's C(gpulab_engine_spec.api.prefix)).
     type: str
-    choices: [llama_cpp, vllm, auto]
     required: true
 """
 
 EXAMPLES = r"""
 - name: Say which API is open by the operator's choice
   ansible.builtin.debug:
-    msg: "{{ gpulab_head_apis | gpulab.inference.api_warnings(inventory_hostname, gpulab_engine_resolved) }}"
+    msg: "{{ gpulab_head_apis | gpulab.inference.api_warnings(inventory_hostname, gpulab_engine_spec.api.prefix) }}"
 """
 
 RETURN = r"""
@@ -54,10 +53,10 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpulab.inference.plugins.module_utils.exposure import api_warnings as exposure_api_warnings
 
 
-def api_warnings(apis, host, engine):
+def api_warnings(apis, host, prefix):
     if not isinstance(apis, (list, tuple)) or not all(isinstance(api, dict) for api in apis):
         raise AnsibleFilterError("gpulab.inference.api_warnings: the input must be a list of APIs (mappings), got %r" % (apis,))
-    return exposure_api_warnings(host, engine, list(apis))
+    return exposure_api_warnings(host, prefix, list(apis))
 
 
 class FilterModule:

@@ -170,15 +170,16 @@ def whole_port(value, variable):
     return port
 
 
-def planned_ports(node, settings):
+def planned_ports(node, settings, engine_ports=()):
     """What the collection will listen on this node: [{'variable', 'ports', 'what'}].
 
-    node: {'engine': llama_cpp | vllm | auto, 'head': bool, 'worker': bool, 'vllm_node': bool,
-    'vllm_multi_node': bool, 'rpc_servers': how many RPC servers the node may run (its GPUs)}.
+    node: {'head': bool, 'worker': bool, 'vllm_node': bool, 'vllm_multi_node': bool, 'rpc_servers': how
+    many RPC servers the node may run (its GPUs)}.
     settings: the port variables as the operator set them or their defaults (common's), by name.
-    An engine of `auto` checks both engines' ports: which one serves is known only later.
+    engine_ports: the engine's ports from role common's engine table, each {'variable', 'what', 'at':
+    head | worker | spanning (the head or a vLLM node where the layout spans nodes), 'per_gpu': one
+    port per RPC server, 'enabled': false for a port the engine's settings leave unused}.
     """
-    engines = ("llama_cpp", "vllm") if node.get("engine") == "auto" else (node.get("engine"),)
     planned = []
 
     def add(variable, count, what):
@@ -189,21 +190,14 @@ def planned_ports(node, settings):
                                 % (variable, base, count, last, 65536 - count))
         planned.append({"variable": variable, "ports": list(range(base, last + 1)), "what": what})
 
-    if "llama_cpp" in engines:
-        if node.get("worker"):
-            add("llama_rpc_server_port_base", max(1, int(node.get("rpc_servers") or 1)), "the RPC servers")
-        if node.get("head"):
-            add("llama_server_port", 1, "llama-server's API")
-    if "vllm" in engines:
-        if node.get("head"):
-            add("vllm_server_port", 1, "vLLM's API")
-        if node.get("vllm_multi_node") and (node.get("head") or node.get("vllm_node")):
-            backend = settings.get("vllm_server_distributed_backend", "mp")
-            if backend == "ray":
-                add("vllm_server_ray_port", 1, "the Ray cluster")
-            else:
-                add("vllm_server_master_port", 1, "vLLM's multi-node rendezvous")
-                add("vllm_server_dp_rpc_port", 1, "vLLM's data-parallel RPC")
+    where = {"head": bool(node.get("head")), "worker": bool(node.get("worker")),
+             "spanning": bool(node.get("vllm_multi_node") and (node.get("head") or node.get("vllm_node")))}
+    for port in engine_ports:
+        if port.get("at") not in where:
+            raise ExposureError("gpulab_engines: a port's at is %r; use head, worker or spanning" % (port.get("at"),))
+        if where[port["at"]] and str(port.get("enabled", True)).strip().lower() not in ("false", "0", "no", ""):
+            count = max(1, int(node.get("rpc_servers") or 1)) if port.get("per_gpu") else 1
+            add(port["variable"], count, port["what"])
     if node.get("head"):
         add("model_serve_port", 1, "the node-to-node copy's file server")
     return planned
@@ -271,13 +265,9 @@ def is_loopback(host):
         return False
 
 
-ENGINE_APIS = {"llama_cpp": ("llama_server",), "vllm": ("vllm_server",), "auto": ("llama_server", "vllm_server")}
-
-
-def engine_apis(engine, apis):
-    """The APIs of `apis` the engine serves (both for auto): an unused engine's bind address is not checked."""
-    wanted = ENGINE_APIS.get(engine, ENGINE_APIS["auto"])
-    return [api for api in apis if api.get("prefix") in wanted]
+def engine_apis(prefix, apis):
+    """The API of `apis` the engine serves (its table entry's api.prefix): an unused engine's bind address is not checked."""
+    return [api for api in apis if api.get("prefix") == prefix]
 
 
 def api_exposure(host, engine_prefix, bind, api_key_set, allow_unauthenticated):
@@ -293,11 +283,11 @@ def api_exposure(host, engine_prefix, bind, api_key_set, allow_unauthenticated):
             "accept an open API." % (engine_prefix, bind, host, engine_prefix, engine_prefix, engine_prefix)), None
 
 
-def api_warnings(host, engine, apis):
+def api_warnings(host, prefix, apis):
     """The warnings of api_exposure for the APIs the engine serves (each api with prefix, bind,
     api_key_set, allow_unauthenticated): the operator's open APIs, said again where a run ends."""
     warnings = []
-    for api in engine_apis(engine, apis):
+    for api in engine_apis(prefix, apis):
         warning = api_exposure(host, api.get("prefix"), api.get("bind"), bool(api.get("api_key_set")),
                                bool(api.get("allow_unauthenticated")))[1]
         warnings += [warning] if warning else []

@@ -21,7 +21,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import os
 
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf_plan as gp
 from ansible_collections.gpulab.inference.plugins.module_utils import vllm_plan as vp
@@ -49,102 +48,6 @@ def is_auto(value):
 
 def is_auto_word(value):
     return isinstance(value, str) and value.strip().lower() == AUTO
-
-
-# ---------------------------------------------------------------- the engine
-
-ENGINES = ("llama_cpp", "vllm")
-
-
-def model_format(path=None, manifest=None, synthetic=None, names=None):
-    """'gguf', 'hf' or None: what kind of model this is, from the first thing that says.
-
-    manifest: the model manifest (its `format`); synthetic: model_synthetic (a synthetic GGUF);
-    path: a file ending in .gguf, or a directory; names: the file names in that directory (a
-    Hugging Face checkpoint has config.json and *.safetensors).
-    """
-    if isinstance(manifest, dict) and manifest.get("format") in ("gguf", "hf"):
-        return manifest["format"]
-    if synthetic:
-        return "gguf"
-    if path and str(path).lower().endswith(".gguf"):
-        return "gguf"
-    names = list(names or [])
-    if "config.json" in names or any(n.endswith(".safetensors") for n in names):
-        return "hf"
-    if any(n.lower().endswith(".gguf") for n in names):
-        return "gguf"
-    if path and str(path).rstrip("/").lower().endswith(".gguf"):
-        return "gguf"
-    return None
-
-
-def choose_engine(setting, fmt, where="the model"):
-    """gpulab_engine: a set engine is kept; auto takes llama.cpp for a GGUF model and vLLM for a
-    Hugging Face checkpoint. Returns {engine, reason}."""
-    if not is_auto(setting):
-        if setting not in ENGINES:
-            raise AutoError("gpulab_engine is %r; set llama_cpp, vllm or auto" % (setting,))
-        return {"engine": setting, "reason": "gpulab_engine is set to %s" % setting}
-    if fmt == "gguf":
-        return {"engine": "llama_cpp", "reason": "auto: %s is a GGUF model, which llama.cpp serves" % where}
-    if fmt == "hf":
-        return {"engine": "vllm", "reason": "auto: %s is a Hugging Face checkpoint (config.json and safetensors), "
-                                            "which vLLM serves" % where}
-    raise AutoError("gpulab_engine is auto but %s is neither a GGUF file nor a Hugging Face checkpoint "
-                    "(config.json and *.safetensors); set gpulab_engine to llama_cpp or vllm, or point model_path "
-                    "or model_source at the model" % where)
-
-
-# The inventory variables that name the model, in the order the engine rule reads them: a serving
-# role's own path first (it says the engine), model_synthetic last (a stand-in a lab sets by default).
-MODEL_VARIABLES = ("vllm_server_model_path", "llama_server_model_path", "model_source", "model_path", "model_synthetic")
-
-
-def _named_format(name, value, model_path=""):
-    """'gguf' or 'hf' for one inventory variable that names the model, None when it is unset."""
-    if isinstance(value, dict):
-        return "gguf" if value else None
-    value = "" if value is None else str(value).strip()
-    if not value:
-        return None
-    if name == "vllm_server_model_path":
-        return "hf"
-    if name == "model_source" and value == "head":
-        return _named_format("model_path", model_path)
-    # a GGUF model is named by its (first shard's) file; anything else is a checkpoint directory
-    return "gguf" if value.split("?", 1)[0].rstrip("/").lower().endswith(".gguf") else "hf"
-
-
-def engine_from_inventory(setting, variables):
-    """gpulab_engine with auto resolved from the head's inventory variables alone (nothing is read
-    on a node, so every play and every host resolve it alike), the first set of MODEL_VARIABLES
-    deciding: vllm_server_model_path is a Hugging Face checkpoint; a llama_server_model_path,
-    model_source or model_path ending in .gguf is a GGUF, another model_source or model_path a
-    checkpoint directory (model_source head: model_path says); model_synthetic is a GGUF.
-    Returns {engine, reason}; a set engine is kept (choose_engine)."""
-    if not is_auto(setting):
-        return choose_engine(setting, None)
-    variables = variables or {}
-    if str(variables.get("model_source") or "").strip() == "head" and not str(variables.get("model_path") or "").strip():
-        raise AutoError("gpulab_engine is auto and model_source is head, but model_path (the model on the head) is not "
-                        "set; set model_path, or set gpulab_engine to llama_cpp or vllm")
-    for name in MODEL_VARIABLES:
-        value = variables.get(name)
-        fmt = _named_format(name, value, variables.get("model_path"))
-        if fmt is not None:
-            shown = "a synthetic GGUF (model_synthetic)" if name == "model_synthetic" else "%s %s" % (name, value)
-            if name == "model_source" and str(value).strip() == "head":
-                shown = "model_source head, model_path %s" % variables.get("model_path")
-            return choose_engine(setting, fmt, where=shown)
-    raise AutoError("gpulab_engine is auto but the inventory names no model (%s) on the head; set one of them, or "
-                    "set gpulab_engine to llama_cpp or vllm" % ", ".join(MODEL_VARIABLES))
-
-
-def engine_of_path(setting, path):
-    """choose_engine for a model on this machine (a file or a directory)."""
-    names = os.listdir(path) if path and os.path.isdir(path) else []
-    return choose_engine(setting, model_format(path=path, names=names), where=path)
 
 
 # ---------------------------------------------------------------- llama.cpp: costs per slot
@@ -577,10 +480,10 @@ def resolve_from_memory_plan(split, ctx_size, record, model_path, record_path="m
     subject = " and ".join(wanted) + (" are" if len(wanted) > 1 else " is")
     if not isinstance(record, dict):
         raise AutoError("%s auto: the memory plan resolves %s (role memory_plan writes %s before any service "
-                        "changes), but there is no plan there; run playbooks/llama_cpp.yml (deploy.yml), or set %s"
+                        "changes), but there is no plan there; run deploy.yml, or set %s"
                         % (subject, "them" if len(wanted) > 1 else "it", record_path, " and ".join(wanted)))
     if record.get("model_path") != model_path:
-        raise AutoError("%s auto, but %s plans %s, not %s; run the memory plan again (playbooks/llama_cpp.yml)"
+        raise AutoError("%s auto, but %s plans %s, not %s; run the memory plan again (deploy.yml)"
                         % (subject, record_path, record.get("model_path"), model_path))
     options = record.get("options") if isinstance(record.get("options"), dict) else {}
     planned_split, planned_ctx = record.get("tensor_split"), options.get("ctx_size")
@@ -720,6 +623,7 @@ def smallest_vllm_hint(summary, shape, hw, opts, max_gpus=64):
         if valid:
             return "It would run on %s as %s." % (trial["label"], min(valid, key=vp.rank_key)["label"])
     return "No layout of up to %d GPUs of %d MiB runs it." % (max_gpus, hw["gpu_memory_mib"])
+
 
 # ---------------------------------------------------------------- the serving intent
 #

@@ -71,10 +71,13 @@ options:
     type: str
     default: plan_hardware
   engine:
-    description: C(gpulab_engine) - V(auto) follows the model's format.
+    description: C(gpulab_engine) - an engine of O(engines), or V(auto), which follows the model's format.
     type: str
     default: auto
-    choices: [auto, llama_cpp, vllm]
+  engines:
+    description: Role common's engine table, C(gpulab_engines) - which formats each engine serves.
+    type: dict
+    required: true
   llama:
     description:
       - llama.cpp's options as C(gguf_plan) takes them - C(parallel) (default 1; V(auto) sets it from C(serving_intent),
@@ -108,6 +111,7 @@ EXAMPLES = r"""
     hardware:
       - {name: node-a, gpus: 2, memory_gib: 95}
       - {name: node-b, gpus: [{memory_gib: 95, kept_gib: 10}]}
+    engines: "{{ gpulab_engines }}"
   register: plan
 
 - name: What if a checkpoint ran on eight 96 GB GPUs
@@ -115,6 +119,7 @@ EXAMPLES = r"""
     source: http://10.231.77.5/hf/MiniMaxAI/MiniMax-M2.5
     hf_layout: true
     hardware: [{name: box, gpus: 8, memory_gib: 95.6}]
+    engines: "{{ gpulab_engines }}"
     vllm:
       max_model_len: 196608
 
@@ -122,6 +127,7 @@ EXAMPLES = r"""
   gpulab.inference.model_plan:
     source: /srv/models/synthetic-minimax-m2-00001-of-00002.gguf
     hardware: "{{ plan_hardware }}"
+    engines: "{{ gpulab_engines }}"
     llama:
       parallel: 4
 """
@@ -132,7 +138,7 @@ format:
   returned: success
   type: str
 engine:
-  description: C(engine) (V(llama_cpp) or V(vllm)) and C(reason).
+  description: C(engine) (an engine of O(engines)) and C(reason).
   returned: success
   type: dict
 table:
@@ -166,6 +172,7 @@ hardware:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpulab.inference.plugins.module_utils import engines as en
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf_plan as gp
 from ansible_collections.gpulab.inference.plugins.module_utils import layout_auto as la
 from ansible_collections.gpulab.inference.plugins.module_utils import model_header as mh
@@ -190,7 +197,8 @@ def build_module():
             vllm_nodes=dict(type="list", elements="str", default=[]),
             own_units=dict(type="list", elements="str", default=[]),
             hardware_variable=dict(type="str", default="plan_hardware"),
-            engine=dict(type="str", default="auto", choices=["auto", "llama_cpp", "vllm"]),
+            engine=dict(type="str", default="auto"),
+            engines=dict(type="dict", required=True),
             llama=dict(type="dict", default={}),
             vllm=dict(type="dict", default={}),
             timeout_s=dict(type="int", default=30),
@@ -208,12 +216,11 @@ def run(params):
     else:
         nodes = mh.parse_hardware(params["hardware"], params["hardware_variable"])
     source = mh.Source(params["source"], params["hf_layout"], params["timeout_s"])
-    engine = la.choose_engine(params["engine"], source.format, params["source"])
-    if (engine["engine"] == "llama_cpp") != (source.format == "gguf"):
-        raise la.AutoError("gpulab_engine is %s but %s is %s; llama.cpp serves GGUF models and vLLM Hugging Face "
-                           "checkpoints: set gpulab_engine to auto" % (
-                               engine["engine"], params["source"],
-                               "a GGUF model" if source.format == "gguf" else "a Hugging Face checkpoint"))
+    engine = en.choose_engine(params["engine"], source.format, params["engines"], params["source"])
+    served = params["engines"][engine["engine"]]
+    if source.format not in served["formats"]:
+        raise en.EngineError("gpulab_engine is %s but %s is %s, which %s does not serve: set gpulab_engine to auto" % (
+            engine["engine"], params["source"], en.FORMAT_WORDS[source.format], served["label"]))
     if source.format == "gguf":
         model = source.gguf_model()
         table = mp.llama_table(model, nodes, dict(LLAMA_DEFAULTS, **params["llama"]))
@@ -238,7 +245,7 @@ def main():
     module = build_module()
     try:
         result = run(module.params)
-    except (mh.HeaderError, la.AutoError, gp.PlanError, vp.VllmPlanError, mt.ModelTransferError) as exc:
+    except (mh.HeaderError, la.AutoError, en.EngineError, gp.PlanError, vp.VllmPlanError, mt.ModelTransferError) as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=False, **result)
 

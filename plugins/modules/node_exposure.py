@@ -26,11 +26,19 @@ attributes:
     support: full
     description: It only reads, in check mode as in a real run.
 options:
-  engine:
-    description: The engine deployed; V(auto) checks both engines' ports.
+  engine_ports:
+    description:
+      - The ports of the engine deployed, from role common's engine table (C(gpulab_engine_spec.ports)) - each a
+        C(variable) of O(settings), C(at) (V(head), V(worker), or V(spanning) - the head or a vLLM node of a
+        layout spanning nodes), C(what) it is, C(per_gpu) (one port per RPC server from that base) and
+        C(enabled) (false where the engine's settings leave it unused).
+    type: list
+    elements: dict
+    default: []
+  api_prefix:
+    description: The engine's API variables' prefix (C(gpulab_engine_spec.api.prefix)); only that API of O(apis) is checked.
     type: str
-    choices: [llama_cpp, vllm, auto]
-    default: llama_cpp
+    default: ""
   head:
     description: The node is the inference head (llama-server or vLLM rank 0).
     type: bool
@@ -69,7 +77,7 @@ options:
   apis:
     description:
       - The heads' APIs on this node, each with C(prefix) (V(llama_server) or V(vllm_server)), C(bind),
-        C(api_key_set) and C(allow_unauthenticated); only those of O(engine) are checked.
+        C(api_key_set) and C(allow_unauthenticated); only the one of O(api_prefix) is checked.
     type: list
     elements: dict
     default: []
@@ -86,7 +94,8 @@ options:
 EXAMPLES = r"""
 - name: Check the ports and the API this node would expose
   gpulab.inference.node_exposure:
-    engine: llama_cpp
+    engine_ports: "{{ gpulab_engine_spec.ports }}"
+    api_prefix: "{{ gpulab_engine_spec.api.prefix }}"
     head: true
     settings:
       llama_server_port: 8080
@@ -145,7 +154,8 @@ from ansible_collections.gpulab.inference.plugins.module_utils.exposure import (
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            engine=dict(type="str", choices=["llama_cpp", "vllm", "auto"], default="llama_cpp"),
+            engine_ports=dict(type="list", elements="dict", default=[]),
+            api_prefix=dict(type="str", default=""),
             head=dict(type="bool", default=False),
             worker=dict(type="bool", default=False),
             vllm_node=dict(type="bool", default=False),
@@ -165,11 +175,11 @@ def main():
     try:
         found = read_node_listeners(params["proc_root"])
         ssh = ssh_ports(found, params["ansible_port"])
-        node = dict((key, params[key]) for key in ("engine", "head", "worker", "vllm_node", "vllm_multi_node", "rpc_servers"))
-        planned = planned_ports(node, params["settings"])
+        node = dict((key, params[key]) for key in ("head", "worker", "vllm_node", "vllm_multi_node", "rpc_servers"))
+        planned = planned_ports(node, params["settings"], params["engine_ports"])
         problems = port_problems(host, planned, found, ssh, params["own_users"])
         warnings = []
-        for api in engine_apis(params["engine"], params["apis"]):
+        for api in engine_apis(params["api_prefix"], params["apis"]):
             problem, warning = api_exposure(host, api.get("prefix"), api.get("bind"), bool(api.get("api_key_set")),
                                             bool(api.get("allow_unauthenticated")))
             problems += [problem] if problem else []

@@ -10,7 +10,8 @@ import pytest
 from playbook_runner import COLLECTIONS, REPO
 
 PREFLIGHT = "Preflight checks and GPU facts"
-DRY_RUN = "A dry run of a lab without a llama.cpp build plans no further"
+# playbooks/engine.yml: one play per step of the engine's role; its check step runs with any tag but fabric
+CHECK = "Check the engine can be planned"
 SERVE = "Drain the GPUs and start the engine; a failure or a lost node restores every drained node"
 # The closing play is tagged always: an API opened by the operator's choice is said last.
 WARNINGS = "Warnings that stand after the run"
@@ -18,16 +19,11 @@ EXPECTED = {
     "fabric": [PREFLIGHT, "RoCE fabric (nodes with gpulab_fabric_interface)",
                "Check every node's side of the RoCE fabric", "Measure RDMA write bandwidth from every worker to the head",
                WARNINGS],
-    # build.yml's own preflight play is listed; deploy.yml imports it with gpulab_build_preflight false
-    "build": [PREFLIGHT, DRY_RUN, "Preflight checks and GPU inventory (build.yml run on its own)",
-              "Build llama.cpp on the build host", "Ship the build to every GPU node", WARNINGS],
-    "bench": [PREFLIGHT, DRY_RUN, "Benchmark what is served and write the report", WARNINGS],
-    # playbooks/llama_cpp.yml, then playbooks/vllm.yml (the same plays of playbooks/serve.yml, listed once)
-    "serving": [PREFLIGHT, DRY_RUN, "Model on the nodes that read it", "Memory plan before anything is started, stopped or drained",
-                "RPC weight cache within its bound, with room for the model, before anything is drained",
-                # the engine not deployed is retired (playbooks/stop.yml), before anything is drained
-                "Stop llama-server on the head", "Stop the RPC servers on the workers",
-                "Stop vLLM on the head and the vLLM nodes", SERVE, "Report what is served", WARNINGS],
+    "build": [PREFLIGHT, CHECK, "Build the engine and ship it to every node", WARNINGS],
+    "bench": [PREFLIGHT, CHECK, "Benchmark what is served and write the report", WARNINGS],
+    "serving": [PREFLIGHT, CHECK, "Model on the nodes that read it", "Plan the engine before anything is started, stopped or drained",
+                # the engines not deployed are retired (playbooks/stop.yml), before anything is drained
+                "Stop the engines on the head", "Stop the engines on the other nodes", SERVE, "Report what is served", WARNINGS],
 }
 
 

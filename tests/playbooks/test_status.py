@@ -83,7 +83,7 @@ def test_status_per_node_under_supervisord(tmp_path):
                                    "gpulab-rpc-server-0 running enabled"]
     assert head["services"][0]["started"].endswith("Z") and "log" not in head["services"][0]
     assert (head["build_id"], head["model"]) == ("b8070-test", "/models/m-00001-of-00002.gguf")
-    assert head["endpoints"] == ["http://127.0.0.1:9 (llama-server, /health unreachable)"]
+    assert head["endpoints"] == ["http://127.0.0.1:9 (llama.cpp, /health unreachable)"]
     assert worker["endpoints"] == ["10.0.0.2:50052 (RPC, CPU)"] and worker["model"] is None
     assert head["gpus"][0]["name"] == "NVIDIA H200"
     assert head["rpc_cache"] is None

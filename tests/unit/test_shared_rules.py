@@ -78,10 +78,10 @@ def test_each_common_name_is_defined_in_one_file_of_its_topic(tmp_path, monkeypa
 
 def test_the_own_units_are_listed_once():
     defaults = common_defaults()
-    assert defaults['gpulab_own_units'] == {
+    assert dict((name, entry['units']) for name, entry in defaults['gpulab_engines'].items()) == {
         'llama_cpp': ['{{ gpulab_llama_server_unit }}.service', '{{ gpulab_rpc_server_unit }}@[0-9]*.service'],
         'vllm': ['{{ gpulab_vllm_unit }}.service']}
-    assert defaults['gpulab_own_unit_patterns'] == '{{ gpulab_own_units.llama_cpp + gpulab_own_units.vllm }}'
+    assert defaults['gpulab_own_unit_patterns'] == '{{ gpulab_engines | gpulab.inference.engine_units }}'
     # A list of units of its own: a list or tuple of the collection's unit names (a module's
     # default), a *_own_units variable, or a unit name turned into a pattern by hand.
     own_list = re.compile(r"""^\s*\w+_own_units\s*:|(own_units|default)\s*[=:]\s*[\[(]\s*['"]?gpulab-(llama-server|rpc-server|vllm)"""
@@ -92,8 +92,8 @@ def test_the_own_units_are_listed_once():
     assert own_list.search("default: [gpulab-llama-server.service, gpulab-rpc-server@*.service]")
     assert own_list.search("select('match', (gpulab_rpc_server_unit | regex_escape) ~ '@[0-9]+[.]service$')")
     assert own_list.search("when: gpulab_vllm_unit ~ '.service' in ansible_facts.services")
-    found = [hit for hit in hits(own_list, skip=tuple(common_defaults_files())) if 'gpulab_own_unit' not in hit]
-    assert not found, 'name gpulab_own_units / gpulab_own_unit_patterns instead:\n' + '\n'.join(found)
+    found = [hit for hit in hits(own_list, skip=tuple(common_defaults_files())) if 'gpulab_own_unit' not in hit and 'engine_units' not in hit]
+    assert not found, 'name gpulab_engines[...].units / gpulab_own_unit_patterns instead:\n' + '\n'.join(found)
 
 
 def test_no_role_reads_the_gpu_facts_of_an_earlier_play():

@@ -37,7 +37,7 @@ def put_fake(node, name, day, mib=4):
 
 
 def bound_cache(tmp_path, name, **extravars):
-    """Role llama_rpc_server's entry point `cache` as playbooks/llama_cpp.yml runs it, on node-b only
+    """Role llama_rpc_server's entry point `cache` as deploy.yml's plan step runs it, on node-b only
     (node-c's cache and record stay as the converge left them)."""
     playbook = tmp_path / "cache.yml"
     playbook.write_text("- hosts: node-b\n  gather_facts: false\n  tasks:\n"

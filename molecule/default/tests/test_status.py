@@ -18,7 +18,7 @@ def test_status_playbook_reports_every_node(tmp_path):
     assert unit["state"] == "active" and unit["started"] and isinstance(unit["restarts"], int)
     assert len(unit["log"]) == 3
     assert head["model"].endswith(".gguf")
-    assert head["endpoints"][0] == "http://127.0.0.1:8080 (llama-server, /health 200)"
+    assert head["endpoints"][0] == "http://127.0.0.1:8080 (llama.cpp, /health 200)"
     assert len({node["build_id"] for node in shown.values()}) == 1
     assert unit["enabled"] == "enabled"
     for worker in ("node-b", "node-c"):

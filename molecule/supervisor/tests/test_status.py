@@ -30,4 +30,4 @@ def test_status_playbook_under_supervisord(tmp_path):
         assert programs[name]["state"] == "running" and programs[name]["main_pid"], programs
         assert programs[name]["started"].endswith("Z") and len(programs[name]["log"]) == 5
     assert shown["build_id"] and shown["model"].endswith(".gguf")
-    assert shown["endpoints"][0] == "http://127.0.0.1:8080 (llama-server, /health 200)"
+    assert shown["endpoints"][0] == "http://127.0.0.1:8080 (llama.cpp, /health 200)"

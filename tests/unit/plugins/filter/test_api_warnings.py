@@ -13,20 +13,20 @@ LOCAL_LLAMA = {"prefix": "llama_server", "bind": "127.0.0.1", "api_key_set": Fal
 
 
 def test_an_api_open_by_choice_is_said_for_its_engine_only():
-    said = api_warnings([OPEN_LLAMA, KEYED_VLLM], "node-a", "llama_cpp")
+    said = api_warnings([OPEN_LLAMA, KEYED_VLLM], "node-a", "llama_server")
     assert said == ["node-a serves its API without a key on 0.0.0.0 (llama_server_allow_unauthenticated is true): "
                     "every host that reaches that address can use it."]
-    assert api_warnings([OPEN_LLAMA, KEYED_VLLM], "node-a", "vllm") == []
-    assert api_warnings([OPEN_LLAMA], "node-a", "auto") == said
+    assert api_warnings([OPEN_LLAMA, KEYED_VLLM], "node-a", "vllm_server") == []
 
 
 def test_a_keyed_a_loopback_and_a_refused_api_say_nothing():
-    assert api_warnings([KEYED_VLLM, REFUSED_VLLM, LOCAL_LLAMA], "node-a", "auto") == []
+    for prefix in ("llama_server", "vllm_server"):
+        assert api_warnings([KEYED_VLLM, REFUSED_VLLM, LOCAL_LLAMA], "node-a", prefix) == []
 
 
 def test_bad_input():
     with pytest.raises(AnsibleFilterError, match="must be a list of APIs"):
-        api_warnings("0.0.0.0", "node-a", "auto")
+        api_warnings("0.0.0.0", "node-a", "llama_server")
 
 
 def test_registered():

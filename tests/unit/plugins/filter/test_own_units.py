@@ -7,7 +7,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpulab.inference.plugins.filter.own_units import FilterModule, own_units
 from common_defaults import common_default
 
-ENGINES = common_default('gpulab_own_units')
+ENGINES = dict((name, entry['units']) for name, entry in common_default('gpulab_engines').items())
 SERVICES = ['gpulab-rpc-server@.service', 'gpulab-rpc-server@1.service', 'whisper-asr.service',
             'gpulab-llama-server.service', 'gpulab-rpc-server@0.service', 'gpulab-vllm.service',
             'gpulab-rpc-server-firewall.service']

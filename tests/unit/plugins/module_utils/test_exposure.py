@@ -3,6 +3,7 @@ listens where, what the collection would take, and each collision named by its v
 
 from pathlib import Path
 
+import jinja2
 import pytest
 
 from ansible_collections.gpulab.inference.plugins.module_utils.exposure import (
@@ -19,6 +20,8 @@ from ansible_collections.gpulab.inference.plugins.module_utils.exposure import (
     ssh_ports,
 )
 
+from common_defaults import common_default
+
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "proc"
 TCP = (FIXTURES / "net-tcp.txt").read_text()
 TCP6 = (FIXTURES / "net-tcp6.txt").read_text()
@@ -28,6 +31,25 @@ OWN = ["gpulab-rpc", "gpulab-llama", "gpulab-vllm"]
 SETTINGS = {"llama_rpc_server_port_base": 50052, "llama_server_port": 8080, "vllm_server_port": 8000,
             "vllm_server_master_port": 29501, "vllm_server_dp_rpc_port": 13345, "vllm_server_ray_port": 6379,
             "model_serve_port": 18090, "vllm_server_distributed_backend": "mp"}
+ENGINES = common_default("gpulab_engines")
+
+
+def ports(*engines, **settings):
+    """The engines' ports from role common's table, their enabled flags rendered as Ansible would."""
+    values = dict(SETTINGS, **settings)
+    found = []
+    for name in engines:
+        for port in ENGINES[name]["ports"]:
+            port = dict(port)
+            if "enabled" in port:
+                port["enabled"] = jinja2.Environment().from_string(port["enabled"]).render(**values)
+            found.append(port)
+    return found
+
+
+def planned(node, engines, settings=None):
+    settings = settings or SETTINGS
+    return planned_ports(node, settings, ports(*engines, **settings))
 
 
 def node_listeners():
@@ -78,42 +100,45 @@ def test_ssh_ports_from_ansible_port_and_sshd():
 
 
 def test_planned_ports_of_a_worker_with_three_gpus_and_of_a_head():
-    worker = planned_ports({"engine": "llama_cpp", "worker": True, "rpc_servers": 3}, SETTINGS)
+    worker = planned({"worker": True, "rpc_servers": 3}, ["llama_cpp"])
     assert worker == [{"variable": "llama_rpc_server_port_base", "ports": [50052, 50053, 50054], "what": "the RPC servers"}]
-    head = planned_ports({"engine": "llama_cpp", "head": True}, SETTINGS)
+    head = planned({"head": True}, ["llama_cpp"])
     assert [item["variable"] for item in head] == ["llama_server_port", "model_serve_port"]
 
 
-def test_planned_ports_of_multi_node_vllm_by_backend_and_of_auto():
-    mp = planned_ports({"engine": "vllm", "vllm_node": True, "vllm_multi_node": True}, SETTINGS)
+def test_planned_ports_of_multi_node_vllm_by_backend_and_of_both_engines():
+    mp = planned({"vllm_node": True, "vllm_multi_node": True}, ["vllm"])
     assert [item["variable"] for item in mp] == ["vllm_server_master_port", "vllm_server_dp_rpc_port"]
-    ray = planned_ports({"engine": "vllm", "vllm_node": True, "vllm_multi_node": True},
-                        dict(SETTINGS, vllm_server_distributed_backend="ray"))
+    ray = planned({"vllm_node": True, "vllm_multi_node": True}, ["vllm"], dict(SETTINGS, vllm_server_distributed_backend="ray"))
     assert [item["ports"] for item in ray] == [[6379]]
-    auto = planned_ports({"engine": "auto", "head": True, "worker": True}, SETTINGS)
-    assert [item["variable"] for item in auto] == [
+    both = planned({"head": True, "worker": True}, ["llama_cpp", "vllm"])
+    assert [item["variable"] for item in both] == [
         "llama_rpc_server_port_base", "llama_server_port", "vllm_server_port", "model_serve_port"]
+
+
+def test_a_port_of_an_unknown_place_is_named():
+    with pytest.raises(ExposureError, match="a port's at is 'everywhere'"):
+        planned_ports({"head": True}, SETTINGS, [{"variable": "llama_server_port", "at": "everywhere", "what": "x"}])
 
 
 @pytest.mark.parametrize("value", ["http", 0, 65536, True, None])
 def test_a_value_that_is_not_a_port_is_named(value):
     with pytest.raises(ExposureError, match="llama_server_port=.* is not a port"):
-        planned_ports({"engine": "llama_cpp", "head": True}, dict(SETTINGS, llama_server_port=value))
+        planned({"head": True}, ["llama_cpp"], dict(SETTINGS, llama_server_port=value))
 
 
 def test_a_range_past_the_last_port_is_refused_with_the_highest_base():
     with pytest.raises(ExposureError, match="leaves no room for 4 ports .* set it to 65532 or below"):
-        planned_ports({"engine": "llama_cpp", "worker": True, "rpc_servers": 4},
-                      dict(SETTINGS, llama_rpc_server_port_base=65535))
+        planned({"worker": True, "rpc_servers": 4}, ["llama_cpp"], dict(SETTINGS, llama_rpc_server_port_base=65535))
 
 
 def problems_of(node, **settings):
-    return port_problems("node-b", planned_ports(node, dict(SETTINGS, **settings)), node_listeners(),
+    return port_problems("node-b", planned(node, ["llama_cpp"], dict(SETTINGS, **settings)), node_listeners(),
                          ssh_ports(node_listeners(), settings.pop("ansible_port", None)), OWN)
 
 
 def test_the_rpc_range_on_the_ssh_port_is_refused_naming_the_variable_and_ssh():
-    problems = problems_of({"engine": "llama_cpp", "worker": True, "rpc_servers": 2}, llama_rpc_server_port_base=21)
+    problems = problems_of({"worker": True, "rpc_servers": 2}, llama_rpc_server_port_base=21)
     assert len(problems) == 1
     assert problems[0].startswith("llama_rpc_server_port_base=21 on node-b: the RPC servers would listen on 21-22")
     assert "SSH, the controller's way into the node, uses 22" in problems[0]
@@ -121,18 +146,18 @@ def test_the_rpc_range_on_the_ssh_port_is_refused_naming_the_variable_and_ssh():
 
 
 def test_a_port_another_service_holds_is_refused_naming_it():
-    problems = problems_of({"engine": "llama_cpp", "head": True}, llama_server_port=3306)
+    problems = problems_of({"head": True}, llama_server_port=3306)
     assert problems == [
         "llama_server_port=3306 on node-b: llama-server's API would listen on 3306, but port 3306 is taken by "
         "mysqld (pid 120, user mysql) on ::1. Set llama_server_port to a free port, or stop that service."]
 
 
 def test_the_collections_own_listener_is_not_a_conflict():
-    assert problems_of({"engine": "llama_cpp", "worker": True, "rpc_servers": 1}) == []
+    assert problems_of({"worker": True, "rpc_servers": 1}) == []
 
 
 def test_the_collections_ports_may_not_overlap_on_one_node():
-    problems = problems_of({"engine": "llama_cpp", "head": True, "worker": True, "rpc_servers": 4},
+    problems = problems_of({"head": True, "worker": True, "rpc_servers": 4},
                            llama_server_port=50054)
     assert problems == [
         "llama_rpc_server_port_base=50052 and llama_server_port=50054 on node-b overlap at 50054 "
@@ -167,14 +192,14 @@ def test_the_firewall_never_drops_an_ssh_port():
 
 def test_only_the_engines_apis_are_checked():
     apis = [{"prefix": "llama_server"}, {"prefix": "vllm_server"}]
-    assert engine_apis("llama_cpp", apis) == [{"prefix": "llama_server"}]
-    assert engine_apis("vllm", apis) == [{"prefix": "vllm_server"}]
-    assert engine_apis("auto", apis) == apis
+    assert engine_apis(ENGINES["llama_cpp"]["api"]["prefix"], apis) == [{"prefix": "llama_server"}]
+    assert engine_apis(ENGINES["vllm"]["api"]["prefix"], apis) == [{"prefix": "vllm_server"}]
+    assert engine_apis("", apis) == []
 
 
 PORT_VARIABLES = ("llama_rpc_server_port_base", "llama_server_port", "vllm_server_port", "vllm_server_master_port",
                   "vllm_server_dp_rpc_port", "model_serve_port")
-EVERY_PORT = {"engine": "auto", "head": True, "worker": True, "vllm_node": True, "vllm_multi_node": True, "rpc_servers": 1}
+EVERY_PORT = {"head": True, "worker": True, "vllm_node": True, "vllm_multi_node": True, "rpc_servers": 1}
 
 
 @pytest.mark.parametrize("variable", PORT_VARIABLES + ("vllm_server_ray_port",))
@@ -182,13 +207,13 @@ def test_every_port_variable_on_the_ssh_port_is_refused_by_name(variable):
     settings = dict(SETTINGS, **{variable: 22})
     if variable == "vllm_server_ray_port":
         settings["vllm_server_distributed_backend"] = "ray"
-    problems = port_problems("node-a", planned_ports(EVERY_PORT, settings), node_listeners(), [22], OWN)
+    problems = port_problems("node-a", planned(EVERY_PORT, ["llama_cpp", "vllm"], settings), node_listeners(), [22], OWN)
     assert [p for p in problems if p.startswith("%s=22 on node-a: " % variable) and "and SSH" in p], problems
 
 
 @pytest.mark.parametrize("variable", PORT_VARIABLES)
 def test_every_port_variable_on_another_services_port_is_refused_naming_it(variable):
     settings = dict(SETTINGS, **{variable: 3306})
-    problems = port_problems("node-a", planned_ports(EVERY_PORT, settings), node_listeners(), [22], OWN)
+    problems = port_problems("node-a", planned(EVERY_PORT, ["llama_cpp", "vllm"], settings), node_listeners(), [22], OWN)
     assert [p for p in problems if p.startswith("%s=3306 on node-a: " % variable)
             and "taken by mysqld (pid 120, user mysql)" in p], problems

@@ -297,36 +297,6 @@ def test_serve_arguments_pin_the_kv_cache():
     assert "--kv-cache-memory-bytes" not in unpinned
 
 
-# ---------------------------------------------------------------- the engine
-
-@pytest.mark.parametrize("kwargs, expected", [
-    ({"path": "/models/m-00001-of-00002.gguf"}, "gguf"),
-    ({"manifest": {"format": "hf"}, "path": "/models/x.gguf"}, "hf"),
-    ({"synthetic": {"shards": 2}}, "gguf"),
-    ({"path": "/models/m2", "names": ["config.json", "model-00001-of-00002.safetensors"]}, "hf"),
-    ({"path": "/models/m2", "names": ["README.md"]}, None),
-])
-def test_model_format(kwargs, expected):
-    assert la.model_format(**kwargs) == expected
-
-
-def test_engine_auto_follows_the_model_format():
-    assert la.choose_engine("auto", "gguf", "/m.gguf") == {
-        "engine": "llama_cpp", "reason": "auto: /m.gguf is a GGUF model, which llama.cpp serves"}
-    assert la.choose_engine("auto", "hf", "/m")["engine"] == "vllm"
-    assert la.choose_engine("vllm", "gguf")["reason"] == "gpulab_engine is set to vllm"
-    with pytest.raises(la.AutoError, match="neither a GGUF file nor a Hugging Face checkpoint"):
-        la.choose_engine("auto", None, "/m")
-    with pytest.raises(la.AutoError, match="gpulab_engine is 'sglang'; set llama_cpp, vllm or auto"):
-        la.choose_engine("sglang", "hf")
-
-
-def test_engine_of_a_path_on_disk(tmp_path):
-    (tmp_path / "config.json").write_text("{}")
-    assert la.engine_of_path("auto", str(tmp_path))["engine"] == "vllm"
-    assert la.engine_of_path("auto", str(tmp_path / "m.gguf"))["engine"] == "llama_cpp"
-
-
 def test_values_set_that_rule_out_every_layout_are_judged_as_vllm_would():
     summary, shape, hw, opts = seed_vllm()
     with pytest.raises(la.AutoError, match=r"vLLM cannot run TP=16\+EP on 1 node\(s\) x 8 GPUs of 97887 MiB: "
@@ -409,43 +379,6 @@ def test_kept_memory_per_gpu_follows_the_memory_plan_rule():
     assert "kept_mib" not in nodes[0]["gpus"][1]
     assert la.nodes_with_kept(nodes, None) == nodes
 
-
-# ---------------------------------------------------------------- the engine from the inventory
-
-@pytest.mark.parametrize("variables, engine, said", [
-    # molecule default: the lab's synthetic GGUF
-    ({"model_synthetic": {"path": "/var/lib/gpulab/models/s.gguf", "shards": 2}, "model_path": "", "model_source": ""},
-     "llama_cpp", "auto: a synthetic GGUF (model_synthetic) is a GGUF model"),
-    # molecule vllm: the checkpoint named for vLLM wins over the lab's synthetic default
-    ({"vllm_server_model_path": "/var/lib/gpulab/models/fp8", "model_synthetic": {"shards": 2}}, "vllm",
-     "auto: vllm_server_model_path /var/lib/gpulab/models/fp8 is a Hugging Face checkpoint"),
-    # molecule models: a mirror's first GGUF shard, or a checkpoint directory
-    ({"model_source": "http://10.231.78.5/gguf/m-00001-of-00002.gguf"}, "llama_cpp",
-     "model_source http://10.231.78.5/gguf/m-00001-of-00002.gguf is a GGUF model"),
-    ({"model_source": "http://10.231.78.5/ckpt/"}, "vllm", "model_source http://10.231.78.5/ckpt/ is a Hugging Face"),
-    ({"model_source": "/srv/models/M.GGUF"}, "llama_cpp", "model_source /srv/models/M.GGUF"),
-    ({"model_source": "head", "model_path": "/srv/models/ckpt"}, "vllm", "model_source head, model_path /srv/models/ckpt"),
-    ({"model_source": "head", "model_path": "/srv/m.gguf"}, "llama_cpp", "model_source head, model_path /srv/m.gguf"),
-    ({"model_path": "/srv/m-00001-of-00003.gguf"}, "llama_cpp", "model_path /srv/m-00001-of-00003.gguf"),
-    ({"llama_server_model_path": "/srv/m.gguf", "model_synthetic": {}}, "llama_cpp", "llama_server_model_path"),
-])
-def test_engine_auto_from_the_inventory(variables, engine, said):
-    chosen = la.engine_from_inventory("auto", variables)
-    assert chosen["engine"] == engine
-    assert said in chosen["reason"], chosen["reason"]
-
-
-def test_engine_set_is_kept_and_unknown_or_unnamed_is_refused():
-    assert la.engine_from_inventory("vllm", {"model_synthetic": {"shards": 2}}) == {
-        "engine": "vllm", "reason": "gpulab_engine is set to vllm"}
-    assert la.engine_from_inventory("llama_cpp", {})["engine"] == "llama_cpp"
-    with pytest.raises(la.AutoError, match="gpulab_engine is 'vlm'; set llama_cpp, vllm or auto"):
-        la.engine_from_inventory("vlm", {})
-    with pytest.raises(la.AutoError, match=r"gpulab_engine is auto but the inventory names no model \(vllm_server_model_path, "
-                                           r"llama_server_model_path, model_source, model_path, model_synthetic\)"):
-        la.engine_from_inventory("auto", {"model_path": "", "model_synthetic": {}, "model_source": None})
-    with pytest.raises(la.AutoError, match="model_source is head, but model_path .the model on the head. is not set"):
-        la.engine_from_inventory("auto", {"model_source": "head"})
 
 
 # ---------------------------------------------------------------- llama.cpp: devices sharing a GPU

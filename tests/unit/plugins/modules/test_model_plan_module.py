@@ -14,7 +14,10 @@ from ansible_collections.gpulab.inference.plugins.module_utils import synthetic_
 from ansible_collections.gpulab.inference.plugins.module_utils import synthetic_model as sm
 from ansible_collections.gpulab.inference.plugins.modules import model_plan
 
+from common_defaults import common_default
 from module_harness import ExitJson, FailJson, run_module
+
+ENGINES = common_default("gpulab_engines")
 
 LAB = [{"name": "node-a", "gpus": 2, "memory_gib": 4}, {"name": "node-b", "gpus": 1, "memory_gib": 4}]
 
@@ -32,7 +35,7 @@ def models(tmp_path_factory):
 
 
 def plan(args):
-    return run_module(model_plan.main, args, {}, None)
+    return run_module(model_plan.main, dict({"engines": ENGINES}, **args), {}, None)
 
 
 def test_a_gguf_is_planned_for_llama_cpp(models):
@@ -62,7 +65,7 @@ def test_a_checkpoint_is_planned_for_vllm(models):
 @pytest.mark.parametrize("args, message", [
     ({"hardware": "two GPUs"}, "plan_hardware is not JSON"),
     ({"hardware": [{"gpus": 1}]}, r"plan_hardware[0].gpus[0] has no memory_gib"),
-    ({"engine": "vllm"}, "gpulab_engine is vllm but %s is a GGUF model"),
+    ({"engine": "vllm"}, "gpulab_engine is vllm but %s is a GGUF model, which vLLM does not serve"),
     ({"source": "relative/model.gguf"}, "model_source 'relative/model.gguf': a path on the controller must be absolute"),
 ])
 def test_bad_input_is_named(models, args, message):

@@ -8,9 +8,15 @@ import module_harness
 from module_harness import ExitJson, FailJson
 
 from ansible_collections.gpulab.inference.plugins.modules import node_exposure
+from common_defaults import common_default
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "proc"
 SETTINGS = {"llama_rpc_server_port_base": 50052, "llama_server_port": 8081, "vllm_server_port": 8000, "model_serve_port": 18090}
+ENGINES = common_default("gpulab_engines")
+# an engine's ports and API as the preflight passes them (gpulab_engine_spec); the head alone: no
+# multi-node port is planned, so vLLM's enabled flags stay unrendered
+LLAMA_CPP = {"engine_ports": ENGINES["llama_cpp"]["ports"], "api_prefix": ENGINES["llama_cpp"]["api"]["prefix"]}
+VLLM = {"engine_ports": ENGINES["vllm"]["ports"], "api_prefix": ENGINES["vllm"]["api"]["prefix"]}
 
 
 def proc_tree(root):
@@ -28,12 +34,13 @@ def proc_tree(root):
 
 
 def run(tmp_path, **args):
-    params = dict({"settings": SETTINGS, "node_name": "node-a", "proc_root": str(proc_tree(tmp_path / "proc"))}, **args)
+    params = dict(LLAMA_CPP, settings=SETTINGS, node_name="node-a", proc_root=str(proc_tree(tmp_path / "proc")))
+    params.update(args)
     return module_harness.run_module(node_exposure.main, params, {}, {})
 
 
 def test_a_free_node_has_no_problems_and_its_listeners_are_named(tmp_path):
-    result = run(tmp_path, head=True, engine="llama_cpp")
+    result = run(tmp_path, head=True)
     assert result.kind is ExitJson
     assert result.result["changed"] is False
     assert result.result["problems"] == []
@@ -59,8 +66,8 @@ def test_a_worker_on_the_ssh_port_of_ansible_port(tmp_path):
 
 
 def test_an_opted_in_open_api_is_a_warning(tmp_path):
-    result = run(tmp_path, head=True, engine="vllm",
-                 apis=[{"prefix": "vllm_server", "bind": "10.0.0.1", "allow_unauthenticated": True}])
+    result = run(tmp_path, head=True, **dict(VLLM,
+                 apis=[{"prefix": "vllm_server", "bind": "10.0.0.1", "allow_unauthenticated": True}]))
     assert result.result["problems"] == []
     assert result.result["warnings_found"][0].startswith("node-a serves its API without a key on 10.0.0.1")
 
@@ -72,6 +79,6 @@ def test_a_bad_port_fails_naming_the_variable(tmp_path):
 
 
 def test_the_other_engines_open_bind_address_is_not_checked(tmp_path):
-    result = run(tmp_path, head=True, engine="llama_cpp",
+    result = run(tmp_path, head=True,
                  apis=[{"prefix": "vllm_server", "bind": "0.0.0.0", "api_key_set": False, "allow_unauthenticated": False}])
     assert result.result["problems"] == []
