@@ -215,6 +215,13 @@ def test_one_pass_on_a_node_with_the_fake_nvidia_smi(tmp_path):
         os.getpid(), os.readlink('/proc/%d/exe' % os.getpid()), uuid, 2048 * MIB) in gpu
     assert 'gpulab_collector_success{collector="gpu",source="gpu"} 1' in gpu
     assert 'gpulab_collector_success{collector="gpu",source="processes"} 1' in gpu
+    # the profile's sensors answer (query-gpu-sensors.csv: 117.26 W, 41 C, 1980 and 3201 MHz)
+    assert 'gpulab_collector_success{collector="gpu",source="sensors"} 1' in gpu
+    labels = '{gpu="0",name="NVIDIA H200",uuid="%s"}' % uuid
+    assert 'gpulab_gpu_power_watts%s 117.26' % labels in gpu
+    assert 'gpulab_gpu_temperature_celsius%s 41' % labels in gpu
+    assert 'gpulab_gpu_clock_sm_hertz%s 1980000000' % labels in gpu
+    assert 'gpulab_gpu_clock_memory_hertz%s 3201000000' % labels in gpu
     state = (textfiles / 'gpulab-state.prom').read_text()
     assert 'gpulab_drain_state_present 1' in state and 'gpulab_drain_since_timestamp_seconds 1735787045' in state
     assert 'gpulab_collector_success{collector="state",source="build"} 1' in state
