@@ -263,7 +263,7 @@ def firewall_families(table, loaded):
 def health_families(url, healthy):
     """gpulab_head_healthy{url}: None when this node serves no API."""
     samples = [] if healthy is None else [({'url': url}, 1 if healthy else 0)]
-    return [family('gpulab_head_healthy', "Whether the head's /health answers 200.", 'gauge', samples)]
+    return [family('gpulab_head_healthy', "Whether the head's health URL answers 200.", 'gauge', samples)]
 
 
 def bench_families(last_run_text):
@@ -357,7 +357,7 @@ def _cache_status(record_path):
 
 def _healthy(url):
     try:
-        return urlopen(url.rstrip('/') + '/health', timeout=HEALTH_LIMIT_S).getcode() == 200
+        return urlopen(url, timeout=HEALTH_LIMIT_S).getcode() == 200
     except (HTTPError, URLError, OSError, ValueError):
         return False
 
@@ -415,7 +415,7 @@ def parse_args(argv):
     parser.add_argument('--rpc-manifest')
     parser.add_argument('--bench-last-run')
     parser.add_argument('--nft-table', help='the RPC firewall table to check (workers with the firewall)')
-    parser.add_argument('--health-url', help="the head's base URL, whose /health is probed")
+    parser.add_argument('--health-url', help="the head's health URL (the engine's health_path), probed every pass")
     parser.add_argument('--interval-s', type=float, default=DEFAULT_INTERVAL_S)
     parser.add_argument('--once', action='store_true', help='write both files once, then exit')
     return parser.parse_args(argv)

@@ -118,7 +118,7 @@ def prometheus_values(tmp_path, api_key=''):
                         'rpc_workers': ['node-b', 'node-c']},
                 __monitoring_rules_file=str(tmp_path / 'gpulab-alerts.yml'),
                 __monitoring_prometheus_url='http://127.0.0.1:9090', __monitoring_node_targets=['node-a', 'node-b', 'node-c'],
-                __monitoring_head='node-a', __monitoring_head_job='llama_server', __monitoring_head_target='127.0.0.1:8080',
+                __monitoring_head='node-a', __monitoring_head_job='llama_cpp', __monitoring_head_target='127.0.0.1:8080', __monitoring_metrics_path='/metrics',
                 __monitoring_head_api_key=api_key, __monitoring_api_key_file=str(tmp_path / 'llama-server.key'),
                 monitoring_node_exporter_port=9100)
 
@@ -136,8 +136,9 @@ def test_the_rendered_configuration_passes_promtool_check_config(tmp_path):
         assert [group['targets'] for group in jobs['node']['static_configs']] == [
             ['10.231.78.10:9100'], ['10.231.78.11:9100'], ['[fd00::12]:9100']]
         assert [group['labels']['part'] for group in jobs['node']['static_configs']] == ['head', 'worker', 'worker']
-        assert jobs['llama_server']['static_configs'][0]['targets'] == ['127.0.0.1:8080']
-        assert ('authorization' in jobs['llama_server']) == bool(api_key)
+        assert jobs['llama_cpp']['static_configs'][0]['targets'] == ['127.0.0.1:8080']
+        assert jobs['llama_cpp']['metrics_path'] == '/metrics'
+        assert ('authorization' in jobs['llama_cpp']) == bool(api_key)
 
 
 def dashboard_panels():
