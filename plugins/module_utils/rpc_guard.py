@@ -222,7 +222,40 @@ def parse_args(argv):
     parser.add_argument('--interval-s', type=float, default=DEFAULT_INTERVAL_S)
     parser.add_argument('--check', action='store_true', help='exit 0 when the table protects the ports, else 1')
     parser.add_argument('--once', action='store_true', help='look once and act, then exit')
+    # The hung-server watch (module_utils/rpc_watch.py, copied beside this file), in a thread of its
+    # own so that its probes never delay a look at the table.
+    parser.add_argument('--watch-code', help="the watch's code; given, the guard also kills and restarts hung servers")
+    parser.add_argument('--watch-endpoints', help='address:port of each of --units, in order')
+    parser.add_argument('--watch-state-file', default='/run/gpulab/rpc-watch.json')
+    parser.add_argument('--watch-hang-after-s', type=float, default=5.0)
+    parser.add_argument('--watch-probe-timeout-s', type=float, default=2.0)
+    parser.add_argument('--watch-interval-s', type=float, default=1.0)
     return parser.parse_args(argv)
+
+
+def start_watch(args, log):
+    """Load the watch's code from --watch-code and run its looks in a daemon thread."""
+    import importlib.util
+    import threading
+    spec = importlib.util.spec_from_file_location('gpulab_rpc_watch', args.watch_code)
+    watch_code = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(watch_code)
+    watch = watch_code.Watch(args.units, watch_code.parse_endpoints(args.watch_endpoints or ''), args.manager,
+                             args.supervisor_config, args.watch_state_file, args.watch_probe_timeout_s,
+                             args.watch_hang_after_s)
+
+    def loop():
+        while True:
+            try:
+                watch.step(log, run)
+            except Exception as exc:  # pylint: disable=broad-except  # the guard's thread must go on
+                log('watch: %s' % exc)
+            time.sleep(args.watch_interval_s)
+
+    thread = threading.Thread(target=loop, name='rpc-watch')
+    thread.daemon = True
+    thread.start()
+    return thread
 
 
 def main(argv=None):
@@ -241,6 +274,8 @@ def main(argv=None):
         if not protected:
             log(check_message(why, args.firewall_unit))
         return 0 if protected else 1
+    if args.watch_code and not args.once:
+        start_watch(args, log)
     while True:
         try:
             step(args, log)

@@ -254,12 +254,14 @@ def rpc_server_unit(settings, servers, firewall, unit_directives, service_direct
     return service_files.unit_file(comments, section_unit, section_service, section_install, error)
 
 
-def rpc_guard_wrapper(guard, servers, unit, firewall_unit):
+def rpc_guard_wrapper(guard, servers, unit, firewall_unit, address=None):
     """The RPC guard's wrapper (service_files.wrapper): module_utils/rpc_guard.py run with the table, every
     server's port and unit (instances under systemd, programs under supervisord) and the firewall unit.
 
     guard: name (the program in bin_dir), python, code (the guard's copied code), table, service_manager,
-    supervisor_config, interval_s; servers: the plan's; unit: the servers' unit name.
+    supervisor_config, interval_s, and optionally watch_code (module_utils/rpc_watch.py on the node: the
+    guard then also kills and restarts a hung server) and watch_hang_after_s; servers: the plan's;
+    unit: the servers' unit name; address: the servers' bind address, which the watch probes.
     """
     error = LlamaServerError
     table = service_files.checked(guard["table"], "llama_rpc_server_nft_table", error)
@@ -283,6 +285,12 @@ def rpc_guard_wrapper(guard, servers, unit, firewall_unit):
         config = service_files.checked(guard["supervisor_config"], "gpulab_supervisor_config", error)
         argv.append(["--supervisor-config", config])
     argv += [["--firewall-unit", firewall_unit], ["--interval-s", str(guard["interval_s"])], ["--units"] + units]
+    if guard.get("watch_code") and address:
+        comments.append("With --watch-code it also kills (SIGKILL) and restarts a server that hangs for --watch-hang-after-s "
+                        "(module_utils/rpc_watch.py); what it sees is in --watch-state-file.")
+        argv += [["--watch-code", service_files.checked(guard["watch_code"], "llama_rpc_server_bin_dir", error)],
+                 ["--watch-endpoints", ",".join(endpoint(address, s["port"], LlamaServerError) for s in servers)],
+                 ["--watch-hang-after-s", str(float(guard.get("watch_hang_after_s") or 5.0))]]
     result = service_files.wrapper(comments, environment, argv, error)
     result["name"] = service_files.checked(guard["name"], "llama_rpc_server_unit_name", error)
     return result

@@ -203,6 +203,15 @@ options:
         description: Seconds between two looks at the ruleset.
         type: float
         default: 0.5
+      watch_code:
+        description:
+          - The hung-server watch's code on the node (module_utils/rpc_watch.py); given, the guard also kills
+            (SIGKILL) and restarts a server that hangs for O(guard.watch_hang_after_s).
+        type: str
+      watch_hang_after_s:
+        description: Seconds a server must look hung on end before the watch kills it.
+        type: float
+        default: 5.0
 """
 
 EXAMPLES = r"""
@@ -432,7 +441,7 @@ class RpcServerPlan:
             "wrappers": [rpc_server_wrapper(server, build, address, settings, rdma["environment"]) for server in servers]
             if build else [],
             "unit_file": rpc_server_unit(settings, servers, firewall, unit_directives, service_directives),
-            "guard_wrapper": rpc_guard_wrapper(params["guard"], servers, params["unit"], settings["firewall_unit"])
+            "guard_wrapper": rpc_guard_wrapper(params["guard"], servers, params["unit"], settings["firewall_unit"], address)
             if params["guard"] else None,
             "address": address,
             "servers": servers,
@@ -539,6 +548,8 @@ def build_module():
                 service_manager=dict(type="str", choices=["systemd", "supervisor"], required=True),
                 supervisor_config=dict(type="str", default="/etc/gpulab/supervisord.conf"),
                 interval_s=dict(type="float", default=0.5),
+                watch_code=dict(type="str"),
+                watch_hang_after_s=dict(type="float", default=5.0),
             )),
         ),
         required_if=[("firewall_enabled", True, ("allowed_sources",))],

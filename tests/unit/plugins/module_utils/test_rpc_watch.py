@@ -338,3 +338,21 @@ def test_a_hello_unanswered_with_no_client_is_suspect(tmp_path):
         server.close()
     assert state['servers'][0]['pid'] == os.getpid()
     assert state['servers'][0]['verdict'] in ('suspect', 'busy')
+
+
+def test_the_guard_runs_the_watch_in_a_thread_of_its_own(fake_rpc_server, tmp_path):
+    from ansible_collections.gpulab.inference.plugins.module_utils import rpc_guard
+    _, port = fake_rpc_server
+    state_file = tmp_path / 'rpc-watch.json'
+    args = rpc_guard.parse_args(['--table', 'gpulab_rpc', '--ports', str(port), '--units', 'gpulab-rpc-server@0.service',
+                                 '--watch-code', rpc_watch.__file__, '--watch-endpoints', '127.0.0.1:%d' % port,
+                                 '--watch-state-file', str(state_file), '--watch-interval-s', '0.1'])
+    thread = rpc_guard.start_watch(args, lambda message: None)
+    deadline = time.monotonic() + 10
+    while not state_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert thread.is_alive()
+    state = json.loads(state_file.read_text())
+    assert state['can_serve'] is True
+    assert state['servers'][0]['endpoint'] == '127.0.0.1:%d' % port
+    assert state['servers'][0]['verdict'] == 'serving'

@@ -169,6 +169,16 @@ def test_guard_wrapper_under_supervisord_names_the_programs_and_the_config():
     assert wrapper["argv_lines"][-1] == ["--units", "gpulab-rpc-server-0", "gpulab-rpc-server-1"]
 
 
+def test_guard_wrapper_with_the_watch_probes_each_server_at_its_bind_address():
+    guard = dict(GUARD, watch_code="/opt/gpulab/bin/gpulab-rpc-guard-watch.py", watch_hang_after_s=5)
+    wrapper = rpc_guard_wrapper(guard, [CPU, GPU], "gpulab-rpc-server", FIREWALL_UNIT, "10.231.78.12")
+    assert wrapper["argv_lines"][-3:] == [["--watch-code", "/opt/gpulab/bin/gpulab-rpc-guard-watch.py"],
+                                          ["--watch-endpoints", "10.231.78.12:50052,10.231.78.12:50053"],
+                                          ["--watch-hang-after-s", "5.0"]]
+    # without the address (or the code) the guard runs as before
+    assert rpc_guard_wrapper(guard, [CPU], "gpulab-rpc-server", FIREWALL_UNIT)["argv_lines"][-1][0] == "--units"
+
+
 def test_guard_wrapper_refuses_a_table_with_a_newline():
     with pytest.raises(LlamaServerError, match="^llama_rpc_server_nft_table 'gpulab_rpc\\\\n' holds a newline"):
         rpc_guard_wrapper(dict(GUARD, table="gpulab_rpc\n"), [CPU], "gpulab-rpc-server", FIREWALL_UNIT)
