@@ -9,6 +9,10 @@
 # GPULAB_E2E_VLLM_LAYOUT=auto leaves every layout value unset (parallel sizes, the context, the KV
 # cache: the plan chooses and pins them) and compares what vLLM runs with against the plan
 # (scripts/gpu-e2e-planned.py); GPULAB_E2E_VLLM_BENCH=0 skips playbooks/bench.yml.
+# GPULAB_E2E_VLLM_EXTRA: host variables (JSON) laid over the inventory's, e.g.
+# '{"gpulab_serving_intent": "interactive"}'; GPULAB_E2E_VLLM_IDEMPOTENCE=0 skips the second deploy;
+# GPULAB_E2E_VLLM_SERVED: llm_benchmark options (JSON, e.g. '{"concurrency": [1]}') run against the
+# deployed vLLM into OUT/vllm/served.json (scripts/gpu-e2e-intent.sh measures each intent so).
 # GPULAB_E2E_VLLM_STASH=DIR: the wheelhouse arrives in parts (scripts/vllm-wheelhouse.sh stash) while
 # the checkpoint is written; the harness waits for DIR/READY, then joins them into the wheelhouse.
 # Needs a wheelhouse (GPULAB_E2E_VLLM_WHEELHOUSE, default /tmp/gpulab-wheelhouse: vLLM's wheel and
@@ -50,7 +54,7 @@ pins = sorted(set("%s==%s" % tuple(os.path.basename(w).split("-")[:2])
 print(json.dumps([p for p in pins if not p.startswith("vllm==")]))
 PY
 )
-"$python" - "$vdir/hosts.json" "$vllm_packages" "$vllm_eager" "$vllm_layout" <<PY
+"$python" - "$vdir/hosts.json" "$vllm_packages" "$vllm_eager" "$vllm_layout" "${GPULAB_E2E_VLLM_EXTRA:-}" <<PY
 import json, sys
 gpus = json.load(open("$out/gpu_facts.json"))["ansible_facts"]["gpulab_gpus"]
 first = str(min(g["index"] for g in gpus))
@@ -86,6 +90,7 @@ hostvars = {
 }
 if sys.argv[4] == "auto":
     del hostvars["vllm_server_max_model_len"]
+hostvars.update(json.loads(sys.argv[5] or "{}"))
 inventory = {"gpu_nodes": {"children": {"inference_head": {"hosts": {"$host": hostvars}}, "rpc_workers": {"hosts": {}}}}}
 json.dump(inventory, open(sys.argv[1], "w"), indent=2)
 PY
@@ -95,16 +100,29 @@ vsup() { sup status gpulab-vllm 2>&1 | tr -s ' '; }
 vpid() { sup status gpulab-vllm 2>&1 | grep -o 'pid [0-9]*' || echo 'no pid'; }
 if deploy "$vinv" "$vdir/deploy-1.log"; then
   grep -E 'tokens from|answer:' "$vdir/deploy-1.log" | tail -n 2 | sed 's/^ *//' | while read -r line; do log "  $line"; done || true
-  before=$(vpid)
-  deploy "$vinv" "$vdir/deploy-2.log" || true
-  after=$(vpid)
-  log "  second deploy: vLLM $before before, $after after: $( [ "$before" = "$after" ] && echo 'not restarted' || echo 'RESTARTED')"
+  if [ "${GPULAB_E2E_VLLM_IDEMPOTENCE:-1}" = 1 ]; then
+    before=$(vpid)
+    deploy "$vinv" "$vdir/deploy-2.log" || true
+    after=$(vpid)
+    log "  second deploy: vLLM $before before, $after after: $( [ "$before" = "$after" ] && echo 'not restarted' || echo 'RESTARTED')"
+  fi
+  # The wrapper and environment as deployed (a later run can start the same vLLM by hand).
+  cp /opt/gpulab/bin/gpulab-vllm /etc/gpulab/vllm/environment "$vdir/" 2>/dev/null || true
   # pgrep alone would not show each command line whole.
   # shellcheck disable=SC2009
   ps -eo pid,args | grep -E 'vllm|VLLM' | grep -v grep >"$vdir/processes.txt" || true
   cp /etc/gpulab/vllm/plan.json "$vdir/vllm-plan.json" 2>/dev/null || true
   "$python" "$repo/scripts/gpu-e2e-planned.py" vllm >"$vdir/planned.txt" 2>&1 || true
   grep -v '^{' "$vdir/planned.txt" | while read -r line; do log "  ${line:0:400}"; done
+  if [ -n "${GPULAB_E2E_VLLM_SERVED:-}" ]; then
+    start=$SECONDS
+    module "$vinv" gpulab.inference.llm_benchmark \
+      "$("$python" -c 'import json,sys; o=json.loads(sys.argv[1]); o.setdefault("base_url", "http://127.0.0.1:8000"); print(json.dumps(o))' "$GPULAB_E2E_VLLM_SERVED")" \
+      "$vdir/served.json"
+    "$python" -c 'import json,sys; r=json.load(open(sys.argv[1])); print("\n".join(r.get("benchmark", {}).get("summary") or [r.get("msg") or "no summary"]))' "$vdir/served.json" \
+      | while read -r line; do log "  served: $line"; done || true
+    log "  served: $((SECONDS - start)) s"
+  fi
   if [ "${GPULAB_E2E_VLLM_BENCH:-1}" = 1 ]; then
     start=$SECONDS
     playbook -i "$vinv" "$repo/playbooks/bench.yml" >"$vdir/bench-playbook.log" 2>&1 || log "bench.yml failed: $(tail -n 5 "$vdir/bench-playbook.log")"
