@@ -275,7 +275,10 @@ def main(argv=None):
             log(check_message(why, args.firewall_unit))
         return 0 if protected else 1
     if args.watch_code and not args.once:
-        start_watch(args, log)
+        try:
+            start_watch(args, log)
+        except Exception as exc:  # pylint: disable=broad-except  # the firewall's guard runs without its watch
+            log('the hung-server watch did not start (%s: %s); guarding the table only' % (type(exc).__name__, exc))
     while True:
         try:
             step(args, log)

@@ -326,7 +326,7 @@ class Watch(object):
         self.clients[unit] = clients
         kill, since = hang_decision(verdict, self.suspect_since.get(unit), now, self.hang_after_s)
         self.suspect_since[unit] = since
-        return {'unit': unit, 'endpoint': '%s:%d' % (address, port), 'pid': pid, 'verdict': verdict, 'why': why,
+        return {'unit': unit, 'address': address, 'port': port, 'pid': pid, 'verdict': verdict, 'why': why,
                 'suspect_for_s': round(now - since, 1) if since is not None else 0.0, 'kill': kill}
 
     def step(self, log, run):

@@ -354,5 +354,5 @@ def test_the_guard_runs_the_watch_in_a_thread_of_its_own(fake_rpc_server, tmp_pa
     assert thread.is_alive()
     state = json.loads(state_file.read_text())
     assert state['can_serve'] is True
-    assert state['servers'][0]['endpoint'] == '127.0.0.1:%d' % port
+    assert (state['servers'][0]['address'], state['servers'][0]['port']) == ('127.0.0.1', port)
     assert state['servers'][0]['verdict'] == 'serving'
