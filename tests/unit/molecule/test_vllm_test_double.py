@@ -114,6 +114,16 @@ def test_serves_the_api_with_reasoning_and_key(model, tmp_path):
         reasoning = ''.join(c['choices'][0]['delta'].get('reasoning', '') for c in chunks if c['choices'])
         content = ''.join(c['choices'][0]['delta'].get('content', '') for c in chunks if c['choices'])
         assert (reasoning, content) == ('The user wants a greeting.', 'Hello from the')
+        # /metrics is not under /v1: no key, as in vLLM; its series in vLLM's names, from the two requests
+        with urllib.request.urlopen(base + '/metrics', timeout=5) as resp:
+            metrics = resp.read().decode()
+        series = dict(line.rsplit(' ', 1) for line in metrics.splitlines() if not line.startswith('#'))
+        labels = '{engine="0",model_name="synthetic"}'
+        assert float(series['vllm:num_requests_running' + labels]) == 0
+        assert float(series['vllm:num_requests_waiting' + labels]) == 0
+        assert float(series['vllm:kv_cache_usage_perc' + labels]) == 0
+        assert float(series['vllm:generation_tokens_total' + labels]) == (4 + 5) + (3 + 5)
+        assert '# TYPE vllm:prompt_tokens_total counter' in metrics
         recorded = json.loads(record.read_text())
         assert recorded['argv'] == args and recorded['api_key_set'] is True
         assert recorded['env']['VLLM_HOST_IP'] == '127.0.0.1' and 'VLLM_API_KEY' not in recorded['env']
