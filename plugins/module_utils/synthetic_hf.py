@@ -45,8 +45,17 @@ ARCHITECTURES = {
     "minimax-m2": ("MiniMaxM2ForCausalLM", "minimax_m2"),
     "llama": ("LlamaForCausalLM", "llama"),
     "qwen2": ("Qwen2ForCausalLM", "qwen2"),
+    "deepseek-v3": ("DeepseekV3ForCausalLM", "deepseek_v3"),
+    "qwen3-moe": ("Qwen3MoeForCausalLM", "qwen3_moe"),
+    "glm4-moe": ("Glm4MoeForCausalLM", "glm4_moe"),
+    "gpt-oss": ("GptOssForCausalLM", "gpt_oss"),
+    "qwen3-next": ("Qwen3NextForCausalLM", "qwen3_next"),
 }
-QUANTIZATIONS = ("none", "fp8")
+DENSE = ("llama", "qwen2")
+QUANTIZATIONS = ("none", "fp8", "mxfp4")
+# which quantisations each family's released checkpoints use (and vLLM loads for it)
+FAMILY_QUANTIZATIONS = {"gpt-oss": ("none", "mxfp4"), "qwen3-next": ("none",)}
+WEIGHTS = ("random", "sparse")
 
 # Scaled down so one GPU (or a CPU test) loads it in seconds. MiniMax-M2 itself: 62 layers,
 # hidden 3072, 48 heads, 8 KV heads, head dim 128, 256 experts (8 used), expert FFN 1536.
@@ -68,6 +77,92 @@ DEFAULTS = {
     "shard_max_mib": 0,
 }
 CONTENT_OPTIONS = tuple(sorted(DEFAULTS))
+
+# The structure of the other families (their config.json keys), apart from DEFAULTS so that the
+# options digest of a model written before them stays the same: a key enters the digest only
+# when it differs from its default here.
+FAMILY_DEFAULTS = {
+    # 0: the tokenizer's own size rounded up to 64; a real model's (129280, 151936, ...) otherwise
+    "vocab_size": 0,
+    # DeepSeek-V3 / GLM-4.x: n_shared_experts of expert_ffn_size each; Qwen3-Next: one shared expert
+    # of shared_experts x expert_ffn_size (shared_expert_intermediate_size)
+    "shared_experts": 0,
+    # first_k_dense_replace: the leading layers with a dense MLP of ffn_size
+    "dense_layers": 0,
+    # DeepSeek-V3's multi-head latent attention (q_lora_rank 0: a plain q_proj)
+    "q_lora_rank": 1536,
+    "kv_lora_rank": 512,
+    "qk_rope_head_dim": 64,
+    "qk_nope_head_dim": 128,
+    "v_head_dim": 128,
+    # grouped top-k routing (n_group, topk_group): DeepSeek-V3 8 and 4
+    "expert_groups": 1,
+    "expert_groups_used": 1,
+    # gpt-oss: layers alternate a sliding window of this many tokens with full attention
+    "sliding_window": 128,
+    # Qwen3-Next: every full_attention_interval-th layer is full attention, the rest gated delta net
+    "full_attention_interval": 4,
+    "linear_key_heads": 16,
+    "linear_value_heads": 32,
+    "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128,
+    "linear_conv_kernel": 4,
+    # "sparse": each safetensors file is its header and then a hole of the data's size (zeros on
+    # read, no disk used): the shape of a checkpoint for planners and for vLLM's --load-format dummy
+    "weights": "random",
+}
+
+# The released models' shapes (their config.json), for full-size headers and reduced-depth runs.
+FAMILIES = {
+    # deepseek-ai/DeepSeek-V3 (Kimi-K2 differs only in counts: 384 experts, 64 heads, 1 dense layer)
+    "deepseek-v3": {"architecture": "deepseek-v3", "layers": 61, "hidden_size": 7168, "attention_heads": 128,
+                    "kv_heads": 128, "head_dim": 128, "experts": 256, "experts_used": 8, "expert_ffn_size": 2048,
+                    "ffn_size": 18432, "shared_experts": 1, "dense_layers": 3, "q_lora_rank": 1536,
+                    "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
+                    "expert_groups": 8, "expert_groups_used": 4, "vocab_size": 129280,
+                    "max_position_embeddings": 163840, "quantization": "fp8"},
+    # Qwen/Qwen3-235B-A22B
+    "qwen3-moe": {"architecture": "qwen3-moe", "layers": 94, "hidden_size": 4096, "attention_heads": 64,
+                  "kv_heads": 4, "head_dim": 128, "experts": 128, "experts_used": 8, "expert_ffn_size": 1536,
+                  "ffn_size": 12288, "vocab_size": 151936, "max_position_embeddings": 40960, "quantization": "none"},
+    # zai-org/GLM-4.5
+    "glm4-moe": {"architecture": "glm4-moe", "layers": 92, "hidden_size": 5120, "attention_heads": 96,
+                 "kv_heads": 8, "head_dim": 128, "experts": 160, "experts_used": 8, "expert_ffn_size": 1536,
+                 "ffn_size": 12288, "shared_experts": 1, "dense_layers": 3, "vocab_size": 151552,
+                 "max_position_embeddings": 131072, "quantization": "none"},
+    # openai/gpt-oss-120b
+    "gpt-oss": {"architecture": "gpt-oss", "layers": 36, "hidden_size": 2880, "attention_heads": 64,
+                "kv_heads": 8, "head_dim": 64, "experts": 128, "experts_used": 4, "expert_ffn_size": 2880,
+                "ffn_size": 2880, "sliding_window": 128, "vocab_size": 201088, "max_position_embeddings": 131072,
+                "quantization": "mxfp4"},
+    # Qwen/Qwen3-Next-80B-A3B-Instruct
+    "qwen3-next": {"architecture": "qwen3-next", "layers": 48, "hidden_size": 2048, "attention_heads": 16,
+                   "kv_heads": 2, "head_dim": 256, "experts": 512, "experts_used": 10, "expert_ffn_size": 512,
+                   "ffn_size": 5120, "shared_experts": 1, "full_attention_interval": 4, "linear_key_heads": 16,
+                   "linear_value_heads": 32, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+                   "linear_conv_kernel": 4, "vocab_size": 151936, "max_position_embeddings": 262144,
+                   "quantization": "none"},
+    # MiniMaxAI/MiniMax-M2
+    "minimax-m2": {"architecture": "minimax-m2", "layers": 62, "hidden_size": 3072, "attention_heads": 48,
+                   "kv_heads": 8, "head_dim": 128, "experts": 256, "experts_used": 8, "expert_ffn_size": 1536,
+                   "vocab_size": 200064, "max_position_embeddings": 196608, "quantization": "fp8"},
+}
+
+
+def family_options(family, layers=None, **overrides):
+    """A released model's options (FAMILIES), at its own depth or at `layers` (reduced depth keeps
+    every width, so each layer's weights and cache are the real ones). With fewer layers than the
+    model's dense leading ones, one dense layer is kept before the MoE ones; Qwen3-Next keeps
+    whole groups of full_attention_interval layers."""
+    if family not in FAMILIES:
+        raise SyntheticHFError("family %r is not one of %s" % (family, ", ".join(sorted(FAMILIES))))
+    opts = dict(FAMILIES[family])
+    if layers is not None:
+        opts["layers"] = layers
+        if opts.get("dense_layers", 0) >= layers:
+            opts["dense_layers"] = 1 if layers > 1 else 0
+    opts.update(overrides)
+    return opts
 
 # Tokenizer: the 256 byte symbols of GPT-2's byte-level mapping, then these added tokens.
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
@@ -104,13 +199,22 @@ MAX_EXPERTS = 1024
 
 
 def validate_options(options):
-    """Merge options over DEFAULTS and check them; returns the merged dict."""
+    """Merge options over DEFAULTS and FAMILY_DEFAULTS and check them; returns the merged dict."""
     opts = dict(DEFAULTS)
+    opts.update(FAMILY_DEFAULTS)
     opts.update(dict((k, v) for k, v in options.items() if v is not None))
-    if opts["architecture"] not in ARCHITECTURES:
-        raise SyntheticHFError("architecture %r is not one of %s" % (opts["architecture"], ", ".join(sorted(ARCHITECTURES))))
-    if opts["quantization"] not in QUANTIZATIONS:
-        raise SyntheticHFError("quantization %r is not one of %s" % (opts["quantization"], ", ".join(QUANTIZATIONS)))
+    unknown = sorted(set(opts) - set(DEFAULTS) - set(FAMILY_DEFAULTS))
+    if unknown:
+        raise SyntheticHFError("unknown option(s) %s; known: %s" % (", ".join(unknown),
+                                                                    ", ".join(sorted(set(DEFAULTS) | set(FAMILY_DEFAULTS)))))
+    arch = opts["architecture"]
+    if arch not in ARCHITECTURES:
+        raise SyntheticHFError("architecture %r is not one of %s" % (arch, ", ".join(sorted(ARCHITECTURES))))
+    if opts["quantization"] not in FAMILY_QUANTIZATIONS.get(arch, ("none", "fp8")):
+        raise SyntheticHFError("quantization %r is not one of %s for architecture %s"
+                               % (opts["quantization"], ", ".join(FAMILY_QUANTIZATIONS.get(arch, ("none", "fp8"))), arch))
+    if opts["weights"] not in WEIGHTS:
+        raise SyntheticHFError("weights %r is not one of %s" % (opts["weights"], ", ".join(WEIGHTS)))
     for key in ("layers", "hidden_size", "attention_heads", "kv_heads", "head_dim", "max_position_embeddings"):
         _positive(opts, key)
     # The plan lists every tensor before the free-space check: a count beyond any real model would
@@ -122,13 +226,41 @@ def validate_options(options):
     if opts["attention_heads"] % opts["kv_heads"]:
         raise SyntheticHFError("attention_heads %d is not a multiple of kv_heads %d (grouped-query attention)"
                                % (opts["attention_heads"], opts["kv_heads"]))
-    if opts["architecture"] == "minimax-m2":
+    for key in ("vocab_size", "shared_experts", "dense_layers", "q_lora_rank"):
+        if isinstance(opts[key], bool) or not isinstance(opts[key], int) or opts[key] < 0:
+            raise SyntheticHFError("%s is %r, expected a whole number >= 0" % (key, opts[key]))
+    if arch not in DENSE:
         for key in ("experts", "experts_used", "expert_ffn_size"):
             _positive(opts, key)
         if opts["experts_used"] > opts["experts"]:
             raise SyntheticHFError("experts_used %d exceeds experts %d" % (opts["experts_used"], opts["experts"]))
-    else:
+    if arch in DENSE or opts["dense_layers"] or arch in ("qwen3-moe", "qwen3-next"):
         _positive(opts, "ffn_size")
+    if opts["dense_layers"] > opts["layers"]:
+        raise SyntheticHFError("dense_layers %d exceeds layers %d" % (opts["dense_layers"], opts["layers"]))
+    if opts["dense_layers"] and arch not in ("deepseek-v3", "glm4-moe"):
+        raise SyntheticHFError("dense_layers (first_k_dense_replace) is a DeepSeek-V3 / GLM-4.x MoE key, not %s" % arch)
+    if arch == "deepseek-v3":
+        for key in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "expert_groups",
+                    "expert_groups_used"):
+            _positive(opts, key)
+        if opts["kv_heads"] != opts["attention_heads"]:
+            raise SyntheticHFError("kv_heads %d must equal attention_heads %d for deepseek-v3 (MLA: every head "
+                                   "reads the one latent)" % (opts["kv_heads"], opts["attention_heads"]))
+        # vllm/model_executor/layers/fused_moe/layer.py grouped_topk: the experts fall in n_group
+        # equal groups, topk_group of them are picked
+        if opts["experts"] % opts["expert_groups"] or opts["expert_groups_used"] > opts["expert_groups"]:
+            raise SyntheticHFError("experts %d must split into expert_groups %d, with expert_groups_used %d at most "
+                                   "that many" % (opts["experts"], opts["expert_groups"], opts["expert_groups_used"]))
+    if arch == "gpt-oss":
+        _positive(opts, "sliding_window")
+        for key in ("hidden_size", "expert_ffn_size"):
+            if opts[key] % hf.MXFP4_BLOCK:
+                raise SyntheticHFError("%s %d is not a multiple of the MXFP4 block %d" % (key, opts[key], hf.MXFP4_BLOCK))
+    if arch == "qwen3-next":
+        for key in ("full_attention_interval", "linear_key_heads", "linear_value_heads", "linear_key_head_dim",
+                    "linear_value_head_dim", "linear_conv_kernel", "shared_experts"):
+            _positive(opts, key)
     block = opts["weight_block_size"]
     if (not isinstance(block, (list, tuple)) or len(block) != 2
             or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
@@ -139,12 +271,17 @@ def validate_options(options):
         # (vllm/model_executor/layers/quantization/fp8.py Fp8MoEMethod.create_weights)
         # and the merged Q/K/V and gate/up weights need every part but the last to be one too
         # (vllm/model_executor/layers/quantization/utils/fp8_utils.py validate_fp8_block_shape)
-        sizes = [("hidden_size", opts["hidden_size"]),
-                 ("attention_heads x head_dim", opts["attention_heads"] * opts["head_dim"]),
-                 ("kv_heads x head_dim", opts["kv_heads"] * opts["head_dim"])]
-        if opts["architecture"] == "minimax-m2":
-            sizes.append(("expert_ffn_size", opts["expert_ffn_size"]))
+        sizes = [("hidden_size", opts["hidden_size"])]
+        if arch == "deepseek-v3":
+            # q_a_proj and kv_a_proj_with_mqa are merged (fused_qkv_a_proj): q_lora_rank is the part before the last
+            if opts["q_lora_rank"]:
+                sizes.append(("q_lora_rank", opts["q_lora_rank"]))
         else:
+            sizes += [("attention_heads x head_dim", opts["attention_heads"] * opts["head_dim"]),
+                      ("kv_heads x head_dim", opts["kv_heads"] * opts["head_dim"])]
+        if arch not in DENSE:
+            sizes.append(("expert_ffn_size", opts["expert_ffn_size"]))
+        if arch in DENSE or opts["dense_layers"]:
             sizes.append(("ffn_size", opts["ffn_size"]))
         for key, size in sizes:
             if size % block[0]:
@@ -220,7 +357,7 @@ def token_id(token):
 def model_config(opts, n_tokens):
     """config.json as the real model's (key names as in the published MiniMax-M2 / Llama / Qwen2 configs)."""
     architecture, model_type = ARCHITECTURES[opts["architecture"]]
-    vocab_size = -(-n_tokens // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
+    vocab_size = max(opts.get("vocab_size") or 0, -(-n_tokens // VOCAB_MULTIPLE) * VOCAB_MULTIPLE)
     config = {
         "architectures": [architecture],
         "model_type": model_type,
@@ -258,6 +395,10 @@ def model_config(opts, n_tokens):
             "output_router_logits": False,
             "attn_type_list": [1] * opts["layers"],
         })
+    elif opts["architecture"] in FAMILY_CONFIGS:
+        config.update(FAMILY_CONFIGS[opts["architecture"]](opts))
+        # DeepSeek-V3's config.json has no head_dim: each part of its heads has a key of its own
+        config = dict((k, v) for k, v in config.items() if not (k == "head_dim" and v is None))
     else:
         config.update({
             "intermediate_size": opts["ffn_size"],
@@ -272,7 +413,132 @@ def model_config(opts, n_tokens):
             "weight_block_size": list(opts["weight_block_size"]),
             "modules_to_not_convert": ["gate", "e_score_correction_bias", "lm_head"],
         }
+    elif opts["quantization"] == "mxfp4":
+        # openai/gpt-oss-120b's: only the experts are MXFP4 (vllm/model_executor/layers/quantization/mxfp4.py)
+        config["quantization_config"] = {
+            "quant_method": "mxfp4",
+            "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
+                                       "lm_head"],
+        }
     return config
+
+
+def _deepseek_v3(opts):
+    """deepseek-ai/DeepSeek-V3's keys (vllm/model_executor/models/deepseek_v2.py reads them)."""
+    return {
+        "num_key_value_heads": opts["attention_heads"],
+        "head_dim": None,
+        "intermediate_size": opts["ffn_size"],
+        "moe_intermediate_size": opts["expert_ffn_size"],
+        "n_routed_experts": opts["experts"],
+        "n_shared_experts": opts["shared_experts"],
+        "num_experts_per_tok": opts["experts_used"],
+        "first_k_dense_replace": opts["dense_layers"],
+        "moe_layer_freq": 1,
+        "kv_lora_rank": opts["kv_lora_rank"],
+        "q_lora_rank": opts["q_lora_rank"] or None,
+        "qk_rope_head_dim": opts["qk_rope_head_dim"],
+        "qk_nope_head_dim": opts["qk_nope_head_dim"],
+        "v_head_dim": opts["v_head_dim"],
+        "n_group": opts["expert_groups"],
+        "topk_group": opts["expert_groups_used"],
+        "topk_method": "noaux_tc",
+        "scoring_func": "sigmoid",
+        "norm_topk_prob": True,
+        "routed_scaling_factor": 2.5,
+        "rope_theta": 10000,
+        # the multi-token-prediction layer is left out: vLLM serves without it unless speculating
+        "num_nextn_predict_layers": 0,
+        "attention_bias": False,
+    }
+
+
+def _qwen3_moe(opts):
+    """Qwen/Qwen3-235B-A22B's keys (vllm/model_executor/models/qwen3_moe.py)."""
+    return {
+        "intermediate_size": opts["ffn_size"],
+        "moe_intermediate_size": opts["expert_ffn_size"],
+        "num_experts": opts["experts"],
+        "num_experts_per_tok": opts["experts_used"],
+        "norm_topk_prob": True,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "rope_theta": 1000000.0,
+        "attention_bias": False,
+        "output_router_logits": False,
+        "router_aux_loss_coef": 0.001,
+    }
+
+
+def _glm4_moe(opts):
+    """zai-org/GLM-4.5's keys (vllm/model_executor/models/glm4_moe.py)."""
+    return {
+        "intermediate_size": opts["ffn_size"],
+        "moe_intermediate_size": opts["expert_ffn_size"],
+        "n_routed_experts": opts["experts"],
+        "n_shared_experts": opts["shared_experts"],
+        "num_experts_per_tok": opts["experts_used"],
+        "first_k_dense_replace": opts["dense_layers"],
+        "n_group": opts["expert_groups"],
+        "topk_group": opts["expert_groups_used"],
+        "routed_scaling_factor": 2.5,
+        "norm_topk_prob": True,
+        "partial_rotary_factor": 0.5,
+        "use_qk_norm": True,
+        "attention_bias": True,
+        "rope_theta": 1000000,
+        "num_nextn_predict_layers": 0,
+    }
+
+
+def _gpt_oss(opts):
+    """openai/gpt-oss-120b's keys (vllm/model_executor/models/gpt_oss.py): even layers slide."""
+    return {
+        "intermediate_size": opts["expert_ffn_size"],
+        "num_local_experts": opts["experts"],
+        "num_experts_per_tok": opts["experts_used"],
+        "experts_per_token": opts["experts_used"],
+        "sliding_window": opts["sliding_window"],
+        "layer_types": ["sliding_attention" if il % 2 == 0 else "full_attention" for il in range(opts["layers"])],
+        "attention_bias": True,
+        "swiglu_limit": 7.0,
+        "rope_theta": 150000,
+        "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                         "original_max_position_embeddings": 4096, "truncate": False},
+        "initial_context_length": 4096,
+        "router_aux_loss_coef": 0.9,
+        "output_router_logits": False,
+    }
+
+
+def _qwen3_next(opts):
+    """Qwen/Qwen3-Next-80B-A3B's keys (vllm/model_executor/models/qwen3_next.py)."""
+    interval = opts["full_attention_interval"]
+    return {
+        "intermediate_size": opts["ffn_size"],
+        "moe_intermediate_size": opts["expert_ffn_size"],
+        "shared_expert_intermediate_size": opts["shared_experts"] * opts["expert_ffn_size"],
+        "num_experts": opts["experts"],
+        "num_experts_per_tok": opts["experts_used"],
+        "norm_topk_prob": True,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "full_attention_interval": interval,
+        "layer_types": ["full_attention" if (il + 1) % interval == 0 else "linear_attention"
+                        for il in range(opts["layers"])],
+        "linear_conv_kernel_dim": opts["linear_conv_kernel"],
+        "linear_key_head_dim": opts["linear_key_head_dim"],
+        "linear_value_head_dim": opts["linear_value_head_dim"],
+        "linear_num_key_heads": opts["linear_key_heads"],
+        "linear_num_value_heads": opts["linear_value_heads"],
+        "partial_rotary_factor": 0.25,
+        "rope_theta": 10000000,
+        "attention_bias": False,
+    }
+
+
+FAMILY_CONFIGS = {"deepseek-v3": _deepseek_v3, "qwen3-moe": _qwen3_moe, "glm4-moe": _glm4_moe, "gpt-oss": _gpt_oss,
+                  "qwen3-next": _qwen3_next}
 
 
 # --- weights ----------------------------------------------------------------------------------
@@ -293,6 +559,8 @@ FP8_TABLE = _fp8_table()
 BF16_ONE = struct.pack("<H", 0x3F80)
 # dequantised FP8 weight = fp8 value x scale_inv: ~0.001 .. 0.015
 FP8_SCALE_INV = struct.pack("<f", 0.004)
+# E8M0 exponent byte (bias 127): 2^-7
+MXFP4_SCALE = bytes([120])
 
 
 def _random_bytes(rng, count):
@@ -316,6 +584,9 @@ def tensor_chunks(name, dtype, dims, rng):
                 yield FP8_SCALE_INV * n
             else:
                 yield b"\0" * (4 * n)
+        elif dtype == "U8":
+            # MXFP4: random FP4 pairs (|value| <= 6) under one E8M0 scale of 2^-7 per 32 values
+            yield MXFP4_SCALE * n if name.endswith("_scales") else _random_bytes(rng, n)
         elif dtype == "F8_E4M3":
             yield _random_bytes(rng, n).translate(FP8_TABLE)
         elif dtype == "BF16":
@@ -409,8 +680,9 @@ def _count(dims):
 
 
 def options_digest(opts):
-    canonical = json.dumps({"revision": GENERATOR_REVISION, "options": dict((k, opts[k]) for k in CONTENT_OPTIONS)},
-                           sort_keys=True, separators=(",", ":"))
+    options = dict((k, opts[k]) for k in CONTENT_OPTIONS)
+    options.update((k, opts[k]) for k in FAMILY_DEFAULTS if k in opts and opts[k] != FAMILY_DEFAULTS[k])
+    canonical = json.dumps({"revision": GENERATOR_REVISION, "options": options}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
@@ -450,8 +722,16 @@ def write_model(directory, plan, mode=0o644):
     if os.path.exists(marker_path):
         os.unlink(marker_path)
     rng = random.Random(plan.opts["seed"])
+    sparse = plan.opts.get("weights") == "sparse"
     for file_name, entries in plan.shards:
-        header, _size = safetensors_header(entries)
+        header, size = safetensors_header(entries)
+        if sparse:
+            def hole(stream, header=header, size=size):
+                stream.write(header)
+                # the data's place as a hole: the file has its full size, reads as zeros, uses no disk
+                stream.truncate(len(header) + size)
+            atomic_write(os.path.join(directory, file_name), hole, mode)
+            continue
 
         def chunks(entries=entries, header=header):
             yield header
@@ -472,7 +752,8 @@ def write_sizes(plan):
     sizes = []
     for file_name, entries in plan.shards:
         header, data = safetensors_header(entries)
-        sizes.append((file_name, len(header) + data))
+        # a sparse file's hole takes no space
+        sizes.append((file_name, len(header) + (0 if plan.opts.get("weights") == "sparse" else data)))
     for name, content in sorted(plan.json_files().items()):
         sizes.append((name, _json_bytes(content)))
     sizes.append((MARKER_NAME, _json_bytes(plan.marker())))

@@ -2,6 +2,7 @@
 safetensors bytes read back with the standard library only, shards, the tokenizer, and the
 state of a directory. The module itself is tested in tests/unit/plugins/modules/test_synthetic_hf_module.py."""
 
+import hashlib
 import json
 import math
 import os
@@ -45,11 +46,11 @@ def bf16_to_float(two_bytes):
 # --- options ----------------------------------------------------------------------------------
 
 def test_defaults_are_a_small_minimax_m2_in_fp8():
-    assert sh.validate_options({}) == {
+    assert sh.validate_options({}) == dict({
         "architecture": "minimax-m2", "layers": 2, "hidden_size": 512, "attention_heads": 4, "kv_heads": 2,
         "head_dim": 128, "experts": 8, "experts_used": 2, "expert_ffn_size": 384, "ffn_size": 1024,
         "max_position_embeddings": 4096, "quantization": "fp8", "weight_block_size": [128, 128], "seed": 42,
-        "shard_max_mib": 0}
+        "shard_max_mib": 0}, **sh.FAMILY_DEFAULTS)
 
 
 def test_none_means_the_default_and_a_tuple_block_becomes_a_list():
@@ -65,8 +66,9 @@ def test_block_rules_apply_to_fp8_only():
 
 
 @pytest.mark.parametrize("options,message", [
-    ({"architecture": "mixtral"}, "architecture 'mixtral' is not one of llama, minimax-m2, qwen2"),
-    ({"quantization": "int4"}, "quantization 'int4' is not one of none, fp8"),
+    ({"architecture": "mixtral"}, "architecture 'mixtral' is not one of deepseek-v3, glm4-moe, gpt-oss, llama, "
+                                 "minimax-m2, qwen2, qwen3-moe, qwen3-next"),
+    ({"quantization": "int4"}, "quantization 'int4' is not one of none, fp8 for architecture minimax-m2"),
     ({"layers": 0}, "layers is 0, expected a positive integer"),
     ({"hidden_size": "512"}, "hidden_size is '512', expected a positive integer"),
     ({"kv_heads": True}, "kv_heads is True, expected a positive integer"),
@@ -435,3 +437,147 @@ def test_stale_files_are_old_weights_only(tmp_path):
         (tmp_path / name).write_text("")
     assert sh.stale_files(str(tmp_path), plan) == [
         "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", sh.INDEX_NAME]
+
+
+# --- the frontier MoE families ----------------------------------------------------------------
+
+def family_plan(family, **overrides):
+    return sh.ModelPlan(sh.validate_options(sh.family_options(family, **overrides)))
+
+
+def params(plan):
+    """Parameters of the checkpoint: MXFP4 blocks hold two values a byte, scales are no parameters."""
+    total = 0
+    for name, _dtype, dims in plan.tensors:
+        if name.endswith(("_scale_inv", "_scales")):
+            continue
+        count = 1
+        for d in dims:
+            count *= d
+        total += count * (2 if name.endswith("_blocks") else 1)
+    return total
+
+
+@pytest.mark.parametrize("family, billions, rel", [
+    # the model cards: DeepSeek-V3 671B main weights (+14B of MTP module, not served), Qwen3-235B-A22B
+    # 235B, GLM-4.5 355B with its MTP layer (2.3B), gpt-oss-120b 116.8B, Qwen3-Next-80B-A3B 80B,
+    # MiniMax-M2 230B
+    ("deepseek-v3", 671.0, 0.002), ("qwen3-moe", 235.1, 0.002), ("glm4-moe", 352.8, 0.005),
+    ("gpt-oss", 116.8, 0.005), ("qwen3-next", 80.0, 0.01), ("minimax-m2", 229.0, 0.01),
+])
+def test_full_size_families_have_their_model_cards_parameter_counts(family, billions, rel):
+    assert params(family_plan(family)) / 1e9 == pytest.approx(billions, rel=rel)
+
+
+def test_deepseek_v3_reduced_depth_keeps_its_widths_mla_experts_and_a_dense_first_layer():
+    plan = family_plan("deepseek-v3", layers=2)
+    config, shape, tensors = plan.config, plan.shape, tensors_by_name(plan)
+    assert (config["architectures"], config["model_type"]) == (["DeepseekV3ForCausalLM"], "deepseek_v3")
+    assert "head_dim" not in config and config["num_key_value_heads"] == 128
+    assert (config["first_k_dense_replace"], config["n_routed_experts"], config["n_shared_experts"],
+            config["n_group"], config["topk_group"], config["num_nextn_predict_layers"]) == (1, 256, 1, 8, 4, 0)
+    assert config["quantization_config"]["weight_block_size"] == [128, 128]
+    assert (shape["experts"], shape["dense_leading"], shape["shared_experts"], shape["dense_ffn_size"]) == (256, 1, 1, 18432)
+    assert shape["structure"]["attention"] == "mla" and shape["structure"]["k_values"] == [576, 576]
+    assert tensors["model.layers.0.mlp.gate_proj.weight"] == ("F8_E4M3", [18432, 7168])
+    assert "model.layers.0.mlp.experts.0.up_proj.weight" not in tensors
+    assert tensors["model.layers.1.mlp.experts.255.down_proj.weight"] == ("F8_E4M3", [7168, 2048])
+    assert tensors["model.layers.1.mlp.experts.255.down_proj.weight_scale_inv"] == ("F32", [56, 16])
+    assert tensors["model.layers.1.mlp.shared_experts.gate_proj.weight"] == ("F8_E4M3", [2048, 7168])
+    assert tensors["model.layers.1.self_attn.kv_a_proj_with_mqa.weight"] == ("F8_E4M3", [576, 7168])
+    assert tensors["model.layers.1.self_attn.q_b_proj.weight"] == ("F8_E4M3", [128 * 192, 1536])
+    assert tensors["model.embed_tokens.weight"] == ("BF16", [129280, 7168])
+    assert "model.layers.2.input_layernorm.weight" not in tensors
+
+
+def test_qwen3_moe_glm_gpt_oss_and_qwen3_next_configs_read_back_as_their_families():
+    qwen = family_plan("qwen3-moe", layers=2)
+    assert (qwen.shape["kv_heads"], qwen.shape["experts"], qwen.shape["expert_ffn_size"], qwen.shape["qk_norm"]) == \
+        (4, 128, 1536, True)
+    glm = family_plan("glm4-moe", layers=2)
+    assert (glm.config["partial_rotary_factor"], glm.config["use_qk_norm"], glm.config["attention_bias"]) == (0.5, True, True)
+    assert (glm.shape["experts"], glm.shape["dense_leading"], glm.shape["shared_expert_ffn_size"]) == (160, 1, 1536)
+    assert tensors_by_name(glm)["model.layers.1.self_attn.k_proj.bias"] == ("BF16", [8 * 128])
+    oss = family_plan("gpt-oss", layers=2)
+    assert oss.config["layer_types"] == ["sliding_attention", "full_attention"]
+    assert oss.config["quantization_config"]["quant_method"] == "mxfp4"
+    assert oss.shape["structure"]["layer_kinds"] == ["swa", "full"] and oss.shape["structure"]["window"] == 128
+    oss_tensors = tensors_by_name(oss)
+    assert oss_tensors["model.layers.0.mlp.experts.gate_up_proj_blocks"] == ("U8", [128, 5760, 90, 16])
+    assert oss_tensors["model.layers.0.mlp.experts.down_proj_scales"] == ("U8", [128, 2880, 90])
+    assert oss_tensors["model.layers.0.self_attn.q_proj.weight"] == ("BF16", [4096, 2880])
+    nxt = family_plan("qwen3-next", layers=4)
+    assert nxt.config["layer_types"] == ["linear_attention"] * 3 + ["full_attention"]
+    assert nxt.shape["structure"]["layer_kinds"] == ["recurrent"] * 3 + ["full"]
+    nxt_tensors = tensors_by_name(nxt)
+    assert nxt_tensors["model.layers.0.linear_attn.in_proj_qkvz.weight"] == ("BF16", [2 * 2048 + 2 * 4096, 2048])
+    assert nxt_tensors["model.layers.3.self_attn.q_proj.weight"] == ("BF16", [2 * 16 * 256, 2048])
+    assert nxt_tensors["model.layers.3.mlp.shared_expert.up_proj.weight"] == ("BF16", [512, 2048])
+    assert "model.layers.0.self_attn.q_proj.weight" not in nxt_tensors
+
+
+def test_reduced_depth_keeps_a_dense_layer_before_the_moe_ones():
+    assert sh.family_options("glm4-moe", layers=2)["dense_layers"] == 1
+    assert sh.family_options("glm4-moe", layers=1)["dense_layers"] == 0
+    assert sh.family_options("glm4-moe", layers=8)["dense_layers"] == 3
+    with pytest.raises(SyntheticHFError, match="family 'kimi' is not one of"):
+        sh.family_options("kimi")
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"architecture": "deepseek-v3", "kv_heads": 2, "attention_heads": 4},
+     "kv_heads 2 must equal attention_heads 4 for deepseek-v3"),
+    ({"architecture": "deepseek-v3", "kv_heads": 4, "attention_heads": 4, "experts": 6, "expert_groups": 4},
+     "experts 6 must split into expert_groups 4"),
+    ({"architecture": "gpt-oss", "quantization": "fp8"}, "quantization 'fp8' is not one of none, mxfp4 for architecture gpt-oss"),
+    ({"architecture": "gpt-oss", "quantization": "mxfp4", "hidden_size": 520}, "hidden_size 520 is not a multiple of the MXFP4 block 32"),
+    ({"architecture": "qwen3-moe", "dense_layers": 1}, "dense_layers (first_k_dense_replace) is a DeepSeek-V3 / GLM-4.x MoE key"),
+    ({"weights": "zeros"}, "weights 'zeros' is not one of random, sparse"),
+    ({"vocab": 5}, "unknown option(s) vocab"),
+])
+def test_family_options_that_cannot_make_a_model_are_named(options, message):
+    with pytest.raises(SyntheticHFError) as raised:
+        sh.validate_options(options)
+    assert message in str(raised.value)
+
+
+def test_family_keys_at_their_defaults_leave_the_digest_of_earlier_models_alone():
+    opts = sh.validate_options(SMALL)
+    old = json.dumps({"revision": sh.GENERATOR_REVISION, "options": dict((k, opts[k]) for k in sh.CONTENT_OPTIONS)},
+                     sort_keys=True, separators=(",", ":"))
+    assert sh.options_digest(opts) == hashlib.sha256(old.encode("utf-8")).hexdigest()
+    assert sh.options_digest(dict(opts, weights="sparse")) != sh.options_digest(opts)
+
+
+def test_sparse_weights_are_headers_over_holes_of_the_datas_size(tmp_path):
+    plan = family_plan("deepseek-v3", layers=2, weights="sparse", shard_max_mib=4096)
+    sh.write_model(str(tmp_path), plan)
+    total = 0
+    for name, entries in plan.shards:
+        path = str(tmp_path / name)
+        header, data = sh.safetensors_header(entries)
+        assert os.path.getsize(path) == len(header) + data
+        # a hole: far fewer blocks than the size (4 GiB files on a few KiB of disk)
+        assert os.stat(path).st_blocks * 512 < 1 << 20
+        with open(path, "rb") as handle:
+            head = handle.read(len(header))
+            assert handle.read(4096) == b"\0" * 4096
+        parsed = sh.hf.parse_safetensors_header(head, path)
+        assert [(n, parsed[n][0], parsed[n][1]) for n, _dt, _d in entries] == [(n, dt, list(d)) for n, dt, d in entries]
+        total += data
+    assert total == plan.weights_bytes > 14 << 30
+    assert [size for _n, size in sh.write_sizes(plan)][:len(plan.shards)] == \
+        [len(sh.safetensors_header(e)[0]) for _n, e in plan.shards]
+    assert sh.existing_state(str(tmp_path), plan) == "current"
+
+
+def test_mxfp4_weights_are_random_blocks_under_one_scale(tmp_path):
+    plan = sh.ModelPlan(sh.validate_options({
+        "architecture": "gpt-oss", "quantization": "mxfp4", "layers": 2, "hidden_size": 64, "attention_heads": 2,
+        "kv_heads": 1, "head_dim": 32, "experts": 4, "experts_used": 2, "expert_ffn_size": 64}))
+    sh.write_model(str(tmp_path), plan)
+    header, _length, body = read_safetensors(str(tmp_path / "model.safetensors"))
+    start, stop = header["model.layers.1.mlp.experts.down_proj_scales"]["data_offsets"]
+    assert body[start:stop] == bytes([120]) * (4 * 64 * 2)
+    start, stop = header["model.layers.1.mlp.experts.gate_up_proj_blocks"]["data_offsets"]
+    assert stop - start == 4 * 128 * 2 * 16 and len(set(body[start:stop])) > 200
