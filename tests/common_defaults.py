@@ -50,3 +50,18 @@ def common_default(name):
 ENGINES = common_default('gpulab_engines')
 # Every engine's units in table order, as filter engine_units gives gpulab_own_unit_patterns.
 OWN_UNITS = [unit for entry in ENGINES.values() for unit in entry['units']]
+
+
+def engine_ports(engine, values):
+    """An engine's ports from role common's table with their Jinja (port, enabled) rendered from
+    values, as Ansible renders them from the variables it has."""
+    import jinja2  # pylint: disable=import-outside-toplevel
+
+    rendered = []
+    for port in common_defaults()['gpulab_engines'][engine]['ports']:
+        port = dict(port)
+        for key in ('port', 'enabled'):
+            if isinstance(port.get(key), str):
+                port[key] = jinja2.Environment().from_string(port[key]).render(**values)
+        rendered.append(port)
+    return rendered

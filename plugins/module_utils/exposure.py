@@ -176,14 +176,15 @@ def planned_ports(node, settings, engine_ports=()):
     node: {'head': bool, 'worker': bool, 'vllm_node': bool, 'vllm_multi_node': bool, 'rpc_servers': how
     many RPC servers the node may run (its GPUs)}.
     settings: the port variables as the operator set them or their defaults (common's), by name.
-    engine_ports: the engine's ports from role common's engine table, each {'variable', 'what', 'at':
+    engine_ports: the engine's ports from role common's engine table, each {'variable', 'port' (its
+    value; settings[variable] where absent), 'what', 'at':
     head | worker | spanning (the head or a vLLM node where the layout spans nodes), 'per_gpu': one
     port per RPC server, 'enabled': false for a port the engine's settings leave unused}.
     """
     planned = []
 
-    def add(variable, count, what):
-        base = whole_port(settings.get(variable), variable)
+    def add(variable, count, what, value=None):
+        base = whole_port(settings.get(variable) if value is None else value, variable)
         last = base + count - 1
         if last > 65535:
             raise ExposureError("%s=%d leaves no room for %d ports (the last would be %d): set it to %d or below"
@@ -197,7 +198,7 @@ def planned_ports(node, settings, engine_ports=()):
             raise ExposureError("gpulab_engines: a port's at is %r; use head, worker or spanning" % (port.get("at"),))
         if where[port["at"]] and str(port.get("enabled", True)).strip().lower() not in ("false", "0", "no", ""):
             count = max(1, int(node.get("rpc_servers") or 1)) if port.get("per_gpu") else 1
-            add(port["variable"], count, port["what"])
+            add(port["variable"], count, port["what"], port.get("port"))
     if node.get("head"):
         add("model_serve_port", 1, "the node-to-node copy's file server")
     return planned

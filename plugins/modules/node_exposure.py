@@ -29,7 +29,7 @@ options:
   engine_ports:
     description:
       - The ports of the engine deployed, from role common's engine table (C(gpulab_engine_spec.ports)) - each a
-        C(variable) of O(settings), C(at) (V(head), V(worker), or V(spanning) - the head or a vLLM node of a
+        C(variable) named in messages with its value C(port) (else the value in O(settings)), C(at) (V(head), V(worker), or V(spanning) - the head or a vLLM node of a
         layout spanning nodes), C(what) it is, C(per_gpu) (one port per RPC server from that base) and
         C(enabled) (false where the engine's settings leave it unused).
     type: list
@@ -61,9 +61,8 @@ options:
     default: 1
   settings:
     description:
-      - The port variables by name, as set or defaulted (C(llama_rpc_server_port_base), C(llama_server_port),
-        C(vllm_server_port), C(vllm_server_master_port), C(vllm_server_dp_rpc_port), C(vllm_server_ray_port),
-        C(model_serve_port), C(vllm_server_distributed_backend)).
+      - The port variables by name, as set or defaulted - C(model_serve_port), and any port of O(engine_ports)
+        given without its value.
     type: dict
     required: true
   ansible_port:

@@ -27,12 +27,18 @@ Listens on 127.0.0.1 only. Use it in-process:
 
     with OpenAIDouble(ttft_s=0.2, itl_s=0.02) as server:
         server.base_url  # http://127.0.0.1:<port>
+
+or as a program on a lab node (the "echo" engine of tests/engines, a third engine added to the
+engine table by a test only): python3 openai_stream_server.py PORT [MODEL], on 127.0.0.1:PORT until
+SIGTERM, with llama-server's /health.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import signal
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -63,8 +69,8 @@ def common_prefix(first, second):
 class LoopbackServer:
     """An HTTP server on 127.0.0.1 (a free port) run in a thread for the length of a `with` block."""
 
-    def __init__(self, handler):
-        self.httpd = ThreadingHTTPServer(('127.0.0.1', 0), handler)
+    def __init__(self, handler, port=0):
+        self.httpd = ThreadingHTTPServer(('127.0.0.1', port), handler)
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
@@ -85,7 +91,7 @@ class LoopbackServer:
 class OpenAIDouble(LoopbackServer):
     def __init__(self, ttft_s=0.05, itl_s=0.01, api_key='', model='double-model', mode='stream',
                  reasoning_tokens=0, reasoning_field='reasoning_content', keepalive=True, timings=True,
-                 tokenizer=True, props=True):
+                 tokenizer=True, props=True, port=0):
         self.ttft_s = ttft_s
         self.itl_s = itl_s
         self.api_key = api_key
@@ -103,7 +109,7 @@ class OpenAIDouble(LoopbackServer):
         self.active = 0
         self.max_active = 0
         self.lock = threading.Lock()
-        super().__init__(_handler(self))
+        super().__init__(_handler(self), port)
 
 
 def _chunk(choices, **extra):
@@ -145,6 +151,8 @@ def _handler(double):
                 return
             if self.path == '/v1/models':
                 self._json(200, {'object': 'list', 'data': [{'id': double.model, 'object': 'model'}]})
+            elif self.path == '/health':
+                self._json(200, {'status': 'ok'})
             elif self.path == '/props' and double.props:
                 self._json(200, {'default_generation_settings': {'params': {'temperature': 0.8}}})
             else:
@@ -248,3 +256,19 @@ def _handler(double):
             self.close_connection = True
 
     return Handler
+
+
+def serve(argv):
+    """Serve on 127.0.0.1:argv[0] (model name argv[1]) until SIGTERM or SIGINT."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    model = argv[1] if len(argv) > 1 else 'double-model'
+    with OpenAIDouble(ttft_s=0.02, itl_s=0.005, model=model, port=int(argv[0])) as server:
+        print('serving on %s' % server.base_url, flush=True)
+        stop.wait()
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(serve(sys.argv[1:]))

@@ -3,7 +3,6 @@ listens where, what the collection would take, and each collision named by its v
 
 from pathlib import Path
 
-import jinja2
 import pytest
 
 from ansible_collections.gpulab.inference.plugins.module_utils.exposure import (
@@ -20,7 +19,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.exposure import (
     ssh_ports,
 )
 
-from common_defaults import common_default
+from common_defaults import common_default, engine_ports
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "proc"
 TCP = (FIXTURES / "net-tcp.txt").read_text()
@@ -35,16 +34,9 @@ ENGINES = common_default("gpulab_engines")
 
 
 def ports(*engines, **settings):
-    """The engines' ports from role common's table, their enabled flags rendered as Ansible would."""
+    """The engines' ports from role common's table, rendered from these settings as Ansible would."""
     values = dict(SETTINGS, **settings)
-    found = []
-    for name in engines:
-        for port in ENGINES[name]["ports"]:
-            port = dict(port)
-            if "enabled" in port:
-                port["enabled"] = jinja2.Environment().from_string(port["enabled"]).render(**values)
-            found.append(port)
-    return found
+    return [port for name in engines for port in engine_ports(name, values)]
 
 
 def planned(node, engines, settings=None):

@@ -8,15 +8,14 @@ import module_harness
 from module_harness import ExitJson, FailJson
 
 from ansible_collections.gpulab.inference.plugins.modules import node_exposure
-from common_defaults import common_default
+from common_defaults import common_default, engine_ports
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "proc"
 SETTINGS = {"llama_rpc_server_port_base": 50052, "llama_server_port": 8081, "vllm_server_port": 8000, "model_serve_port": 18090}
 ENGINES = common_default("gpulab_engines")
-# an engine's ports and API as the preflight passes them (gpulab_engine_spec); the head alone: no
-# multi-node port is planned, so vLLM's enabled flags stay unrendered
-LLAMA_CPP = {"engine_ports": ENGINES["llama_cpp"]["ports"], "api_prefix": ENGINES["llama_cpp"]["api"]["prefix"]}
-VLLM = {"engine_ports": ENGINES["vllm"]["ports"], "api_prefix": ENGINES["vllm"]["api"]["prefix"]}
+# an engine's ports and API as the preflight passes them (gpulab_engine_spec), rendered from the settings
+LLAMA_CPP = {"api_prefix": ENGINES["llama_cpp"]["api"]["prefix"]}
+VLLM = {"api_prefix": ENGINES["vllm"]["api"]["prefix"], "engine": "vllm"}
 
 
 def proc_tree(root):
@@ -36,6 +35,9 @@ def proc_tree(root):
 def run(tmp_path, **args):
     params = dict(LLAMA_CPP, settings=SETTINGS, node_name="node-a", proc_root=str(proc_tree(tmp_path / "proc")))
     params.update(args)
+    values = dict({"vllm_server_distributed_backend": "mp", "vllm_server_master_port": 29501,
+                   "vllm_server_dp_rpc_port": 13345, "vllm_server_ray_port": 6379}, **params["settings"])
+    params["engine_ports"] = engine_ports(params.pop("engine", "llama_cpp"), values)
     return module_harness.run_module(node_exposure.main, params, {}, {})
 
 
