@@ -20,6 +20,8 @@
 #   GPULAB_VLLM_WHEELHOUSE    else: a wheelhouse (scripts/vllm-wheelhouse.sh) installed --no-deps into
 #                             GPULAB_FAMILIES_WORK/vsite
 #   GPULAB_FAMILIES_TIMEOUT_S per family (default 300); the whole process group is stopped after it
+#   GPULAB_FAMILIES_BUDGET_S  the whole run (default 570, for a host that ends a command at 600 s): a
+#                             family gets what is left of it, less 30 s, and none below 60 s is started
 #   GPULAB_FAMILIES_MAX_MODEL_LEN (default 4096), GPULAB_FAMILIES_UTIL (default 0.9)
 #   GPULAB_FAMILIES_WORK      models and caches (default /tmp/gpulab-families)
 #   GPULAB_FAMILIES_LAYERS_<family, - as _>  layers of that family (defaults below)
@@ -32,6 +34,7 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 work=${GPULAB_FAMILIES_WORK:-/tmp/gpulab-families}
 timeout_s=${GPULAB_FAMILIES_TIMEOUT_S:-300}
+deadline=$((SECONDS + ${GPULAB_FAMILIES_BUDGET_S:-570}))
 max_model_len=${GPULAB_FAMILIES_MAX_MODEL_LEN:-4096}
 util=${GPULAB_FAMILIES_UTIL:-0.9}
 python=$(command -v python3)
@@ -109,11 +112,17 @@ for family in "${families[@]}"; do
   fi
   log "$family: $layers layers, $("$python" -c 'import json,sys; w=json.load(open(sys.argv[1])); print("%.2f GiB of weights in %d file(s), %s" % (w["weights_bytes"] / 2**30, len(w["shards"]), w["state_before"]))' "$dir/write.json") ($((SECONDS - start)) s)"
   wait_gpu_free
+  limit=$((deadline - SECONDS - 30))
+  [ "$limit" -le "$timeout_s" ] || limit=$timeout_s
+  if [ "$limit" -lt 60 ]; then
+    log "$family: skipped, $((deadline - SECONDS)) s of GPULAB_FAMILIES_BUDGET_S left"
+    continue
+  fi
   start=$SECONDS
   setsid "$python" "$repo/scripts/gpu-families.py" load "$model" "$max_model_len" "$util" >"$dir/vllm.log" 2>&1 &
   pid=$!
   status=timeout
-  while [ $((SECONDS - start)) -lt "$timeout_s" ]; do
+  while [ $((SECONDS - start)) -lt "$limit" ]; do
     if ! kill -0 "$pid" 2>/dev/null; then
       if wait "$pid"; then status=ok; else status="exit $?"; fi
       break
@@ -148,7 +157,9 @@ PY
   fi 2> >(while read -r line; do log "  $line"; done)
 done
 
-"$python" - "$out/families.json" "$vllm_version" "$gpu_name" "$gpu_mib" "${results[@]}" <<'PY'
+# Every family compared on this machine so far (GPULAB_FAMILIES_WORK/families.json: a later call
+# adds its families to an earlier call's), copied to OUTDIR.
+"$python" - "$work/families.json" "$vllm_version" "$gpu_name" "$gpu_mib" ${results[@]+"${results[@]}"} <<'PY'
 import json, sys
 path, version, name, mib = sys.argv[1:5]
 rows = [json.load(open(p)) for p in sys.argv[5:]]
@@ -156,10 +167,10 @@ try:
     done = json.load(open(path))["families"]
 except (OSError, ValueError, KeyError):
     done = []
-# a later call adds its families to those an earlier call left here
 merged = dict((r["family"], r) for r in done)
 merged.update((r["family"], r) for r in rows)
 json.dump({"vllm": version, "gpu": name, "gpu_memory_mib": int(mib), "families": list(merged.values())},
           open(path, "w"), indent=2, sort_keys=True)
 PY
+cp "$work/families.json" "$out/families.json"
 log "done: $out/families.json (${#results[@]} of ${#families[@]} families compared)"
