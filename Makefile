@@ -98,6 +98,22 @@ demo: lab llama-cpp-archive ## Deploy on the container lab and print what it ser
 facts: deps ## GPU facts table of an inventory: make facts INVENTORY=inventory/lab
 	@ansible-playbook -i $(or $(INVENTORY),inventory/lab) playbooks/facts.yml
 
+# ---- faults ---------------------------------------------------------------------------------
+# The fault matrix (docs/faults.md) on a lab of its own, deployed first: each case under a steady load
+# of one chat completion a second on the head; FAULTS_CASES picks some (scripts/faults.py's CASES).
+FAULTS_LAB ?= gpulab-flt
+FAULTS_FABRIC_PREFIX ?= 10.231.83
+FAULTS_CASES ?=
+.PHONY: faults
+faults: export GPULAB_LAB_NAME := $(FAULTS_LAB)
+faults: export GPULAB_LAB_FABRIC_PREFIX := $(FAULTS_FABRIC_PREFIX)
+faults: deps llama-cpp-archive lab-images ## Fault matrix on the container lab (FAULTS_LAB): figures for docs/faults.md
+	$(call step,lab $(FAULTS_LAB): create and deploy)
+	@ansible-playbook -i inventory/demo molecule/lab/create.yml
+	@ansible-playbook -i inventory/demo deploy.yml
+	$(call step,fault matrix: $(or $(FAULTS_CASES),every case))
+	@python scripts/faults.py --lab $(FAULTS_LAB) $(if $(FAULTS_CASES),--cases $(FAULTS_CASES))
+
 # ---- checks ---------------------------------------------------------------------------------
 .PHONY: test lint sanity unit molecule build integration-llama
 # Two lanes at once (scripts/lanes.sh), each on a lab of its own: most steps keep one core busy,
