@@ -30,6 +30,8 @@ ALLOWED = {
     # The RPC guard's program runs on the node, outside Ansible, and stops the servers itself
     # while their firewall table is gone; role service installs it (entry point guard).
     "plugins/module_utils/rpc_guard.py": "the RPC guard's program, run by role service's guard entry point",
+    # The hung-worker watch runs inside that program (the guard loads it) and starts a killed server again.
+    "plugins/module_utils/rpc_watch.py": "the RPC watch, run on the node by the guard's program",
     # The one rule for auto (module service_manager, which role common runs once per play) and the
     # names and values role service hands each manager, behind its filters.
     "plugins/modules/service_manager.py": "the one rule for gpulab_service_manager auto",
@@ -105,11 +107,10 @@ def test_role_service_runs_the_plugins_it_owns():
 
 
 # Still to move behind role service (issue 50), each a file that names a manager today; the list
-# only shrinks: a file not listed here fails the test. 32 files at bc3595e by this test's rule, 22 now.
-# - the RPC firewall and guard pair, written per manager in role llama_rpc_server (entry points
-#   firewall and guard of role service to come), and what feeds them;
-# - the serving roles' supervisord program options (startretries, environment), set by each role
-#   in supervisord's terms instead of one restart policy role service translates;
+# only shrinks: a file not listed here fails the test. 32 files at bc3595e by this test's rule, 22
+# before role service's entry points firewall and guard and its neutral restart policy, 17 now.
+# - the serving roles' options that only supervisord reads (start attempts, more environment), named
+#   and documented in its terms;
 # - the plan modules that ask systemd for its version or its units, and write unit directives;
 # - supervisord's shared paths in role common, read by roles service, supervisor and gpu_drain;
 # - the node's own process-to-service mapping (gpu_residency and nvidia_smi read a program's
@@ -119,14 +120,9 @@ roles/common/defaults/main/service-manager.yml
 roles/common/meta/argument_specs.yml
 roles/llama_rpc_server/defaults/main.yml
 roles/llama_rpc_server/meta/argument_specs.yml
-roles/llama_rpc_server/tasks/guard_supervisor.yml
-roles/llama_rpc_server/tasks/service.yml
-roles/llama_rpc_server/vars/main.yml
 roles/llama_server/defaults/main.yml
 roles/llama_server/meta/argument_specs.yml
-roles/llama_server/tasks/service.yml
 roles/vllm_server/meta/argument_specs.yml
-roles/vllm_server/tasks/service.yml
 plugins/module_utils/bounded_command.py
 plugins/module_utils/llama_service.py
 plugins/module_utils/nvidia_smi.py
@@ -138,12 +134,15 @@ plugins/modules/llama_rpc_server_plan.py
 plugins/modules/llama_server_plan.py
 plugins/modules/vllm_plan.py
 """.split())
-PER_MANAGER_STILL_TO_MOVE = frozenset("""
-roles/llama_rpc_server/tasks/firewall_supervisor.yml
-roles/llama_rpc_server/tasks/firewall_systemd.yml
-roles/llama_rpc_server/tasks/guard_supervisor.yml
-roles/llama_rpc_server/tasks/guard_systemd.yml
-""".split())
+# Task files per manager outside role service: none left (the RPC firewall and guard pair moved to
+# role service's entry points firewall and guard).
+PER_MANAGER_STILL_TO_MOVE = frozenset()
+
+
+def test_the_lists_only_hold_files_that_still_name_a_manager():
+    # a file moved behind role service leaves the list, so the count above stays true
+    assert sorted(STILL_TO_MOVE - set(files_naming_a_manager())) == []
+    assert sorted(PER_MANAGER_STILL_TO_MOVE - set(per_manager_task_files())) == []
 
 
 def test_no_other_file_outside_role_service_names_a_manager():

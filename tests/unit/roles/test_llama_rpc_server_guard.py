@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The RPC guard's files (roles/llama_rpc_server/templates/gpulab-rpc-guard*, the wrapper from the plan's
+"""The RPC guard's files (role service's entry point guard: its unit, its program and the servers'
+drop-in, with what roles/llama_rpc_server/tasks/main.yml passes it; the wrapper from the plan's
 guard_wrapper through roles/service/templates/wrapper.sh.j2): the wrapper passes
 the table, every server's port and unit to module_utils/rpc_guard.py, the servers' drop-in checks
 the table as root before each start, and the names stay clear of the servers' prefix (whose
@@ -20,7 +21,8 @@ from ansible_collections.gpulab.inference.plugins.module_utils.rpc_guard import 
 
 REPO = Path(__file__).resolve().parents[3]
 ROLE = REPO / 'roles' / 'llama_rpc_server'
-WRAPPER = REPO / 'roles' / 'service' / 'templates' / 'wrapper.sh.j2'
+SERVICE = REPO / 'roles' / 'service'
+WRAPPER = SERVICE / 'templates' / 'wrapper.sh.j2'
 VARS = yaml.safe_load((ROLE / 'vars' / 'main.yml').read_text())
 
 
@@ -39,8 +41,7 @@ def render(name, manager='systemd'):
         '__llama_rpc_server_firewall_unit': 'gpulab-rpc-server-firewall.service',
         'discovered_interpreter_python': '/usr/bin/python3',
     }
-    for key in ('__llama_rpc_server_guard_name', '__llama_rpc_server_guard_unit', '__llama_rpc_server_guard_program',
-                '__llama_rpc_server_guard_code', '__llama_rpc_server_guard_interval_s', '__llama_rpc_server_guard_python'):
+    for key in ('__llama_rpc_server_guard_name', '__llama_rpc_server_guard_code', '__llama_rpc_server_guard_interval_s', '__llama_rpc_server_guard_python'):
         value = VARS[key]
         values[key] = env.from_string(value).render(**values).strip() if isinstance(value, str) else value
     if name == WRAPPER:
@@ -79,22 +80,62 @@ def test_under_supervisord_the_wrapper_guards_the_programs():
     assert args.units == ['gpulab-rpc-server-0', 'gpulab-rpc-server-1']
 
 
+def guard_call(manager='systemd'):
+    """Role service's guard templates, rendered with the vars tasks/main.yml passes its entry point guard."""
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True,
+                             loader=jinja2.FileSystemLoader(str(SERVICE / 'templates')))
+    env.filters.update(FilterModule().filters())
+    unused, values = render(WRAPPER, manager)
+    call = next(task for task in yaml.safe_load((ROLE / 'tasks' / 'main.yml').read_text())
+                if task.get('ansible.builtin.include_role', {}).get('tasks_from') == 'guard')
+    values['llama_rpc_server_service_manager'] = manager
+    service_defaults = yaml.safe_load((SERVICE / 'defaults' / 'main.yml').read_text())
+    service_vars = yaml.safe_load((SERVICE / 'vars' / 'main.yml').read_text())
+    scope = dict(service_defaults)
+    scope.update({key: service_vars[key] for key in ('__service_restart_directive', '__service_program_autorestart')})
+    for key, value in call['vars'].items():
+        if key in ('service_guard_wrapper', 'service_guard_files'):
+            continue  # rendered by file_set, not by these templates
+        if isinstance(value, str):
+            value = env.from_string(value).render(**values)
+            value = int(value) if value.isdigit() else value
+        elif isinstance(value, list):
+            value = [env.from_string(item).render(**values) for item in value]
+        scope[key] = value
+    scope.update(gpulab_log_dir='/var/log/gpulab', __service_program=scope['service_name'])
+    return env, scope, call
+
+
 def test_every_server_start_checks_the_table_as_root():
-    text, unused = render('gpulab-rpc-guard.conf.j2')
+    env, scope, unused = guard_call()
+    text = env.get_template('guard-check.conf.j2').render(**scope)
     lines = [line for line in text.splitlines() if line and not line.startswith('#')]
     assert lines == ['[Service]', 'ExecStartPre=+/opt/gpulab/bin/gpulab-rpc-guard --check']
 
 
 def test_the_guard_restarts_for_ever_and_runs_the_wrapper():
-    text, values = render('gpulab-rpc-guard.service.j2')
-    assert values['__llama_rpc_server_guard_unit'] == 'gpulab-rpc-guard.service'
-    for line in ('ExecStart=/opt/gpulab/bin/gpulab-rpc-guard', 'Restart=always', 'StartLimitIntervalSec=0',
+    env, scope, unused = guard_call()
+    text = env.get_template('guard.service.j2').render(**scope)
+    for line in ('ExecStart=/opt/gpulab/bin/gpulab-rpc-guard', 'Restart=always', 'RestartSec=1', 'StartLimitIntervalSec=0',
                  'After=gpulab-rpc-server-firewall.service', 'WantedBy=multi-user.target'):
         assert line in text.splitlines()
 
 
 def test_the_guard_s_program_is_not_one_of_the_servers_programs():
-    # service_supervisor.yml removes `gpulab-rpc-server-*.conf` programs beyond the plan
-    text, values = render('gpulab-rpc-guard.supervisor.conf.j2', 'supervisor')
-    assert '[program:gpulab-rpc-guard]' in text.splitlines()
-    assert not values['__llama_rpc_server_guard_name'].startswith('gpulab-rpc-server-')
+    # role service's supervisor.yml removes `gpulab-rpc-server-*.conf` programs beyond the plan
+    env, scope, unused = guard_call('supervisor')
+    text = env.get_template('program.conf.j2').render(**scope)
+    lines = text.splitlines()
+    assert '[program:gpulab-rpc-guard]' in lines
+    assert 'command=/opt/gpulab/bin/gpulab-rpc-guard' in lines and 'autorestart=true' in lines
+    assert 'startsecs=1' in lines and 'stdout_logfile_maxbytes=10MB' in lines
+    # root: it reads the ruleset and stops the servers' programs
+    assert not any(line.startswith('user=') for line in lines)
+    assert not scope['service_name'].startswith('gpulab-rpc-server-')
+
+
+def test_the_guard_runs_only_where_the_table_protects_the_servers():
+    unused, unused, call = guard_call()
+    assert call['when'] == ['llama_rpc_server_firewall_enabled | bool', 'service_firewall_result.protected | bool']
+    assert call['vars']['service_guarded_name'] == '{{ llama_rpc_server_unit_name }}'
+    assert call['vars']['service_guarded_instances'] is True
