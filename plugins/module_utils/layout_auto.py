@@ -64,15 +64,18 @@ def steady_devices(devices, step_mib=STEADY_STEP_MIB):
     return steady
 
 
-def kept_mib(gpu, processes, own_units=(), drained=None, total_mib=None, step_mib=STEADY_STEP_MIB):
+def kept_mib(gpu, processes, own_units=(), drained=None, total_mib=None, step_mib=STEADY_STEP_MIB, reserved_mib=0):
     """MiB a GPU keeps for services that stay beside the collection's: its memory less what is
     available (gguf_plan.available_mib, the memory_plan rule: free, plus the collection's own
     units, plus what the drain frees), the available memory seen in whole steps so that drift does
-    not change a pinned plan. gpu: gpu_residency's GPU; None when it reports no free memory."""
+    not change a pinned plan. gpu: gpu_residency's GPU; None when it reports no free memory.
+    reserved_mib: what kept services that are down or still loading will take again
+    (kept_room.reserve), out of the available memory."""
     total = gpu.get("memory_total_mib") if total_mib is None else total_mib
     available = gp.available_mib(gpu, processes, own_units, drained)
     if total is None or available is None:
         return None
+    available = max(0, available - (reserved_mib or 0))
     if step_mib:
         available = int(available // step_mib) * step_mib
     return int(max(0, min(total, total - available)))

@@ -1,0 +1,124 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to gpulab.inference
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Kept services keep their room: the memory plan reserves for each kept service (gpu_drain's
+keep patterns) the GPU memory it held when it was last seen running, or what the operator
+states, whether it runs at plan time or not.
+
+Free memory at plan time counts a kept service only while it runs: one that is restarting, or
+stopped for a moment, holds nothing then, the plan fills the GPU, and the service cannot start
+again ("CUDA out of memory"). So the GPU inventory keeps a history (update_history, run at every
+look at the GPUs): per keep pattern and GPU, the most memory its processes held together. The plan
+then reserves (reserve) what a kept service is missing now: its whole figure when it is not
+running, the difference when it runs with less (still loading); a running service at or above its
+figure is already out of the free memory. Each reservation says why, for the plan's output.
+
+Pure functions over gpu_residency's processes (systemd_unit, supervisor_program, container,
+gpu_index, used_memory_mib).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import fnmatch
+
+
+class KeptRoomError(ValueError):
+    pass
+
+
+def process_names(process):
+    """The names a keep pattern matches a GPU process by, as gpu_drain.consumer_names does for its
+    consumers: the unit with and without .service, the supervisord program with and without its
+    group, the container's name."""
+    names = []
+    unit = process.get('systemd_unit')
+    if unit:
+        names.append(unit)
+        if unit.endswith('.service'):
+            names.append(unit[:-len('.service')])
+    program = process.get('supervisor_program')
+    if program:
+        names.append(program)
+        if ':' in program:
+            names.append(program.split(':', 1)[1])
+    if process.get('container'):
+        names.append(process['container'])
+    return names
+
+
+def held_by_pattern(processes, keep):
+    """{pattern: {gpu_index (str): MiB}} held now by the processes each keep pattern matches (the
+    first pattern that matches a process takes it, as the drain decides)."""
+    held = {}
+    for process in processes or []:
+        names = process_names(process)
+        for pattern in keep:
+            if any(fnmatch.fnmatchcase(name, pattern) for name in names):
+                gpus = held.setdefault(pattern, {})
+                index = str(process.get('gpu_index'))
+                gpus[index] = gpus.get(index, 0) + int(process.get('used_memory_mib') or 0)
+                break
+    return held
+
+
+def update_history(history, processes, keep, now):
+    """The history after one look: for each kept pattern seen running, per GPU, the most it held
+    (this look or an earlier one), with when it was last seen. history: {pattern: {'gpus': {index:
+    MiB}, 'seen_at': text}}; patterns no longer kept are dropped."""
+    out = {}
+    held = held_by_pattern(processes, keep)
+    for pattern in keep:
+        before = (history or {}).get(pattern) or {}
+        gpus = dict((str(k), int(v)) for k, v in (before.get('gpus') or {}).items())
+        seen_at = before.get('seen_at')
+        for index, mib in (held.get(pattern) or {}).items():
+            gpus[index] = max(gpus.get(index, 0), mib)
+            seen_at = now
+        if gpus:
+            out[pattern] = {'gpus': gpus, 'seen_at': seen_at}
+    return out
+
+
+def _stated(stated, keep):
+    """The operator's figures ({pattern: MiB}), each checked; a pattern that is not kept is refused."""
+    out = {}
+    for pattern, mib in (stated or {}).items():
+        if pattern not in keep:
+            raise KeptRoomError('gpulab_kept_mib names %r, which is not a keep pattern (gpu_drain_keep: %s); '
+                                'add it there or remove it' % (pattern, ', '.join(keep) or 'none'))
+        if isinstance(mib, bool) or not isinstance(mib, int) or mib < 0:
+            raise KeptRoomError('gpulab_kept_mib[%r] is %r; give the MiB the service holds, a whole number >= 0'
+                                % (pattern, mib))
+        out[pattern] = mib
+    return out
+
+
+def reserve(history, stated, processes, keep, gpu_indices):
+    """{gpu_index (str): {'reserved_mib': n, 'why': [...]}} for every GPU of gpu_indices: what the plan
+    must leave free beyond today's free memory for the kept services.
+
+    stated: {pattern: MiB} from the operator, on each GPU the history saw the service on (every GPU
+    of the node when it never was seen) and in place of the history's figure there."""
+    stated = _stated(stated, keep)
+    held = held_by_pattern(processes, keep)
+    out = dict((str(i), {'reserved_mib': 0, 'why': []}) for i in gpu_indices)
+    for pattern in keep:
+        figures = dict((str(k), int(v)) for k, v in (((history or {}).get(pattern) or {}).get('gpus') or {}).items())
+        source = 'the most it held when last seen running (%s)' % ((history or {}).get(pattern) or {}).get('seen_at')
+        if pattern in stated:
+            figures = dict((index, stated[pattern]) for index in (figures or out))
+            source = 'gpulab_kept_mib'
+        for index, mib in sorted(figures.items()):
+            if index not in out:
+                continue
+            now = (held.get(pattern) or {}).get(index, 0)
+            missing = max(0, mib - now)
+            if not missing:
+                continue
+            out[index]['reserved_mib'] += missing
+            state = 'not running now' if not now else 'running with %d MiB now' % now
+            out[index]['why'].append('%s: %d MiB reserved on GPU %s (%d MiB from %s; %s)'
+                                     % (pattern, missing, index, mib, source, state))
+    return out
