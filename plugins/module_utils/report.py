@@ -523,46 +523,71 @@ def residency_bars(doc):
     return labels, [s for s in stacks if any(s[1])], totals
 
 
-def throughput_series(doc):
+def plot_endpoints(doc):
+    """The endpoints the plots draw, each (label, its sweep): every endpoint of a side-by-side run
+    (llm_benchmark's compare), else the one benchmarked, named by its label or engine."""
+    if doc.get('side_by_side'):
+        return [(entry['label'], entry) for entry in doc['side_by_side']]
     bench = doc.get('benchmark') or {}
-    levels = bench.get('levels') or []
-    return {
-        'concurrency': [lv['concurrency'] for lv in levels],
-        'aggregate_tok_s': [lv['aggregate_output_tok_s'] for lv in levels],
-        'decode_tok_s': [lv['decode_tok_s'] for lv in levels],
-        'server_decode_tok_s': [(lv.get('server') or {}).get('decode_tok_s') for lv in levels],
-    }
+    if not bench:
+        return []
+    return [(bench.get('label') or bench.get('engine') or 'endpoint', bench)]
+
+
+def throughput_series(doc):
+    """Per endpoint, its concurrency levels' aggregate and per-stream decode (and llama-server's
+    own decode where the server reported it)."""
+    out = []
+    for label, entry in plot_endpoints(doc):
+        levels = entry.get('levels') or []
+        out.append({
+            'label': label,
+            'concurrency': [lv['concurrency'] for lv in levels],
+            'aggregate_tok_s': [lv['aggregate_output_tok_s'] for lv in levels],
+            'decode_tok_s': [lv['decode_tok_s'] for lv in levels],
+            'server_decode_tok_s': [(lv.get('server') or {}).get('decode_tok_s') for lv in levels],
+        })
+    return out
 
 
 def latency_series(doc):
-    """TTFT and TPOT percentiles per concurrency level, for the latency plot."""
-    levels = (doc.get('benchmark') or {}).get('levels') or []
-    return {
-        'concurrency': [lv['concurrency'] for lv in levels],
-        'ttft_p50_s': [lv['ttft_s']['p50'] for lv in levels],
-        'ttft_p99_s': [lv['ttft_s']['p99'] for lv in levels],
-        'tpot_p50_ms': [None if lv['tpot_s']['p50'] is None else 1000.0 * lv['tpot_s']['p50'] for lv in levels],
-        'tpot_p99_ms': [None if lv['tpot_s']['p99'] is None else 1000.0 * lv['tpot_s']['p99'] for lv in levels],
-    }
+    """Per endpoint, TTFT and TPOT percentiles per concurrency level, for the latency plot."""
+    out = []
+    for label, entry in plot_endpoints(doc):
+        levels = entry.get('levels') or []
+        out.append({
+            'label': label,
+            'concurrency': [lv['concurrency'] for lv in levels],
+            'ttft_p50_s': [lv['ttft_s']['p50'] for lv in levels],
+            'ttft_p99_s': [lv['ttft_s']['p99'] for lv in levels],
+            'tpot_p50_ms': [None if lv['tpot_s']['p50'] is None else 1000.0 * lv['tpot_s']['p50'] for lv in levels],
+            'tpot_p99_ms': [None if lv['tpot_s']['p99'] is None else 1000.0 * lv['tpot_s']['p99'] for lv in levels],
+        })
+    return out
 
 
 def pareto_series(doc):
-    """Per level, output tokens per second per GPU (aggregate over the GPUs holding the served
-    model) against tokens per second per stream; (series, None) or (None, why it cannot be drawn)."""
-    bench = doc.get('benchmark') or {}
-    levels = (bench.get('levels') or []) + (bench.get('rates') or [])
-    if not levels:
+    """Per endpoint and level, output tokens per second per GPU (aggregate over the GPUs holding the
+    served model) against tokens per second per stream, with each endpoint's own front;
+    ({gpus, endpoints: [{label, points, frontier}]}, None) or (None, why it cannot be drawn)."""
+    endpoints = plot_endpoints(doc)
+    if not any((entry.get('levels') or []) + (entry.get('rates') or []) for _label, entry in endpoints):
         return None, 'no benchmark was run'
     gpus = (doc.get('conditions') or {}).get('serving_gpus')
     if not gpus:
         return None, 'no GPU holds the served model (no GPU on this node, or the server runs on the CPU): tokens per GPU are undefined'
-    points = [{'label': ('c%d' % lv['concurrency']) if lv.get('request_rate') is None else '%s req/s' % lv['request_rate'],
-               'per_gpu_tok_s': round(lv['aggregate_output_tok_s'] / gpus, 2),
-               'per_stream_tok_s': lv['decode_tok_s']}
-              for lv in levels if lv.get('aggregate_output_tok_s') and lv.get('decode_tok_s')]
-    if not points:
+    out = []
+    for label, entry in endpoints:
+        levels = (entry.get('levels') or []) + (entry.get('rates') or [])
+        points = [{'label': ('c%d' % lv['concurrency']) if lv.get('request_rate') is None else '%s req/s' % lv['request_rate'],
+                   'per_gpu_tok_s': round(lv['aggregate_output_tok_s'] / gpus, 2),
+                   'per_stream_tok_s': lv['decode_tok_s']}
+                  for lv in levels if lv.get('aggregate_output_tok_s') and lv.get('decode_tok_s')]
+        if points:
+            out.append({'label': label, 'points': points, 'frontier': pareto_front(points)})
+    if not out:
         return None, 'no level decoded'
-    return {'gpus': gpus, 'points': points, 'frontier': pareto_front(points)}, None
+    return {'gpus': gpus, 'endpoints': out}, None
 
 
 def pareto_front(points):

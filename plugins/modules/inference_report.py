@@ -204,6 +204,8 @@ IMAGES = {'residency': 'residency.png', 'utilisation': 'utilisation.png', 'throu
           'latency': 'latency.png', 'pareto': 'pareto.png', 'requests': 'requests.jsonl'}
 COLOURS = {'llama-server': '#1f77b4', 'rpc-server': '#ff7f0e', 'vllm': '#2ca02c', 'other': '#9467bd',
            'not attributed': '#c7c7c7'}
+# One colour per endpoint of a side-by-side run, in the report's order (matplotlib's first four).
+ENDPOINT_COLOURS = ('#1f77b4', '#ff7f0e', '#2ca02c', '#9467bd')
 
 try:
     import matplotlib
@@ -293,53 +295,85 @@ def draw_utilisation(doc, traces, path):
     plt.close(fig)
 
 
+def _named(endpoint, text, several):
+    """A legend entry: the endpoint's label first when the plot draws more than one."""
+    return '%s: %s' % (endpoint, text) if several else text
+
+
+def _concurrency_axis(axis, series):
+    levels = sorted(set(x for data in series for x in data['concurrency']))
+    axis.set_xscale('log', base=2)
+    axis.set_xticks(levels)
+    axis.set_xticklabels([str(x) for x in levels])
+    axis.set_xlabel('concurrent streams')
+
+
+def _nan(values):
+    return [v if v is not None else float('nan') for v in values]
+
+
 def draw_throughput(doc, path):
-    data = report.throughput_series(doc)
-    fig, axis = plt.subplots(figsize=(7, 4.5))
-    if not data['concurrency']:
+    """Aggregate (solid) and per-stream decode (dashed) against concurrency, one colour per endpoint."""
+    series = [data for data in report.throughput_series(doc) if data['concurrency']]
+    fig, axis = plt.subplots(figsize=(8, 5) if len(series) > 1 else (7, 4.5))
+    if not series:
         _no_data(axis, 'no benchmark was run')
     else:
-        xs = data['concurrency']
-        axis.plot(xs, data['aggregate_tok_s'], marker='o', label='aggregate output tok/s')
-        axis.plot(xs, data['decode_tok_s'], marker='s', label='decode tok/s per stream (client)')
-        if any(v is not None for v in data['server_decode_tok_s']):
-            axis.plot(xs, [v if v is not None else float('nan') for v in data['server_decode_tok_s']], marker='x',
-                      linestyle=':', label='decode tok/s per stream (llama-server timings)')
-        for x, y in zip(xs, data['aggregate_tok_s']):
-            if y is not None:
-                axis.annotate('%.1f' % y, (x, y), textcoords='offset points', xytext=(0, 6), ha='center', fontsize=9)
-        axis.set_xscale('log', base=2)
-        axis.set_xticks(xs)
-        axis.set_xticklabels([str(x) for x in xs])
-        axis.set_xlabel('concurrent streams')
+        several = len(series) > 1
+        top_by_level = {}
+        for data in series:
+            for x, y in zip(data['concurrency'], data['aggregate_tok_s']):
+                if y is not None:
+                    top_by_level.setdefault(x, []).append(y)
+        for number, data in enumerate(series):
+            colour = ENDPOINT_COLOURS[number % len(ENDPOINT_COLOURS)]
+            xs = data['concurrency']
+            axis.plot(xs, _nan(data['aggregate_tok_s']), marker='o', color=colour,
+                      label=_named(data['label'], 'aggregate output tok/s', several))
+            axis.plot(xs, _nan(data['decode_tok_s']), marker='s', linestyle='--', color=colour,
+                      label=_named(data['label'], 'decode tok/s per stream (client)', several))
+            if any(v is not None for v in data['server_decode_tok_s']):
+                axis.plot(xs, _nan(data['server_decode_tok_s']), marker='x', linestyle=':', color=colour,
+                          label=_named(data['label'], 'decode tok/s per stream (llama-server timings)', several))
+            for x, y in zip(xs, data['aggregate_tok_s']):
+                if y is not None:
+                    # the highest aggregate at a level is labelled above its point, the others below,
+                    # so that two endpoints' figures do not meet
+                    top = y >= max(top_by_level.get(x, [y]))
+                    axis.annotate('%.1f' % y, (x, y), textcoords='offset points', xytext=(6, 6 if top else -13),
+                                  ha='left', fontsize=9, color=colour)
+        _concurrency_axis(axis, series)
         axis.set_ylabel('tokens per second')
-        highest = max([v for v in data['aggregate_tok_s'] + data['decode_tok_s'] if v is not None] or [1])
+        highest = max([v for data in series for v in data['aggregate_tok_s'] + data['decode_tok_s'] if v is not None] or [1])
         axis.set_ylim(0, highest * 1.15)
         axis.grid(True, alpha=0.3)
-        axis.legend(fontsize=9, loc='lower left')
-    axis.set_title('Decode throughput versus concurrency\n%s, %s' % (doc.get('engine') or 'n/a', os.path.basename(doc.get('model') or 'n/a')),
-                   fontsize=11)
+        axis.legend(fontsize=8 if several else 9, loc='upper left' if several else 'lower left')
+    what = (' and '.join(data['label'] for data in series) if len(series) > 1
+            else '%s, %s' % (doc.get('engine') or 'n/a', os.path.basename(doc.get('model') or 'n/a')))
+    axis.set_title('Decode throughput versus concurrency\n%s' % what, fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
 def draw_latency(doc, path):
-    data = report.latency_series(doc)
+    """TTFT and TPOT, p50 (solid) and p99 (dashed), one colour per endpoint."""
+    series = [data for data in report.latency_series(doc) if data['concurrency']]
     fig, (ttft, tpot) = plt.subplots(1, 2, figsize=(10, 4.5))
-    if not data['concurrency']:
+    if not series:
         _no_data(ttft, 'no benchmark was run')
         _no_data(tpot, 'no benchmark was run')
     else:
-        xs = data['concurrency']
-        for axis, p50, p99, label in ((ttft, data['ttft_p50_s'], data['ttft_p99_s'], 'TTFT (s)'),
-                                      (tpot, data['tpot_p50_ms'], data['tpot_p99_ms'], 'TPOT, first token excluded (ms)')):
-            axis.plot(xs, [v if v is not None else float('nan') for v in p50], marker='o', label='p50')
-            axis.plot(xs, [v if v is not None else float('nan') for v in p99], marker='^', linestyle='--', label='p99')
-            axis.set_xscale('log', base=2)
-            axis.set_xticks(xs)
-            axis.set_xticklabels([str(x) for x in xs])
-            axis.set_xlabel('concurrent streams')
+        several = len(series) > 1
+        for axis, p50_key, p99_key, label in ((ttft, 'ttft_p50_s', 'ttft_p99_s', 'TTFT (s)'),
+                                              (tpot, 'tpot_p50_ms', 'tpot_p99_ms', 'TPOT, first token excluded (ms)')):
+            for number, data in enumerate(series):
+                colour = ENDPOINT_COLOURS[number % len(ENDPOINT_COLOURS)]
+                axis.plot(data['concurrency'], _nan(data[p50_key]), marker='o', color=colour,
+                          label=_named(data['label'], 'p50', several))
+                axis.plot(data['concurrency'], _nan(data[p99_key]), marker='^', linestyle='--', color=colour,
+                          label=_named(data['label'], 'p99', several))
+            _concurrency_axis(axis, series)
             axis.set_ylabel(label)
             axis.set_ylim(bottom=0)
             axis.grid(True, alpha=0.3)
@@ -351,26 +385,34 @@ def draw_latency(doc, path):
 
 
 def draw_pareto(doc, path):
+    """Each endpoint's levels in its colour, its own front as a line; points on a front are filled."""
     data, why = report.pareto_series(doc)
     fig, axis = plt.subplots(figsize=(7, 4.5))
     if data is None:
         _no_data(axis, 'no Pareto plot:\n' + why.replace(': ', ':\n', 1))
     else:
-        frontier = set(data['frontier'])
-        for point in data['points']:
-            on_front = point['label'] in frontier
-            axis.scatter(point['per_gpu_tok_s'], point['per_stream_tok_s'], color='#d62728' if on_front else '#1f77b4')
-            axis.annotate(point['label'], (point['per_gpu_tok_s'], point['per_stream_tok_s']),
-                          textcoords='offset points', xytext=(4, 4), fontsize=9)
-        front = sorted((p for p in data['points'] if p['label'] in frontier), key=lambda p: p['per_gpu_tok_s'])
-        axis.plot([p['per_gpu_tok_s'] for p in front], [p['per_stream_tok_s'] for p in front], color='#d62728',
-                  linewidth=1, label='Pareto front (no level beats it on both axes)')
+        several = len(data['endpoints']) > 1
+        for number, endpoint in enumerate(data['endpoints']):
+            colour = ENDPOINT_COLOURS[number % len(ENDPOINT_COLOURS)] if several else '#1f77b4'
+            front_colour = colour if several else '#d62728'
+            frontier = set(endpoint['frontier'])
+            for point in endpoint['points']:
+                on_front = point['label'] in frontier
+                fill = front_colour if on_front else ('white' if several else colour)
+                axis.scatter(point['per_gpu_tok_s'], point['per_stream_tok_s'], color=fill,
+                             edgecolors=front_colour if on_front else colour, zorder=3)
+                axis.annotate(point['label'], (point['per_gpu_tok_s'], point['per_stream_tok_s']),
+                              textcoords='offset points', xytext=(4, 4), fontsize=9, color=colour if several else 'black')
+            front = sorted((p for p in endpoint['points'] if p['label'] in frontier), key=lambda p: p['per_gpu_tok_s'])
+            axis.plot([p['per_gpu_tok_s'] for p in front], [p['per_stream_tok_s'] for p in front], color=front_colour,
+                      linewidth=1, label=_named(endpoint['label'], 'Pareto front (no level beats it on both axes)', several))
+        points = [p for endpoint in data['endpoints'] for p in endpoint['points']]
         axis.set_xlabel('output tok/s per GPU (aggregate / %d GPUs)' % data['gpus'])
         axis.set_ylabel('decode tok/s per stream')
-        axis.set_xlim(0, 1.15 * max(p['per_gpu_tok_s'] for p in data['points']))
-        axis.set_ylim(0, 1.15 * max(p['per_stream_tok_s'] for p in data['points']))
+        axis.set_xlim(0, 1.15 * max(p['per_gpu_tok_s'] for p in points))
+        axis.set_ylim(0, 1.15 * max(p['per_stream_tok_s'] for p in points))
         axis.grid(True, alpha=0.3)
-        axis.legend(fontsize=9, loc='lower left')
+        axis.legend(fontsize=8 if several else 9, loc='upper right' if several else 'lower left')
     axis.set_title('Throughput per GPU against speed per stream', fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -345,11 +345,13 @@ def test_pareto_points_and_why_a_plot_is_empty():
     doc = report.build_document('lab', 'now', benchmark=dict(bench(levels), rates=rates), residency=RESIDENCY)
     data, why = report.pareto_series(doc)
     assert why is None and data['gpus'] == 3
-    by_label = dict((p['label'], p) for p in data['points'])
+    (only,) = data['endpoints']
+    assert only['label'] == 'llama.cpp'
+    by_label = dict((p['label'], p) for p in only['points'])
     assert by_label['c1']['per_gpu_tok_s'] == round(7.0 / 3, 2) and by_label['c2']['per_gpu_tok_s'] == round(14.0 / 3, 2)
     # the rate level decodes as fast per stream as c1 (20 tok/s) and yields more per GPU than c2
     assert by_label['4.0 req/s']['per_stream_tok_s'] == 20.0 and by_label['c2']['per_stream_tok_s'] == 10.0
-    assert data['frontier'] == ['4.0 req/s']
+    assert only['frontier'] == ['4.0 req/s']
     assert report.pareto_front([{'label': 'a', 'per_gpu_tok_s': 1, 'per_stream_tok_s': 1},
                                 {'label': 'b', 'per_gpu_tok_s': 2, 'per_stream_tok_s': 2}]) == ['b']
     cpu = {'node-a': {'gpus': [{'index': 0, 'name': 'NVIDIA H200', 'memory_used_mib': 0, 'memory_total_mib': 143771}],
@@ -360,8 +362,36 @@ def test_pareto_points_and_why_a_plot_is_empty():
     assert report.idle_gpus_reason(report.build_document('lab', 'now')) == 'no GPU on this node: nvidia-smi read none'
     assert report.idle_gpus_reason(doc) is None
     assert cpu_doc['energy'] is None and cpu_doc['energy_omitted'] == 'the benchmark recorded no sweep window'
-    series = report.latency_series(doc)
+    (series,) = report.latency_series(doc)
     assert series['concurrency'] == [1, 2] and series['tpot_p50_ms'][1] == pytest.approx(0.2 * 3 / 6 * 1000)
+    assert report.pareto_series(report.build_document('lab', 'now')) == (None, 'no benchmark was run')
+    assert report.throughput_series(report.build_document('lab', 'now')) == []
+
+
+def test_every_plot_series_holds_each_endpoint_of_a_side_by_side_run():
+    levels, rates = measured_levels()
+    slower = [dict(lv, decode_tok_s=lv['decode_tok_s'] / 2, aggregate_output_tok_s=lv['aggregate_output_tok_s'] * 3,
+                   ttft_s=dict(lv['ttft_s'], p50=lv['ttft_s']['p50'] / 4)) for lv in levels]
+    benchmark = dict(bench(levels), rates=rates, label='llama.cpp',
+                     compare=[{'label': 'vLLM', 'engine': 'vllm', 'model': 'M', 'base_url': 'http://127.0.0.1:8000',
+                               'levels': slower, 'rates': []}])
+    doc = report.build_document('lab', 'now', benchmark=benchmark, residency=RESIDENCY)
+    assert [label for label, _entry in report.plot_endpoints(doc)] == ['llama.cpp', 'vLLM']
+    first, second = report.throughput_series(doc)
+    assert (first['label'], second['label']) == ('llama.cpp', 'vLLM')
+    assert first['concurrency'] == second['concurrency'] == [1, 2]
+    assert second['aggregate_tok_s'] == [3 * a for a in first['aggregate_tok_s']]
+    assert second['decode_tok_s'] == [d / 2 for d in first['decode_tok_s']]
+    assert [s['label'] for s in report.latency_series(doc)] == ['llama.cpp', 'vLLM']
+    assert report.latency_series(doc)[1]['ttft_p50_s'] == [t / 4 for t in report.latency_series(doc)[0]['ttft_p50_s']]
+    data, why = report.pareto_series(doc)
+    assert why is None and [e['label'] for e in data['endpoints']] == ['llama.cpp', 'vLLM']
+    # each endpoint's points and its own front: the rate level is llama.cpp's alone
+    assert [p['label'] for p in data['endpoints'][0]['points']] == ['c1', 'c2', '4.0 req/s']
+    assert [p['label'] for p in data['endpoints'][1]['points']] == ['c1', 'c2']
+    assert data['endpoints'][1]['points'][0]['per_gpu_tok_s'] == round(3 * 7.0 / 3, 2)
+    assert data['endpoints'][0]['frontier'] == ['4.0 req/s']
+    assert data['endpoints'][1]['frontier'] == ['c1', 'c2']
 
 
 def test_two_endpoints_side_by_side_with_the_energy_of_each_ones_sweeps():

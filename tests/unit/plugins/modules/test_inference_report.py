@@ -9,7 +9,7 @@ import pytest
 from ansible_collections.gpulab.inference.plugins.modules import inference_report
 
 from module_harness import ExitJson, FailJson, run_module
-from report_inputs import BENCH, RESIDENCY, SAMPLER, trace
+from report_inputs import BENCH, RESIDENCY, SAMPLER, level, trace
 
 
 def png_size(path):
@@ -140,3 +140,64 @@ def test_a_warning_heads_the_report(tmp_path):
     text = (out / 'report.md').read_text()
     assert text.index('**Warning:** ' + said) < text.index('## GPU memory residency')
     assert json.loads((out / 'report.json').read_text())['warnings'] == [said]
+
+
+def side_by_side_benchmark():
+    """llama.cpp measured first, vLLM compared: the same levels, vLLM faster per stream and in all."""
+    # vLLM reports no server-side timings (level's server figures are llama-server's)
+    vllm = [dict(level(c, a, d), server=None) for c, a, d in ((1, 119.0, 380.2), (2, 300.0, 330.0), (4, 765.1, 287.9))]
+    return dict(BENCH, label='llama.cpp', conditions={'window_start_epoch': 1000.0, 'window_end_epoch': 1010.0},
+                compare=[{'label': 'vLLM', 'engine': 'vllm', 'model': 'M', 'base_url': 'http://127.0.0.1:8000',
+                          'levels': vllm, 'rates': [], 'window_start_epoch': 1010.0, 'window_end_epoch': 1020.0}])
+
+
+def drawn(draw, doc, path):
+    """The figure a draw_* function made (kept open), and its axes' legend texts."""
+    with mock.patch.object(inference_report.plt, 'close') as close:
+        draw(doc, str(path))
+    fig = close.call_args[0][0]
+    legends = [[t.get_text() for t in axis.get_legend().get_texts()] for axis in fig.axes if axis.get_legend()]
+    inference_report.plt.close(fig)
+    return fig, legends
+
+
+def test_a_side_by_side_runs_plots_draw_each_endpoint(tmp_path):
+    from ansible_collections.gpulab.inference.plugins.module_utils import report as report_data
+    doc = report_data.build_document('lab', 'now', benchmark=side_by_side_benchmark(), residency=RESIDENCY)
+    fig, (legend,) = drawn(inference_report.draw_throughput, doc, tmp_path / 'throughput.png')
+    assert legend == ['llama.cpp: aggregate output tok/s', 'llama.cpp: decode tok/s per stream (client)',
+                      'llama.cpp: decode tok/s per stream (llama-server timings)',
+                      'vLLM: aggregate output tok/s', 'vLLM: decode tok/s per stream (client)']
+    lines = fig.axes[0].get_lines()
+    assert list(lines[3].get_ydata()) == [119.0, 300.0, 765.1]
+    assert lines[0].get_color() != lines[3].get_color()
+    assert fig.axes[0].get_title().endswith('llama.cpp and vLLM')
+    _fig, legends = drawn(inference_report.draw_latency, doc, tmp_path / 'latency.png')
+    assert legends == [['llama.cpp: p50', 'llama.cpp: p99', 'vLLM: p50', 'vLLM: p99']] * 2
+    fig, (legend,) = drawn(inference_report.draw_pareto, doc, tmp_path / 'pareto.png')
+    assert legend == ['llama.cpp: Pareto front (no level beats it on both axes)',
+                      'vLLM: Pareto front (no level beats it on both axes)']
+    # six points, three per endpoint; vLLM's are the highest on both axes
+    offsets = [tuple(c.get_offsets()[0]) for c in fig.axes[0].collections]
+    assert len(offsets) == 6 and max(offsets) == (765.1, 287.9)
+
+
+def test_one_endpoints_plots_keep_their_plain_legends(tmp_path):
+    from ansible_collections.gpulab.inference.plugins.module_utils import report as report_data
+    doc = report_data.build_document('lab', 'now', benchmark=BENCH, residency=RESIDENCY)
+    _fig, (legend,) = drawn(inference_report.draw_throughput, doc, tmp_path / 'throughput.png')
+    assert legend[0] == 'aggregate output tok/s'
+    _fig, (legend,) = drawn(inference_report.draw_pareto, doc, tmp_path / 'pareto.png')
+    assert legend == ['Pareto front (no level beats it on both axes)']
+
+
+def test_a_side_by_side_report_writes_the_three_plots(tmp_path):
+    run = report({'output_dir': str(tmp_path), 'inventory_name': 'lab', 'timestamp': '20261207T050000Z',
+                  'benchmark': side_by_side_benchmark(), 'residency': RESIDENCY})
+    assert run.kind is ExitJson, run.result
+    out = tmp_path / 'lab-20261207T050000Z'
+    for name in ('throughput.png', 'latency.png', 'pareto.png'):
+        width, height = png_size(out / name)
+        assert width >= 600 and height >= 400
+    doc = json.loads((out / 'report.json').read_text())
+    assert [e['label'] for e in doc['side_by_side']] == ['llama.cpp', 'vLLM']
