@@ -207,21 +207,38 @@ def tail(text, count):
     return text.splitlines()[-count:]
 
 
-def node_summary(build_info=None, model=None, rpc_manifest=None, vllm_plan=None):
+def watch_verdicts(rpc_watch):
+    """{port: 'cannot serve: <verdict> (<why>)'} of the RPC servers the guard's watch
+    (module_utils/rpc_watch.py, /run/gpulab/rpc-watch.json) finds hung or down."""
+    found = {}
+    for server in (rpc_watch.get("servers") or []) if isinstance(rpc_watch, dict) else []:
+        if isinstance(server, dict) and server.get("verdict") in ("suspect", "down"):
+            found[server.get("port")] = "cannot serve: %s (%s)" % (
+                "hangs" if server["verdict"] == "suspect" else "down", server.get("why") or "?")
+    return found
+
+
+def node_summary(build_info=None, model=None, rpc_manifest=None, vllm_plan=None, rpc_watch=None):
     """Build id, model file and endpoints of a node from the files the roles publish
     (docs/CONTRACTS.md), each None where the node has none: BUILD_INFO.json, model.json (head),
-    servers.json (workers), the vLLM plan.json."""
+    servers.json (workers), the vLLM plan.json; an RPC endpoint the guard's watch (rpc-watch.json)
+    finds hung or down says so, and rpc_watch is that file's can_serve and problems."""
     endpoints = []
+    verdicts = watch_verdicts(rpc_watch)
     if isinstance(rpc_manifest, dict):
         address = rpc_manifest.get("address")
         for endpoint in rpc_manifest.get("endpoints") or []:
             if isinstance(endpoint, dict) and endpoint.get("port") is not None:
-                endpoints.append("%s (RPC, %s)" % (format_endpoint(address, endpoint["port"]),
-                                                   endpoint.get("device") or "?"))
+                line = "%s (RPC, %s)" % (format_endpoint(address, endpoint["port"]), endpoint.get("device") or "?")
+                if endpoint["port"] in verdicts:
+                    line += ": " + verdicts[endpoint["port"]]
+                endpoints.append(line)
     if isinstance(vllm_plan, dict) and vllm_plan.get("url"):
         endpoints.append("%s (vLLM)" % vllm_plan["url"])
     return {
         "build_id": build_info.get("build_id") if isinstance(build_info, dict) else None,
         "model": model.get("path") if isinstance(model, dict) else None,
         "endpoints": endpoints,
+        "rpc_watch": {"can_serve": rpc_watch.get("can_serve") is not False, "problems": rpc_watch.get("problems") or [],
+                      "looked_at": rpc_watch.get("looked_at")} if isinstance(rpc_watch, dict) else None,
     }

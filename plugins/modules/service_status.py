@@ -89,6 +89,12 @@ options:
     description: The vLLM layout (role vllm_server), for its URL.
     type: path
     default: /etc/gpulab/vllm/plan.json
+  rpc_watch:
+    description:
+      - What the RPC guard's watch saw last (module_utils/rpc_watch.py); an RPC endpoint it finds hung or down says
+        so in RV(endpoints), and RV(rpc_watch) holds its verdict.
+    type: path
+    default: /run/gpulab/rpc-watch.json
 extends_documentation_fragment:
   - gpulab.inference.read_only
 seealso:
@@ -192,7 +198,14 @@ endpoints:
   returned: success
   type: list
   elements: str
-  sample: ["10.231.77.11:50052 (RPC, CPU)"]
+  sample: ["10.231.77.11:50052 (RPC, CPU)", "10.231.77.12:50052 (RPC, CPU): cannot serve: hangs (the process is stopped)"]
+rpc_watch:
+  description:
+    - On an RPC worker, what the guard's watch saw last (O(rpc_watch)) - C(can_serve) (false while a server hangs or is
+      down), C(problems) (one line each) and C(looked_at) (epoch seconds); V(null) where the file is absent.
+  returned: success
+  type: dict
+  sample: {"can_serve": false, "problems": ["gpulab-rpc-server@0.service: suspect (the process is stopped)"], "looked_at": 1765080000.0}
 unreadable:
   description: Files that exist but do not read as JSON, each with the reason.
   returned: success
@@ -238,7 +251,7 @@ class ServiceStatus:
     @property
     def result(self):
         summary = node_summary(*[self.read_json(self.params[name])
-                                 for name in ("build_info", "model_manifest", "rpc_manifest", "vllm_plan")])
+                                 for name in ("build_info", "model_manifest", "rpc_manifest", "vllm_plan", "rpc_watch")])
         return dict(summary, changed=False, manager=self.manager, services=self.services, unreadable=self.unreadable,
                     program_files=self.program_files())
 
@@ -365,6 +378,7 @@ def build_module():
             model_manifest=dict(type="path", default="/etc/gpulab/model.json"),
             rpc_manifest=dict(type="path", default="/etc/gpulab/rpc-server/servers.json"),
             vllm_plan=dict(type="path", default="/etc/gpulab/vllm/plan.json"),
+            rpc_watch=dict(type="path", default="/run/gpulab/rpc-watch.json"),
         ),
         supports_check_mode=True,
     )

@@ -105,11 +105,26 @@ def test_node_summary_from_the_published_files():
     worker = {"host": "node-b", "address": "10.0.0.2",
               "endpoints": [{"port": 50052, "device": "CUDA0"}, {"port": 50053, "device": "CUDA1"}]}
     assert ss.node_summary({"build_id": "b1-abc"}, None, worker, None) == {
-        "build_id": "b1-abc", "model": None, "endpoints": ["10.0.0.2:50052 (RPC, CUDA0)", "10.0.0.2:50053 (RPC, CUDA1)"]}
+        "build_id": "b1-abc", "model": None, "endpoints": ["10.0.0.2:50052 (RPC, CUDA0)", "10.0.0.2:50053 (RPC, CUDA1)"],
+        "rpc_watch": None}
     assert ss.node_summary(None, {"path": "/m.gguf"}, {"address": "fd00::2", "endpoints": [{"port": 1}]},
                            {"url": "http://127.0.0.1:8000"}) == {
-        "build_id": None, "model": "/m.gguf", "endpoints": ["[fd00::2]:1 (RPC, ?)", "http://127.0.0.1:8000 (vLLM)"]}
-    assert ss.node_summary() == {"build_id": None, "model": None, "endpoints": []}
+        "build_id": None, "model": "/m.gguf", "endpoints": ["[fd00::2]:1 (RPC, ?)", "http://127.0.0.1:8000 (vLLM)"],
+        "rpc_watch": None}
+    assert ss.node_summary() == {"build_id": None, "model": None, "endpoints": [], "rpc_watch": None}
+
+
+def test_a_hung_rpc_server_says_it_cannot_serve():
+    worker = {"address": "10.0.0.2", "endpoints": [{"port": 50052, "device": "CUDA0"}, {"port": 50053, "device": "CUDA1"}]}
+    watch = {"can_serve": False, "looked_at": 1765080000.5,
+             "problems": ["gpulab-rpc-server@1.service: suspect (the process is stopped (state T: SIGSTOP or a debugger))"],
+             "servers": [{"port": 50052, "verdict": "busy", "why": "serving 10.0.0.1:40000"},
+                         {"port": 50053, "verdict": "suspect", "why": "the process is stopped (state T: SIGSTOP or a debugger)"}]}
+    summary = ss.node_summary(None, None, worker, None, watch)
+    assert summary["endpoints"] == [
+        "10.0.0.2:50052 (RPC, CUDA0)",
+        "10.0.0.2:50053 (RPC, CUDA1): cannot serve: hangs (the process is stopped (state T: SIGSTOP or a debugger))"]
+    assert summary["rpc_watch"] == {"can_serve": False, "problems": watch["problems"], "looked_at": 1765080000.5}
 
 
 @pytest.mark.parametrize("text, expected", [
