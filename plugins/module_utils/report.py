@@ -41,6 +41,9 @@ GPU_MEMORY_BANDWIDTH_TB_S = {
 }
 
 PROCESS_KINDS = ('llama-server', 'rpc-server', 'vllm', 'other')
+# What a unit's or an executable's name holds for each kind, the first match wins (the RPC server
+# before the head: ggml-rpc-server).
+PROCESS_MARKERS = (('rpc-server', 'rpc-server'), ('llama-server', 'llama-server'), ('vllm', 'vllm'))
 
 
 def report_dir_name(inventory, timestamp):
@@ -73,12 +76,9 @@ def process_kind(process):
     path = process.get('process_name') or ''
     name = os.path.basename(path)
     for text in (unit, name):
-        if 'rpc-server' in text:
-            return 'rpc-server'
-        if 'llama-server' in text:
-            return 'llama-server'
-        if 'vllm' in text.lower():
-            return 'vllm'
+        for marker, kind in PROCESS_MARKERS:
+            if marker in text.lower():
+                return kind
     # vLLM's engine holds the GPU memory as the Python of its environment
     # (/opt/gpulab/vllm/venv-0.24.0/bin/python3.12 where no unit names it).
     if re.search(r'(\A|/)[^/]*vllm[^/]*/', path.lower()):
@@ -168,10 +168,15 @@ def _split_text(split):
     return ','.join('%g' % v for v in split) if isinstance(split, list) else str(split)
 
 
-def layout_choices(memory_plan=None, vllm=None):
+def _label(labels, engine):
+    """An engine's label from role common's engine table (gpulab_engines[...].label), else its name."""
+    return (labels or {}).get(engine) or engine
+
+
+def layout_choices(memory_plan=None, vllm=None, labels=None):
     """The layout each engine runs, why, and what it turned down with the findings (report.json
     `layouts`): llama.cpp's from memory-plan.json (its `choice`, null when the operator set the
-    split and the context), vLLM's from plan.json's `choice`."""
+    split and the context), vLLM's from plan.json's `choice`. labels: engine name -> label."""
     out = []
     if memory_plan:
         choice = memory_plan.get('choice') or None
@@ -187,7 +192,8 @@ def layout_choices(memory_plan=None, vllm=None):
                 _split_text(options.get('tensor_split')), options.get('ctx_size', 'n/a'))]
         rejected = [{'label': '%s %s' % (r.get('label'), _split_text(r.get('tensor_split'))),
                      'findings': [str(f) for f in r.get('findings') or []]} for r in (choice or {}).get('rejected') or []]
-        out.append({'engine': 'llama_cpp', 'layout': layout, 'reasons': [r for r in reasons if r],
+        out.append({'engine': 'llama_cpp', 'label': _label(labels, 'llama_cpp'), 'layout': layout,
+                    'reasons': [r for r in reasons if r],
                     'rejected': rejected, 'alternatives': []})
     if vllm:
         choice = vllm.get('choice') or {}
@@ -195,11 +201,61 @@ def layout_choices(memory_plan=None, vllm=None):
         layout = '%s, max_model_len %s, KV cache %s' % (
             vllm.get('label') or 'n/a', vllm.get('max_model_len', 'n/a'),
             'pinned at %d bytes per GPU' % pinned if pinned is not None else "sized by vLLM's profiling")
-        out.append({'engine': 'vllm', 'layout': layout, 'reasons': [choice['reason']] if choice.get('reason') else [],
+        out.append({'engine': 'vllm', 'label': _label(labels, 'vllm'), 'layout': layout,
+                    'reasons': [choice['reason']] if choice.get('reason') else [],
                     'rejected': [{'label': r.get('label'), 'findings': [str(f) for f in r.get('findings') or []]}
                                  for r in choice.get('rejected') or []],
                     'alternatives': [{'label': r.get('label'), 'findings': [str(f) for f in r.get('findings') or []]}
                                      for r in choice.get('alternatives') or []]})
+    return out
+
+
+def _backend_sampling(commands):
+    """on or off where a llama-server command line was read (its --backend-sampling), else None."""
+    lines = [line for host_lines in (commands or {}).values() for line in host_lines or [] if 'llama-server' in line]
+    if not lines:
+        return None
+    return 'on' if any('--backend-sampling' in line.split() for line in lines) else 'off'
+
+
+def serving_intent(memory_plan=None, vllm=None, labels=None, commands=None):
+    """What gpulab_serving_intent set for each engine (report.json `serving_intent`): the intent, the
+    target concurrency and each value with its reason, from memory-plan.json's `intent` (llama.cpp's
+    slots; its backend sampling as the head's command line shows it) and plan.json's `intent` (vLLM's
+    batch settings and the layout's reason). An engine whose plan records no intent is left out."""
+    out = []
+    record = (memory_plan or {}).get('intent') if isinstance(memory_plan, dict) else None
+    if record:
+        options = memory_plan.get('options') or {}
+        choice = memory_plan.get('choice') or {}
+        settings = [{'setting': 'llama_server_parallel', 'value': record.get('parallel'),
+                     'reason': record.get('parallel_reason')},
+                    {'setting': 'llama_server_ctx_size', 'value': options.get('ctx_size'),
+                     'reason': choice.get('ctx_reason') or 'as set'}]
+        sampling = _backend_sampling(commands)
+        if sampling is not None:
+            settings.append({'setting': 'llama_server_backend_sampling', 'value': sampling,
+                             'reason': "the head's command line (auto: on under interactive where the output layer "
+                                       "is on one of the head's GPUs, off under throughput)"})
+        out.append({'engine': 'llama_cpp', 'label': _label(labels, 'llama_cpp'), 'intent': record.get('intent'),
+                    'concurrency': record.get('concurrency'), 'settings': settings})
+    record = (vllm or {}).get('intent') if isinstance(vllm, dict) else None
+    if record:
+        reasons = record.get('reasons') or {}
+        by_intent = set(record.get('set_by_intent') or [])
+        sizes = record.get('cudagraph_capture_sizes')
+        graphs = (' '.join('%s' % size for size in sizes) if sizes
+                  else 'up to %s' % record['max_cudagraph_capture_size'] if record.get('max_cudagraph_capture_size')
+                  else 'none')
+        settings = [{'setting': 'vllm_server_%s' % name, 'value': value, 'reason': reasons.get(name),
+                     'by_intent': name in by_intent}
+                    for name, value in (('max_num_seqs', record.get('max_num_seqs')),
+                                        ('max_num_batched_tokens', record.get('max_num_batched_tokens')),
+                                        ('cudagraph_capture_sizes', graphs))]
+        if record.get('layout_reason'):
+            settings.append({'setting': 'layout', 'value': vllm.get('label'), 'reason': record['layout_reason']})
+        out.append({'engine': 'vllm', 'label': _label(labels, 'vllm'), 'intent': record.get('intent'),
+                    'concurrency': record.get('concurrency'), 'settings': settings})
     return out
 
 
@@ -466,10 +522,11 @@ def endpoints_side_by_side(benchmark, traces):
 
 def build_document(inventory, created, benchmark=None, residency=None, sampler=None, build_info=None,
                    commands=None, memory_plan=None, vllm=None, rpc_transport=None, llama_bench=None, traces=None,
-                   warnings=None, rpc_cache=None):
+                   warnings=None, rpc_cache=None, engine_labels=None):
     """Everything the report says, as one JSON-able dict (report.json). Each request's record is
     left to requests.jsonl. warnings: what the deployment wants said at the top (an API the
-    operator chose to serve without a key)."""
+    operator chose to serve without a key). engine_labels: engine name -> label (role common's
+    engine table), for the layout and serving-intent sections."""
     rows = residency_table(residency or {})
     benchmark = dict(benchmark) if benchmark else None
     if benchmark is not None:
@@ -501,7 +558,8 @@ def build_document(inventory, created, benchmark=None, residency=None, sampler=N
         'energy_omitted': energy_omitted,
         'bandwidth': bandwidth_limit((head or {}).get('decode_tok_s'), weights.get('bytes_read_per_token'), rows),
         'memory_plan': memory_plan or None,
-        'layouts': layout_choices(memory_plan, vllm),
+        'layouts': layout_choices(memory_plan, vllm, engine_labels),
+        'serving_intent': serving_intent(memory_plan, vllm, engine_labels, commands),
         'plan_against_measured': plan_against_measured(memory_plan, rows, vllm),
         'rpc_transport': rpc_transport_table(rpc_transport),
         'rpc_cache': rpc_cache_section(rpc_cache, vllm),

@@ -200,6 +200,8 @@ def summary_lines(doc):
          else 'omitted: %s' % bandwidth.get('omitted', 'n/a')),
         ('energy J per output token, output tokens per J', _energy_summary(doc)),
         ('RPC connections over RDMA / TCP', _transport_summary(doc.get('rpc_transport') or [])),
+        ('serving intent', ', '.join('%s %s' % (e['label'], e['intent']) for e in doc.get('serving_intent') or [])
+         or 'not recorded'),
     ]
     return _table(('figure', 'value'), rows)
 
@@ -289,6 +291,8 @@ def render_markdown(doc, images):
                     weights.get('architecture'), weights.get('parameters'), weights.get('weights_bytes', 0) / 2.0 ** 30,
                     weights.get('bits_per_weight'), weights.get('bytes_read_per_token', 0) / 1e9,
                     weights.get('expert_used_count') or '-', weights.get('expert_count') or '-')]
+    out += ['', '## Serving intent', '']
+    out += intent_lines(doc)
     out += ['', '## Layout', '']
     out += layout_lines(doc)
     out += ['', '## Memory plan against measured', '']
@@ -370,12 +374,27 @@ def layout_lines(doc):
         return ['No layout was recorded (no memory-plan.json or vLLM plan.json was read).']
     out = []
     for entry in layouts:
-        out += ['%s: %s.' % ('llama.cpp' if entry['engine'] == 'llama_cpp' else 'vLLM', entry['layout']), '']
+        out += ['%s: %s.' % (entry.get('label') or entry['engine'], entry['layout']), '']
         out += ['- why: %s' % reason for reason in entry['reasons']]
         for label, items in (('turned down', entry['rejected']), ('valid, ranked lower', entry['alternatives'])):
             out += ['- %s: %s: %s' % (label, item['label'], '; '.join(item['findings']) or 'n/a') for item in items]
         if not entry['rejected'] and not entry['alternatives']:
             out.append('- no alternative was weighed')
+        out.append('')
+    return out[:-1]
+
+
+def intent_lines(doc):
+    """The serving intent each engine's plan records and what it set, each value with its reason."""
+    entries = doc.get('serving_intent') or []
+    if not entries:
+        return ['No serving intent was recorded (no memory-plan.json or vLLM plan.json with an intent was read).']
+    out = []
+    for entry in entries:
+        out += ['%s: serving intent %s, target concurrency %s.' % (entry['label'], entry['intent'], entry['concurrency']), '']
+        out += _table(('setting', 'value', 'why'),
+                      [(s['setting'], s['value'] if s['value'] is not None else 'n/a', s.get('reason') or 'n/a')
+                       for s in entry['settings']])
         out.append('')
     return out[:-1]
 

@@ -85,13 +85,15 @@ options:
     description:
       - The memory plan (C(memory-plan.json)), when one was made; the report puts each planned
         device next to what its process holds on its GPU (MiB and error %), and shows the layout
-        with its C(choice) - the reasons and the splits turned down with their findings.
+        with its C(choice) - the reasons and the splits turned down with their findings - and the serving intent
+        it records (C(intent) - the intent, the target concurrency, the slots it set and why).
     type: raw
   vllm:
     description:
       - The vLLM plan (C(/etc/gpulab/vllm/plan.json)), when vLLM serves; the report shows the layout
         with its C(choice) - the reason, the layouts turned down and those ranked lower - and each
-        GPU's planned weights, KV cache (the pinned bytes) and reserve next to what vLLM holds there.
+        GPU's planned weights, KV cache (the pinned bytes) and reserve next to what vLLM holds there, and the
+        serving intent it records (C(intent) - each batch setting it set with its reason, the layout's reason).
     type: raw
   llama_bench:
     description:
@@ -112,6 +114,12 @@ options:
         worker's weight cache - directory, GiB held, bound, files, over its bound - or one line saying why there is
         none (vLLM, no RPC workers, the cache off). Results without a C(status) (skipped) are passed over.
     type: raw
+  engine_labels:
+    description:
+      - Engine name to the label the report names it by (role C(common)'s C(gpulab_engines[...].label)), for the
+        layout and serving-intent sections; an engine not listed is named by its table name.
+    type: dict
+    default: {}
 attributes:
   check_mode:
     support: full
@@ -453,6 +461,7 @@ def main():
             vllm=dict(type='raw'),
             llama_bench=dict(type='raw'),
             rpc_cache=dict(type='raw'),
+            engine_labels=dict(type='dict', default={}),
         ),
         supports_check_mode=True,
     )
@@ -473,7 +482,8 @@ def main():
                                 build_info=params['build_info'], commands=params['commands'],
                                 memory_plan=params['memory_plan'], vllm=params['vllm'],
                                 rpc_transport=params['rpc_transport'], llama_bench=params['llama_bench'], traces=traces,
-                                warnings=params['warnings'], rpc_cache=params['rpc_cache'])
+                                warnings=params['warnings'], rpc_cache=params['rpc_cache'],
+                                engine_labels=params['engine_labels'])
     report_dir = os.path.join(params['output_dir'], report.report_dir_name(params['inventory_name'], timestamp))
     files = dict((key, os.path.join(report_dir, name)) for key, name in
                  (('markdown', 'report.md'), ('json', 'report.json'), ('residency_png', IMAGES['residency']),

@@ -1,5 +1,7 @@
 """Report data and markdown: residency by process, bandwidth fraction, absent inputs."""
 
+import json
+
 import pytest
 
 from ansible_collections.gpulab.inference.plugins.module_utils import report, report_markdown
@@ -492,11 +494,18 @@ def test_vllm_planned_against_measured_per_gpu():
     assert report.plan_against_measured(None, rows, {'label': 'TP=1'}) == []
 
 
+# role common's engine table's labels, as role bench hands them to the report
+LABELS = {'llama_cpp': 'llama.cpp', 'vllm': 'vLLM'}
+
+
 def test_markdown_shows_the_layout_and_vllm_planned_next_to_measured():
-    doc = report.build_document('lab', 'now', residency=VLLM_RESIDENCY, vllm=VLLM_PLAN)
+    doc = report.build_document('lab', 'now', residency=VLLM_RESIDENCY, vllm=VLLM_PLAN, engine_labels=LABELS)
     text = report_markdown.render_markdown(doc, {'residency': 'r.png', 'utilisation': 'u.png', 'throughput': 't.png'})
     section = text.split('## Layout\n')[1].split('## Memory plan against measured')[0]
     assert 'vLLM: TP=8+EP, max_model_len 196608, KV cache pinned at 21474836480 bytes per GPU.' in section
+    # without the table's labels an engine is named by its table name
+    unlabelled = report_markdown.layout_lines(report.build_document('lab', 'now', vllm=VLLM_PLAN))
+    assert unlabelled[0] == 'vllm: TP=8+EP, max_model_len 196608, KV cache pinned at 21474836480 bytes per GPU.'
     assert "- why: auto: TP=8+EP uses all 8 GPUs and passes vLLM's rules" in section
     assert '- turned down: TP=8: 1536 / 8 = 192 is not a multiple of the FP8 block size 128' in section
     assert '- valid, ranked lower: TP=4+DP=2+EP: valid, ranked lower: 3 requests' in section
@@ -510,3 +519,62 @@ def test_markdown_shows_the_layout_and_vllm_planned_next_to_measured():
     bare = report_markdown.render_markdown(report.build_document('lab', 'now'),
                                            {'residency': 'r.png', 'utilisation': 'u.png', 'throughput': 't.png'})
     assert 'No layout was recorded' in bare
+
+
+# ---------------------------------------------------------------- the serving intent
+
+LLAMA_INTENT = {'intent': 'interactive', 'concurrency': 4, 'parallel': 1,
+                'parallel_reason': 'auto, serving intent interactive: one slot, so the one stream has the whole context '
+                                   'and shares no batch'}
+VLLM_INTENT = {'intent': 'throughput', 'concurrency': 64, 'max_num_seqs': 1024, 'max_num_batched_tokens': 8192,
+               'cudagraph_capture_sizes': None, 'max_cudagraph_capture_size': 512,
+               'reasons': {'max_num_seqs': 'auto, throughput: 1024 sequences per engine',
+                           'max_num_batched_tokens': 'vllm_server_max_num_batched_tokens 8192 as set',
+                           'cudagraph_capture_sizes': "auto, throughput: vLLM's sizes up to 512"},
+               'set_by_intent': ['max_num_seqs', 'cudagraph_capture_sizes'],
+               'layout_reason': 'serving intent throughput: ranked for the highest aggregate'}
+
+
+def test_the_report_states_each_engines_intent_and_what_it_set():
+    plan = dict(PLAN, choice=LLAMA_CHOICE, intent=LLAMA_INTENT)
+    commands = {'node-a': ['/opt/gpulab/llama.cpp/b1/bin/llama-server -m m.gguf --parallel 1 --backend-sampling']}
+    doc = report.build_document('lab', 'now', memory_plan=plan, vllm=dict(VLLM_PLAN, intent=VLLM_INTENT),
+                                commands=commands, engine_labels=LABELS)
+    llama, vllm = doc['serving_intent']
+    assert (llama['label'], llama['intent'], llama['concurrency']) == ('llama.cpp', 'interactive', 4)
+    assert llama['settings'] == [
+        {'setting': 'llama_server_parallel', 'value': 1, 'reason': LLAMA_INTENT['parallel_reason']},
+        {'setting': 'llama_server_ctx_size', 'value': 8192, 'reason': LLAMA_CHOICE['ctx_reason']},
+        {'setting': 'llama_server_backend_sampling', 'value': 'on', 'reason': llama['settings'][2]['reason']}]
+    assert (vllm['label'], vllm['intent'], vllm['concurrency']) == ('vLLM', 'throughput', 64)
+    assert [(s['setting'], s['value'], s.get('by_intent')) for s in vllm['settings']] == [
+        ('vllm_server_max_num_seqs', 1024, True), ('vllm_server_max_num_batched_tokens', 8192, False),
+        ('vllm_server_cudagraph_capture_sizes', 'up to 512', True), ('layout', 'TP=8+EP', None)]
+    assert vllm['settings'][1]['reason'] == 'vllm_server_max_num_batched_tokens 8192 as set'
+    assert vllm['settings'][3]['reason'] == VLLM_INTENT['layout_reason']
+    text = report_markdown.render_markdown(doc, {'residency': 'r.png', 'utilisation': 'u.png', 'throughput': 't.png'})
+    section = text.split('## Serving intent\n')[1].split('## Layout')[0]
+    assert 'llama.cpp: serving intent interactive, target concurrency 4.' in section
+    assert '| llama_server_parallel | 1 | %s |' % LLAMA_INTENT['parallel_reason'] in section
+    assert "| llama_server_backend_sampling | on | the head's command line" in section
+    assert 'vLLM: serving intent throughput, target concurrency 64.' in section
+    assert "| vllm_server_cudagraph_capture_sizes | up to 512 | auto, throughput: vLLM's sizes up to 512 |" in section
+    assert '| serving intent | llama.cpp interactive, vLLM throughput |' in report_markdown.summary_lines(doc)
+    assert json.loads(json.dumps(doc))['serving_intent'] == doc['serving_intent']
+
+
+def test_an_interactive_vllm_plan_lists_its_graph_sizes_and_backend_sampling_off_is_read():
+    interactive = dict(VLLM_INTENT, intent='interactive', max_num_seqs=8, cudagraph_capture_sizes=[1, 2, 4, 8],
+                       max_cudagraph_capture_size=None)
+    (vllm,) = report.serving_intent(vllm=dict(VLLM_PLAN, intent=interactive))
+    assert vllm['label'] == 'vllm' and vllm['settings'][2]['value'] == '1 2 4 8'
+    (llama,) = report.serving_intent(memory_plan=dict(PLAN, intent=dict(LLAMA_INTENT, intent='throughput', parallel=4)),
+                                     commands={'node-a': ['llama-server -m m.gguf --parallel 4']}, labels=LABELS)
+    assert [s['value'] for s in llama['settings']] == [4, 8192, 'off']
+    # no command line read: backend sampling is not stated; a plan without an intent: nothing
+    (bare,) = report.serving_intent(memory_plan=dict(PLAN, intent=LLAMA_INTENT))
+    assert [s['setting'] for s in bare['settings']] == ['llama_server_parallel', 'llama_server_ctx_size']
+    assert report.serving_intent(memory_plan=PLAN, vllm=VLLM_PLAN) == []
+    text = report_markdown.render_markdown(report.build_document('lab', 'now'),
+                                           {'residency': 'r.png', 'utilisation': 'u.png', 'throughput': 't.png'})
+    assert 'No serving intent was recorded' in text
