@@ -163,11 +163,14 @@ def vllm_table(config, tensors, nodes, options):
         choice = la.choose_vllm_layout(summary, shape, hw, opts, limit=None)
     except la.AutoError as exc:
         hint = la.smallest_vllm_hint(summary, shape, hw, opts)
-        return {"engine": "vllm", "rows": [], "error": str(exc), "smallest_fitting": hint}
+        # the family's structure even when nothing fits: what the weights and the cache are made of
+        return {"engine": "vllm", "rows": [], "error": str(exc), "smallest_fitting": hint,
+                "structure": vllm_structure_line(shape, opts)}
+    modelled = (shape.get("structure") or {}).get("modelled", True)
     chosen = dict(choice["result"], findings=[choice["reason"]])
-    rows = [_vllm_row(chosen, "chosen", opts)]
-    rows += [_vllm_row(r, "valid, ranked lower", opts) for r in choice["alternatives"]]
-    rows += [_vllm_row(r, "rejected", opts) for r in choice["rejected"]]
+    rows = [_vllm_row(chosen, "chosen", opts, modelled)]
+    rows += [_vllm_row(r, "valid, ranked lower", opts, modelled) for r in choice["alternatives"]]
+    rows += [_vllm_row(r, "rejected", opts, modelled) for r in choice["rejected"]]
     return {"engine": "vllm", "rows": rows, "error": None, "smallest_fitting": None, "max_model_len": opts["max_model_len"],
             "hardware": hw["label"], "structure": vllm_structure_line(shape, opts)}
 
@@ -185,18 +188,23 @@ def vllm_structure_line(shape, opts):
     return "%s: %s" % (shape["architecture"], model_family.describe(structure, per_token, state))
 
 
-def _vllm_row(result, verdict, opts):
+def _vllm_row(result, verdict, opts, modelled=True):
+    """One layout's row. A family whose cache is not modelled keeps its weights and the memory left
+    for the cache, but no token count: none rather than a wrong one."""
     est = result.get("estimate") or {}
+    findings = list(result.get("findings") or [])
+    if not modelled:
+        findings.append("KV tokens not sized: the family's cache is not modelled")
     return {
         "engine": "vllm",
         "layout": result["label"],
         "verdict": verdict,
         "weights_gib": est.get("weights_gib"),
         "kv_cache_gib": est.get("kv_cache_gib"),
-        "kv_tokens": est.get("kv_tokens_total"),
-        "concurrency": est.get("concurrency_at_max_model_len"),
+        "kv_tokens": est.get("kv_tokens_total") if modelled else None,
+        "concurrency": est.get("concurrency_at_max_model_len") if modelled else None,
         "max_model_len": opts["max_model_len"],
-        "reason": "; ".join(result.get("findings") or []),
+        "reason": "; ".join(findings),
     }
 
 
@@ -222,7 +230,8 @@ def table_lines(table):
     else:
         if table.get("error"):
             hint = table["smallest_fitting"]
-            return ["vLLM: %s" % table["error"]] + (["vLLM: %s" % hint] if hint and hint not in table["error"] else [])
+            return (["vLLM: %s" % table["error"]] + (["vLLM: %s" % hint] if hint and hint not in table["error"] else [])
+                    + (["model: %s" % table["structure"]] if table.get("structure") else []))
         lines = ["vLLM on %s at max_model_len %d:" % (table["hardware"], table["max_model_len"]),
                  "      %-20s %-20s %10s %10s %12s %6s  %s" % ("layout", "verdict", "weights", "KV GiB", "KV tokens",
                                                                "conc.", "reason")]

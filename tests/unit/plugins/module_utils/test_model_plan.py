@@ -153,3 +153,41 @@ def test_vllm_table_names_the_family_structure():
     assert line == "DeepseekV3ForCausalLM: mla attention (61 full layers): 70272 bytes of cache per token"
     table = {"engine": "vllm", "error": None, "structure": line, "hardware": "h", "max_model_len": 4096, "rows": []}
     assert mp.table_lines(table)[-1] == "model: " + line
+
+
+def full_size(family, **overrides):
+    from ansible_collections.gpulab.inference.plugins.module_utils import synthetic_hf as sh
+    plan = sh.ModelPlan(sh.validate_options(sh.family_options(family, **overrides)))
+    return plan.config, dict((n, (dt, dims, hf.tensor_nbytes(dt, dims))) for n, dt, dims in plan.tensors)
+
+
+def test_deepseek_v3_on_three_96_gb_gpus_does_not_fit_and_says_what_would():
+    config, tensors = full_size("deepseek-v3")
+    nodes = mh.parse_hardware([{"name": "lab", "gpus": 3, "memory_gib": 96}])
+    table = mp.vllm_table(config, tensors, nodes, {"gpu_memory_utilization": 0.9, "max_model_len": 163840,
+                                                   "kv_cache_dtype": "auto", "reserve_mib": 4096})
+    assert table["rows"] == [] and table["error"].startswith("no layout of 1 node(s) x 3 GPUs of 98304 MiB")
+    # 627 GiB of FP8 weights over three GPUs: 209.7 GiB each at TP=3, beyond the 86.4 GiB vLLM may use
+    assert "TP=3 puts 209.7 GiB" in table["error"] and "the 128 attention heads do not divide by TP 3" in table["error"]
+    assert table["smallest_fitting"].startswith("It would run on 3 node(s) x 3 GPUs of 98304 MiB")
+    lines = mp.table_lines(table)
+    assert lines[-1] == "model: DeepseekV3ForCausalLM: mla attention (61 full layers): 70272 bytes of cache per token"
+
+
+def test_an_unmodelled_family_keeps_its_weights_and_gives_no_token_count():
+    config, tensors = full_size("deepseek-v3", layers=4)
+    config = dict(config, architectures=["DeepseekV32ForCausalLM"], model_type="deepseek_v32")
+    nodes = mh.parse_hardware([{"name": "box", "gpus": 1, "memory_gib": 96}])
+    table = mp.vllm_table(config, tensors, nodes, {"gpu_memory_utilization": 0.9, "max_model_len": 8192,
+                                                   "kv_cache_dtype": "auto", "reserve_mib": 4096})
+    row = table["rows"][0]
+    assert (row["layout"], row["verdict"]) == ("TP=1", "chosen")
+    # the headers' bytes (4 layers at DeepSeek-V3's width: 15.8 GiB) are planned all the same
+    assert row["weights_gib"] == pytest.approx(sum(nb for _dt, _d, nb in tensors.values()) / 2.0 ** 30, abs=0.01)
+    assert row["weights_gib"] > 15
+    assert row["kv_tokens"] is None and row["concurrency"] is None
+    assert row["reason"].endswith("KV tokens not sized: the family's cache is not modelled")
+    lines = mp.table_lines(table)
+    assert lines[-1] == ("model: DeepseekV32ForCausalLM: family DeepseekV32ForCausalLM is not modelled: weights only "
+                         "(vLLM keeps it in sparse attention with an indexer cache)")
+    assert " - " in lines[2]
