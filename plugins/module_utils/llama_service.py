@@ -10,7 +10,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import re
 
 from ansible_collections.gpulab.inference.plugins.module_utils import service_files
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import LlamaServerError
@@ -61,12 +60,6 @@ def head_unit_sandbox(hardening, cuda_access, cuda_devices):
 
 # --- Restarts and unit state -------------------------------------------------------
 
-def parse_systemd_version(text):
-    """The major version from `systemctl --version` ('systemd 252 (252.30-1~deb12u2)' -> 252); 0 when unknown."""
-    match = re.search(r"^systemd ([0-9]+)", str(text or "").strip(), re.MULTILINE)
-    return int(match.group(1)) if match else 0
-
-
 # RestartSteps= and RestartMaxDelaySec= appeared in systemd 254 (NEWS of v254); Debian 12 has 252,
 # where they would be unknown keys (a warning at every load and in systemd-analyze verify).
 RESTART_BACKOFF_SYSTEMD = 254
@@ -90,7 +83,7 @@ def restart_directives(systemd_version, restart_sec, max_delay_s, steps=5):
     return unit, service
 
 
-# `systemctl show -p A -p B unit` output -> {A: value, B: value}: service_status's one parser of it.
+# A unit's properties as systemd shows them (-p A -p B) -> {A: value, B: value}: service_status's one parser of them.
 parse_unit_properties = show_properties
 
 

@@ -118,6 +118,22 @@ def systemd_booted(isdir=None):
     return (isdir or os.path.isdir)(SYSTEMD_RUNTIME_DIR)
 
 
+# The manager's major version, where what the collection writes for it depends on it: systemd's
+# RestartSteps= and RestartMaxDelaySec= from 254 on (llama_service.restart_directives). Module
+# service_manager asks it with the manager, once per play, so no plan module asks the node itself.
+def version_argv(manager):
+    """The command that prints the manager's version, or None where no version matters."""
+    return ["systemctl", "--version"] if manager == "systemd" else None
+
+
+def parse_version(manager, text):
+    """The major version in version_argv's answer ('systemd 252 (252.30-1~deb12u2)' -> 252); 0 when unknown."""
+    if manager != "systemd":
+        return 0
+    match = re.search(r"^systemd ([0-9]+)", str(text or "").strip(), re.MULTILINE)
+    return int(match.group(1)) if match else 0
+
+
 def active_manager(requested, booted_with_systemd):
     """The manager that runs the collection's services on a host: systemd or supervisor.
 

@@ -19,7 +19,7 @@ description:
     ggml RPC protocol has no authentication.
   - Reads the deployed build (O(build_link)), checks the firewall's allowed sources, refuses to go on
     while firewalld or ufw runs unless the ports were opened there, picks the restart directives the
-    node's systemd knows (C(systemctl --version)), and names the server instances that are no longer planned.
+    node's systemd knows (O(manager_version)), and names the server instances that are no longer planned.
   - Reads only; never changes the host.
 version_added: "0.1.0"
 author:
@@ -126,6 +126,12 @@ options:
     description: Largest restart delay in seconds, reached in steps where systemd supports it.
     type: int
     default: 60
+  manager_version:
+    description:
+      - The service manager's major version, role C(common)'s C(gpulab_service_manager_version) (module
+        C(service_manager) asks it once per play); 0 where it is unknown, which leaves the restart backoff out.
+    type: int
+    default: 0
   node_name:
     description: The node's inventory name, named in the wrappers' comments.
     type: str
@@ -335,7 +341,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.exposure import (
 )
 from ansible_collections.gpulab.inference.plugins.module_utils.roce import RoceError, rpc_rdma_settings
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import LlamaServerError, read_deployed_build
-from ansible_collections.gpulab.inference.plugins.module_utils.llama_service import parse_systemd_version, restart_directives
+from ansible_collections.gpulab.inference.plugins.module_utils.llama_service import restart_directives
 from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import systemd_booted
 from ansible_collections.gpulab.inference.plugins.module_utils.service_status import (
     ServiceStatusError,
@@ -428,9 +434,8 @@ class RpcServerPlan:
             if problem and params["other_firewall"] == "fail":
                 raise LlamaServerError(problem)
         rdma = rpc_rdma_settings(read_fabric(params["fabric_file"]) if params["fabric_file"] else params["fabric"])
-        systemd_version = self.systemd_version()
         unit_directives, service_directives = restart_directives(
-            systemd_version, params["restart_sec"], params["restart_max_delay_s"])
+            params["manager_version"], params["restart_sec"], params["restart_max_delay_s"])
         service_directives = [list(d) for d in service_directives] + rdma["service_directives"]
         settings = dict((key, params[key]) for key in ("user", "group", "bin_dir", "threads", "cache_dir", "hardening",
                                                        "cuda_devices", "unit"))
@@ -476,10 +481,6 @@ class RpcServerPlan:
         if answer[0] != 0:
             raise LlamaServerError("systemctl list-units failed (rc %d): check `systemctl is-system-running`" % answer[0])
         return parse_list_units(answer[1], [pattern])
-
-    def systemd_version(self):
-        answer = self.systemctl("--version")
-        return parse_systemd_version(answer[1]) if answer and answer[0] == 0 else 0
 
     def active_services(self, services):
         """The services of the list that systemd reports active (one `systemctl is-active` line each)."""
@@ -531,6 +532,7 @@ def build_module():
             fabric=dict(type="dict"),
             fabric_file=dict(type="path"),
             restart_max_delay_s=dict(type="int", default=60),
+            manager_version=dict(type="int", default=0),
             node_name=dict(type="str"),
             user=dict(type="str", default="gpulab-rpc"),
             group=dict(type="str", default="gpulab-rpc"),

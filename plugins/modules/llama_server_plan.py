@@ -130,7 +130,7 @@ options:
     default: []
   restart_sec:
     description:
-      - First restart delay in seconds. From systemd 254 on (C(systemctl --version)), restarts back off in steps up to
+      - First restart delay in seconds. From systemd 254 on (O(manager_version)), restarts back off in steps up to
         O(restart_max_delay_s) (C(RestartSteps=), C(RestartMaxDelaySec=)).
     type: int
     default: 5
@@ -138,6 +138,12 @@ options:
     description: Largest restart delay in seconds, reached in steps where systemd supports it.
     type: int
     default: 30
+  manager_version:
+    description:
+      - The service manager's major version, role C(common)'s C(gpulab_service_manager_version) (module
+        C(service_manager) asks it once per play); 0 where it is unknown, which leaves the restart backoff out.
+    type: int
+    default: 0
   server:
     description:
       - llama-server's options, from which the module returns its whole command line as RV(argv) (the wrapper
@@ -278,7 +284,6 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi_runner import GPU_INVENTORY_OPTION, use_gpu_inventory
 from ansible_collections.gpulab.inference.plugins.module_utils import layout_auto
-from ansible_collections.gpulab.inference.plugins.module_utils.bounded_command import BoundedRunner
 from ansible_collections.gpulab.inference.plugins.module_utils.roce import RoceError, rpc_rdma_settings
 from ansible_collections.gpulab.inference.plugins.module_utils.gguf import GGUFError, read_gguf
 from ansible_collections.gpulab.inference.plugins.module_utils.endpoint_rule import EndpointError, listen_address
@@ -305,7 +310,6 @@ from ansible_collections.gpulab.inference.plugins.module_utils.llama_server impo
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_service import (
     head_unit_sandbox,
     head_wrapper_lines,
-    parse_systemd_version,
     restart_directives,
 )
 
@@ -369,7 +373,7 @@ class LlamaServerPlan:
         check_health_settings(params["health_timeout_s"], params["health_timeout_floor_s"], params["health_load_rate_mib_s"])
         rdma = rpc_rdma_settings(params["fabric"])
         unit_directives, service_directives = restart_directives(
-            self.systemd_version(), params["restart_sec"], params["restart_max_delay_s"])
+            params["manager_version"], params["restart_sec"], params["restart_max_delay_s"])
         build = read_build(params["build_link"]) if params["build_link"] else {}
         shards = model_shards(params["model_path"])
         existing = set(s for s in shards if os.path.isfile(s))
@@ -436,14 +440,6 @@ class LlamaServerPlan:
         self.plan["backend_sampling"] = choice
         self.plan["argv"] = server_argv(binary, model, server, self.plan["rpc"], self.plan["tensor_split_arg"],
                                         choice["enabled"])
-
-    def systemd_version(self):
-        """systemd's major version, 0 on a host without systemctl."""
-        systemctl = self.module.get_bin_path("systemctl")
-        if not systemctl:
-            return 0
-        rc, out, unused = BoundedRunner(self.module).run([systemctl, "--version"])
-        return parse_systemd_version(out) if rc == 0 else 0
 
     def check_model_files(self, shards):
         """Each shard is a GGUF file the service account reaches inside the unit's sandbox."""
@@ -514,6 +510,7 @@ def build_module():
             restart_sec=dict(type="int", default=5),
             fabric=dict(type="dict"),
             restart_max_delay_s=dict(type="int", default=30),
+            manager_version=dict(type="int", default=0),
             server=dict(type="dict"),
             cuda_devices=dict(type="list", elements="str", default=[]),
         ),

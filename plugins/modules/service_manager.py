@@ -13,11 +13,14 @@ module: service_manager
 short_description: The service manager that runs the collection's services on this node
 version_added: 0.4.0
 description:
-  - Resolves O(requested) (role C(common)'s C(gpulab_service_manager)) on the node: V(auto) is V(systemd) where
+  - Resolves O(requested) (role C(common)'s C(gpulab_service_manager)) on the node. V(auto) is V(systemd) where
     systemd is the init system (C(/run/systemd/system) is a directory, sd_booted(3)), else V(supervisor).
   - The one rule for V(auto) (C(plugins/module_utils/service_manager.py), C(active_manager)). Role C(common) runs
     it once per play and node and sets C(gpulab_service_manager_resolved); everything downstream reads
     C(gpulab_service_manager_active).
+  - Under systemd, also its major version (C(--version)), which the plan modules take as role C(common)'s
+    C(gpulab_service_manager_version) to choose the restart directives that version knows; 0 where it is unknown or
+    no version matters.
   - Reads only; changes nothing.
 author:
   - gpulab.inference contributors (@gpulab)
@@ -50,19 +53,27 @@ manager:
   returned: success
   type: str
   sample: supervisor
+version:
+  description: The manager's major version (systemd's), 0 where it is unknown or no version matters.
+  returned: success
+  type: int
+  sample: 252
 ansible_facts:
-  description: C(gpulab_service_manager_resolved), V(requested) and the V(manager) it resolved to.
+  description: C(gpulab_service_manager_resolved), V(requested), the V(manager) it resolved to and its V(version).
   returned: success
   type: dict
-  sample: {gpulab_service_manager_resolved: {requested: auto, manager: supervisor}}
+  sample: {gpulab_service_manager_resolved: {requested: auto, manager: supervisor, version: 0}}
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpulab.inference.plugins.module_utils.bounded_command import BoundedRunner
 from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import (
     ServiceManagerError,
     active_manager,
+    parse_version,
     systemd_booted,
+    version_argv,
 )
 
 
@@ -73,8 +84,15 @@ def main():
         manager = active_manager(requested, systemd_booted())
     except ServiceManagerError as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(changed=False, manager=manager,
-                     ansible_facts={"gpulab_service_manager_resolved": {"requested": requested, "manager": manager}})
+    version = 0
+    argv = version_argv(manager)
+    binary = module.get_bin_path(argv[0]) if argv else None
+    if binary:
+        rc, out, unused = BoundedRunner(module).run([binary] + argv[1:])
+        version = parse_version(manager, out) if rc == 0 else 0
+    module.exit_json(changed=False, manager=manager, version=version,
+                     ansible_facts={"gpulab_service_manager_resolved": {"requested": requested, "manager": manager,
+                                                                        "version": version}})
 
 
 if __name__ == "__main__":

@@ -12,11 +12,11 @@ from ansible_collections.gpulab.inference.plugins.module_utils.llama_server impo
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_service import (
     head_unit_sandbox,
     head_wrapper_lines,
-    parse_systemd_version,
     parse_unit_properties,
     restart_directives,
     unit_failure,
 )
+from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import parse_version
 
 RDMA = {"GGML_RDMA_DEV": "mlx5_0", "GGML_RDMA_GID": "3"}
 ORDER = {"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID",
@@ -62,7 +62,9 @@ def test_head_unit_sandbox_opens_cuda_only_where_the_head_uses_it():
     ("not systemd", 0),
 ])
 def test_systemd_version(text, version):
-    assert parse_systemd_version(text) == version
+    # role common's gpulab_service_manager_version, asked by module service_manager
+    assert parse_version("systemd", text) == version
+    assert parse_version("supervisor", text) == 0
 
 
 def test_restart_forever_without_backoff_on_debian_12():

@@ -156,3 +156,15 @@ def test_the_head_s_gpus_from_the_inventory_file_in_the_same_run(head, tmp_path)
     given = run(dict(head, workers=[manifest("node-b", "10.231.77.11")], local_gpus=[gpu]))
     assert from_file.kind is ExitJson and given.kind is ExitJson, (from_file.result, given.result)
     assert from_file.result == given.result
+
+
+def test_the_restart_backoff_follows_the_manager_version_given(head):
+    # systemd 254 on backs restarts off in steps (RestartSteps=); the version is role common's, not asked here
+    workers = [manifest("node-b", "10.231.77.11")]
+    old = run(dict(head, workers=workers, manager_version=252, restart_sec=5, restart_max_delay_s=30))
+    new = run(dict(head, workers=workers, manager_version=255, restart_sec=5, restart_max_delay_s=30))
+    assert old.kind is ExitJson and new.kind is ExitJson
+    assert old.commands == [] and new.commands == []
+    assert old.result["service_directives"] == [["Restart", "always"], ["RestartSec", "5"]]
+    assert new.result["service_directives"] == [["Restart", "always"], ["RestartSec", "5"], ["RestartSteps", "5"],
+                                                ["RestartMaxDelaySec", "30"]]

@@ -7,17 +7,22 @@ from ansible_collections.gpulab.inference.plugins.module_utils import service_ma
 from ansible_collections.gpulab.inference.plugins.modules import service_manager
 
 
-def run(args, booted, monkeypatch):
+SYSTEMCTL = "/usr/bin/systemctl"
+
+
+def run(args, booted, monkeypatch, answers=None, bin_path=None):
     monkeypatch.setattr(rule, "systemd_booted", lambda: booted)
     monkeypatch.setattr(service_manager, "systemd_booted", lambda: booted)
-    return module_harness.run_module(service_manager.main, args, {}, {})
+    return module_harness.run_module(service_manager.main, args, answers or {}, bin_path or {})
 
 
 def test_auto_is_systemd_where_systemd_booted_the_node(monkeypatch):
     result = run({"requested": "auto"}, True, monkeypatch)
     assert result.kind is ExitJson and result.commands == []
     assert result.result["manager"] == "systemd"
-    assert result.result["ansible_facts"] == {"gpulab_service_manager_resolved": {"requested": "auto", "manager": "systemd"}}
+    # no systemctl to ask: the version is unknown
+    assert result.result["ansible_facts"] == {"gpulab_service_manager_resolved": {"requested": "auto", "manager": "systemd",
+                                                                                  "version": 0}}
     assert result.result["changed"] is False
 
 
@@ -34,3 +39,21 @@ def test_an_unknown_manager_names_the_variable(monkeypatch):
     result = run({"requested": "runit"}, True, monkeypatch)
     assert result.kind is FailJson
     assert result.result["msg"] == "gpulab_service_manager is 'runit': set auto, systemd or supervisor"
+
+
+def test_under_systemd_its_version_comes_with_the_answer(monkeypatch):
+    answers = {(SYSTEMCTL, "--version"): (0, "systemd 255 (255.4-1ubuntu8.4)\n+PAM +AUDIT\n", "")}
+    result = run({"requested": "auto"}, True, monkeypatch, answers, {"systemctl": SYSTEMCTL})
+    assert result.commands == [[SYSTEMCTL, "--version"]]
+    assert result.result["version"] == 255
+    assert result.result["ansible_facts"]["gpulab_service_manager_resolved"]["version"] == 255
+
+
+def test_a_systemctl_that_fails_gives_version_0(monkeypatch):
+    answers = {(SYSTEMCTL, "--version"): (1, "", "Failed to connect to bus")}
+    assert run({"requested": "systemd"}, True, monkeypatch, answers, {"systemctl": SYSTEMCTL}).result["version"] == 0
+
+
+def test_under_supervisord_no_version_is_asked(monkeypatch):
+    result = run({"requested": "auto"}, False, monkeypatch, {}, {"systemctl": SYSTEMCTL})
+    assert result.commands == [] and result.result["version"] == 0
