@@ -87,6 +87,12 @@ class Lab:
         self.sh(HEAD, 'kill $(cat /tmp/faults-load.pid) 2>/dev/null; true')
 
 
+def args_tmp():
+    path = REPO / '.build' / 'faults' / 'tmp'
+    path.mkdir(parents=True, exist_ok=True)
+    return str(path)
+
+
 def wait_for(predicate, bound_s, step_s=0.5):
     """Seconds until predicate() held (polled every step_s), or None within bound_s."""
     began = time.time()
@@ -209,8 +215,11 @@ def nvidia_smi(mode):
     def case(lab, row):
         path = lab.sh(OTHER, 'command -v nvidia-smi')[1] or '/usr/bin/nvidia-smi'
         body = '#!/bin/sh\nsleep 3600\n' if mode == 'hang' else '#!/bin/sh\necho "NVIDIA-SMI has failed" >&2\nexit 1\n'
-        lab.sh(OTHER, 'cp -p %s %s.faults && printf %%s %s > %s' % (path, path, json.dumps(body).replace('$', '\\$'), path),
-               check=True)
+        local = Path(args_tmp()) / 'nvidia-smi'
+        local.write_text(body)
+        lab.sh(OTHER, 'cp -p %s %s.faults' % (path, path), check=True)
+        subprocess.run(['podman', 'cp', str(local), '%s-%s:%s' % (lab.name, OTHER, path)], check=True)
+        lab.sh(OTHER, 'chmod 0755 %s' % path, check=True)
         fault_at = time.time()
         try:
             private = row['private'] / ('%s-run' % row['id'])
@@ -236,11 +245,63 @@ CASES = {
 }
 
 
+def service_memory(lab):
+    """{node: {unit: RSS MiB of its main process}} of the collection's running units."""
+    out = {}
+    for node in (HEAD, WORKER, OTHER):
+        _, text = lab.sh(node, "for u in $(systemctl list-units --plain --no-legend --state=running 'gpulab-*' | awk '{print $1}'); "
+                               'do p=$(systemctl show -p MainPID --value $u); echo $u $(ps -o rss= -p $p 2>/dev/null || echo 0); done')
+        out[node] = dict((line.split()[0], round(int(line.split()[1]) / 1024.0, 1))
+                         for line in text.splitlines() if len(line.split()) == 2 and line.split()[1].isdigit())
+    return out
+
+
+SOAK_CYCLE = ('rpc-sigkill', 'hang-10', 'head-sigkill', 'cut-10')
+
+
+def soak(lab, minutes, results):
+    """minutes of a closed loop of 4 streams, one fault of SOAK_CYCLE at 20 s into every minute."""
+    lab.stop_load()
+    lab.sh(HEAD, 'rm -f %s; setsid nohup python3 /tmp/faults_load.py --workers 4 --duration-s %d --out %s '
+                 '>/tmp/faults-load.out 2>&1 < /dev/null & echo $! > /tmp/faults-load.pid' % (LOAD_LOG, minutes * 60, LOAD_LOG),
+           check=True)
+    memory_start = service_memory(lab)
+    began = time.time()
+    windows, faults = [], []
+    for minute in range(minutes):
+        time.sleep(max(0.0, began + minute * 60 + 20 - time.time()))
+        case_id = SOAK_CYCLE[minute % len(SOAK_CYCLE)]
+        row = {'id': case_id, 'private': None}
+        fault_at, detected = CASES[case_id][2](lab, row)
+        back = wait_serving(lab, 120)
+        windows.append((fault_at, time.time() + 2))
+        faults.append({'case': case_id, 'at_s': round(fault_at - began, 1), 'detected_s': detected,
+                       'serving_again_s': None if back is None else round(time.time() - fault_at, 1)})
+        print('    soak minute %d: %s' % (minute + 1, json.dumps(faults[-1])), flush=True)
+    time.sleep(max(0.0, began + minutes * 60 + 35 - time.time()))
+    memory_end = service_memory(lab)
+    requests = lab.requests()
+    inside = [r for r in requests if any(a <= r['start'] <= b for a, b in windows)]
+    outside = [r for r in requests if not any(a <= r['start'] <= b for a, b in windows)]
+
+    def ttft(rows, fraction):
+        return fault_matrix.percentile([r['ttft_s'] for r in rows if r.get('ok') and r.get('ttft_s') is not None], fraction)
+    figures_ = {'minutes': minutes, 'streams': 4, 'sent': len(requests), 'failed': sum(1 for r in requests if not r['ok']),
+                'failed_outside_faults': fault_matrix.failed_outside(requests, windows),
+                'ttft_p50_s_without_faults': ttft(outside, 0.5), 'ttft_p99_s_without_faults': ttft(outside, 0.99),
+                'ttft_p50_s_during_faults': ttft(inside, 0.5), 'ttft_p99_s_during_faults': ttft(inside, 0.99),
+                'faults': faults, 'memory_mib_start': memory_start, 'memory_mib_end': memory_end}
+    results.write_text(json.dumps(dict(json.loads(results.read_text()) if results.exists() else {}, soak=figures_), indent=1))
+    print(json.dumps(figures_, indent=1), flush=True)
+    return figures_
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument('--lab', default=os.environ.get('GPULAB_LAB_NAME', 'gpulab-flt'))
     parser.add_argument('--cases', default=','.join(CASES))
     parser.add_argument('--no-deploys', action='store_true', help='skip the two deploy.yml runs after each case')
+    parser.add_argument('--soak-minutes', type=int, default=0, help='then a soak of this many minutes (4 streams)')
     parser.add_argument('--out', default=str(REPO / 'docs' / 'faults.md'))
     parser.add_argument('--results', default=str(REPO / '.build' / 'faults' / 'results.json'))
     args = parser.parse_args()
@@ -249,11 +310,13 @@ def main():
     results = Path(args.results)
     results.parent.mkdir(parents=True, exist_ok=True)
     rows = json.loads(results.read_text()) if results.exists() else []
+    rows = rows if isinstance(rows, list) else []
+    cases = [c for c in args.cases.split(',') if c]
     if wait_serving(lab) is None:
         raise SystemExit('the lab %s does not serve a chat completion: deploy it first' % args.lab)
     lab.start_load()
     try:
-        for case_id in args.cases.split(','):
+        for case_id in cases:
             title, node, inject = CASES[case_id]
             print('==> %s' % title, flush=True)
             wait_serving(lab)
@@ -266,6 +329,8 @@ def main():
             print('    %s' % json.dumps(row), flush=True)
             rows = [r for r in rows if r['id'] != case_id] + [row]
             results.write_text(json.dumps(rows, indent=1))
+        if args.soak_minutes:
+            soak(lab, args.soak_minutes, results.parent / 'soak.json')
     finally:
         lab.stop_load()
     commit = subprocess.run(['git', '-C', str(REPO), 'rev-parse', '--short', 'HEAD'], stdout=subprocess.PIPE,

@@ -47,9 +47,25 @@ def main():
     parser.add_argument('--concurrency', type=int, default=32)
     parser.add_argument('--timeout-s', type=float, default=30.0)
     parser.add_argument('--duration-s', type=float, default=3600.0)
+    parser.add_argument('--workers', type=int, default=0,
+                        help='closed loop instead: this many threads, each sending its next request when one ends')
     parser.add_argument('--out', required=True)
     args = parser.parse_args()
     lock = threading.Lock()
+    if args.workers:
+        ends = time.time() + args.duration_s
+        with open(args.out, 'a') as out:
+            def worker():
+                while time.time() < ends:
+                    began = time.time()
+                    one(args.url, args.timeout_s, out, lock)
+                    time.sleep(max(0.0, 0.2 - (time.time() - began)))  # a failing head is not hammered
+            threads = [threading.Thread(target=worker) for _ in range(args.workers)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        return
     threads = []
     ends = time.time() + args.duration_s
     with open(args.out, 'a') as out:

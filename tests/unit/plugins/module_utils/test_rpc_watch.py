@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -178,15 +179,9 @@ def test_another_protocol_is_a_bad_reply():
 
 # /proc/net/tcp of a worker: rpc-server listening on 10.231.78.12:50052, the head 10.231.78.11
 # connected with 120 bytes unread, and a probe in the backlog (inode 0)
-PROC_NET_TCP = '''  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
-   0: 0C4EE70A:C384 00000000:0000 0A 00000000:00000000 00:00000000 00000000   999        0 41721 1 0000000000000000 100 0 0 10 0
-   1: 0C4EE70A:C384 0B4EE70A:A1B2 01 00000000:00000078 00:00000000 00000000   999        0 41999 1 0000000000000000 20 4 30 10 -1
-   2: 0C4EE70A:C384 0C4EE70A:D000 08 00000000:00000000 00:00000000 00000000     0        0 0 1 0000000000000000 20 4 30 10 -1
-   3: 0100007F:0016 0100007F:E000 01 00000000:00000000 00:00000000 00000000     0        0 5000 1 0000000000000000 20 4 30 10 -1
-'''
-PROC_NET_TCP6 = '''  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
-   0: 00000000000000000000000001000000:1F90 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 777 1 0000000000000000 100 0 0 10 0
-'''
+FIXTURES = Path(__file__).resolve().parents[2] / 'fixtures' / 'rpc_watch'
+PROC_NET_TCP = (FIXTURES / 'proc-net-tcp.txt').read_text()
+PROC_NET_TCP6 = (FIXTURES / 'proc-net-tcp6.txt').read_text()
 
 
 def test_proc_net_tcp_rows():
