@@ -121,3 +121,45 @@ def test_malformed_plan_hardware_is_named(mirror, tmp_path):
     assert any("plan_hardware[0].gpus[0] has no memory_gib (or memory_mib): give the GPU's memory" in m
                for m in messages), messages
     assert not output.exists()
+
+
+def test_a_full_size_deepseek_v3_is_answered_from_its_headers_on_three_96_gb_gpus(tmp_path):
+    """DeepSeek-V3's own shape (61 layers, 256 routed experts + 1 shared, 3 dense layers, MLA, FP8:
+    626.9 GiB in 129 files), headers over sparse holes, given as a path on the controller."""
+    model = tmp_path / "deepseek-v3"
+    model.mkdir()
+    checkpoint = sh.ModelPlan(sh.validate_options(sh.family_options("deepseek-v3", weights="sparse", shard_max_mib=5000)))
+    sh.write_model(str(model), checkpoint)
+    run, output = plan(tmp_path, "dsv3", {"model_source": str(model)},
+                       {"plan_hardware": [{"name": "lab", "gpus": 3, "memory_gib": 96}]})
+    assert run.status == "successful", run.failures
+    document = json.loads(output.read_text())
+    assert document["engine"]["engine"] == "vllm"
+    assert document["size_bytes"] > 626 << 30 and document["bytes_read"] < document["size_bytes"] / 10000
+    table = document["table"]
+    # does not fit: every layout of three GPUs named with its reason, and the smallest hardware that would
+    assert table["rows"] == [] and table["error"].startswith("no layout of 1 node(s) x 3 GPUs of 98304 MiB")
+    assert "TP=3 puts 209.7 GiB" in table["error"]
+    assert table["smallest_fitting"].startswith("It would run on 3 node(s) x 3 GPUs of 98304 MiB")
+    shown = run.ok_results(SHOW)[0]["msg"]
+    assert shown[-1] == "model: DeepseekV3ForCausalLM: mla attention (61 full layers): 70272 bytes of cache per token"
+
+
+def test_a_family_not_modelled_is_named_with_its_weights_planned(tmp_path):
+    model = tmp_path / "deepseek-v32"
+    model.mkdir()
+    checkpoint = sh.ModelPlan(sh.validate_options(sh.family_options("deepseek-v3", layers=4, weights="sparse")))
+    sh.write_model(str(model), checkpoint)
+    config = json.loads((model / "config.json").read_text())
+    config.update(architectures=["DeepseekV32ForCausalLM"], model_type="deepseek_v32")
+    (model / "config.json").write_text(json.dumps(config))
+    run, output = plan(tmp_path, "dsv32", {"model_source": str(model), "vllm_server_max_model_len": 8192},
+                       {"plan_hardware": [{"name": "box", "gpus": 1, "memory_gib": 96}]})
+    assert run.status == "successful", run.failures
+    row = json.loads(output.read_text())["table"]["rows"][0]
+    assert (row["layout"], row["verdict"], row["kv_tokens"], row["concurrency"]) == ("TP=1", "chosen", None, None)
+    assert row["weights_gib"] == pytest.approx(checkpoint.weights_bytes / 2.0 ** 30, abs=0.01)
+    assert "KV tokens not sized: the family's cache is not modelled" in row["reason"]
+    shown = run.ok_results(SHOW)[0]["msg"]
+    assert shown[-1] == ("model: DeepseekV32ForCausalLM: family DeepseekV32ForCausalLM is not modelled: weights only "
+                         "(vLLM keeps it in sparse attention with an indexer cache)")
