@@ -580,7 +580,7 @@ def choose_vllm_layout(summary, shape, hw, opts, given=None, limit=REJECTED_LIMI
         first = "; ".join("%s: %s" % (r["label"], " ".join(r["findings"])) for r in rejected[:3])
         raise AutoError("no layout of %s runs the model on every GPU (%s). The closest: %s. %s"
                         % (hw["label"], _given_text(given), first, smallest_vllm_hint(summary, shape, hw, opts)))
-    accepted.sort(key=lambda pair: intent_rank_key(pair[1], intent, hw))
+    accepted.sort(key=lambda pair: intent_rank_key(pair[1], intent, hw, data_parallel_pays(pair[1], shape, opts)))
     layout, result = accepted[0]
     est = result["estimate"]
     reason = ("auto: %s uses all %d GPUs and passes vLLM's rules; %.1f GiB of weights and %.1f GiB of KV cache "
@@ -589,6 +589,12 @@ def choose_vllm_layout(summary, shape, hw, opts, given=None, limit=REJECTED_LIMI
                  est["concurrency_at_max_model_len"], opts["max_model_len"]))
     if intent is not None:
         reason += "; %s" % INTENT_LAYOUT_REASONS[intent]
+    if intent == "throughput" and layout.dp == 1:
+        # the data-parallel layout throughput would take first if DP paid: expert parallel, the most engines
+        turned = sorted((r for _l, r in accepted[1:] if r["layout"]["data_parallel_size"] > 1),
+                        key=lambda r: (not r["layout"]["enable_expert_parallel"], -r["layout"]["data_parallel_size"]))
+        if turned:
+            reason += "; %s" % data_parallel_turned_down(turned[0], result, shape, opts)
     alternatives = [{"label": r["label"], "layout": r["layout"], "estimate": r["estimate"],
                      "findings": ["valid, ranked lower%s: %d requests at max_model_len, %d KV tokens, PP %d, DP %d"
                                   % ("" if intent is None else " for %s serving" % intent,
@@ -659,10 +665,16 @@ INTENT_LAYOUT_REASONS = {
                    "experts tensor-sharded rather than placed whole where vLLM runs both): vLLM's expert-parallel "
                    "guide (docs/serving/expert_parallel_deployment.md) pairs TP with latency",
     "throughput": "serving intent throughput: ranked for the highest aggregate among the valid layouts (fewest "
-                  "pipeline stages, expert parallel with the most data-parallel engines vLLM's rules and the memory "
-                  "allow, then KV capacity): vLLM's expert-parallel guide "
-                  "(docs/serving/expert_parallel_deployment.md) pairs DP attention and EP experts with throughput",
+                  "pipeline stages, expert parallel, the most data-parallel engines where DP attention pays and fits "
+                  "with margin, then KV capacity): vLLM's expert-parallel guide "
+                  "(docs/serving/expert_parallel_deployment.md) pairs DP attention and EP experts with throughput, "
+                  "and its data-parallel guide (docs/serving/data_parallel_deployment.md) for models whose attention "
+                  "TP cannot shard (MLA)",
 }
+# Under throughput a data-parallel layout ranks first only where each engine's KV cache holds at least
+# this many requests at max_model_len: a DP engine serves its requests alone, so one long request must
+# not fill it, and each engine replicates the attention weights (less room for KV than TP).
+DP_MIN_REQUESTS_PER_ENGINE = 2
 
 
 def check_intent(intent, concurrency=DEFAULT_CONCURRENCY):
@@ -676,16 +688,59 @@ def check_intent(intent, concurrency=DEFAULT_CONCURRENCY):
     return intent, concurrency
 
 
-def intent_rank_key(result, intent, hw):
+def tp_replicates_kv(shape, opts, gpus):
+    """Whether tensor parallelism over `gpus` GPUs would keep the same KV cache on several of them:
+    MLA's latent is whole on every TP rank, and TP beyond the KV heads replicates heads
+    (vllm_plan.kv_bytes_per_token, from vllm/config/model.py get_num_kv_heads). Where it does, data
+    parallel attention holds each token's cache once; where it does not, DP only replicates the
+    attention weights."""
+    dtype, layers = opts.get("kv_cache_dtype", "auto"), shape["layers"]
+    one = vp.kv_bytes_per_token(shape, vp.Layout(1), dtype, layers)
+    spread = vp.kv_bytes_per_token(shape, vp.Layout(gpus), dtype, layers)
+    return bool(one) and spread * gpus > one
+
+
+def data_parallel_pays(result, shape, opts):
+    """A data-parallel layout that throughput serving ranks first: DP > 1 with expert parallelism,
+    attention that TP over the same GPUs would replicate (tp_replicates_kv), and each engine holding
+    DP_MIN_REQUESTS_PER_ENGINE requests at max_model_len. vllm_plan's memory rule counts each DP
+    engine's whole attention, embedding and lm_head (weights_per_gpu divides them by TP alone)."""
+    layout, est = result["layout"], result["estimate"] or {}
+    dp, tp = layout["data_parallel_size"], layout["tensor_parallel_size"]
+    if dp < 2 or not layout["enable_expert_parallel"]:
+        return False
+    per_engine = est.get("concurrency_at_max_model_len", 0) // dp
+    return tp_replicates_kv(shape, opts, tp * dp) and per_engine >= DP_MIN_REQUESTS_PER_ENGINE
+
+
+def data_parallel_turned_down(dp_result, chosen, shape, opts):
+    """Why throughput serving kept a layout without data parallelism over a valid DP one."""
+    layout, est = dp_result["layout"], dp_result["estimate"] or {}
+    dp, tp = layout["data_parallel_size"], layout["tensor_parallel_size"]
+    why = []
+    if not tp_replicates_kv(shape, opts, tp * dp):
+        why.append("TP over %d GPUs holds each KV head once (%d KV heads), so DP attention would only replicate the "
+                   "attention weights (%.1f against %.1f GiB per GPU)"
+                   % (tp * dp, shape["kv_heads"], est.get("weights_gib", 0), chosen["estimate"]["weights_gib"]))
+    per_engine = est.get("concurrency_at_max_model_len", 0) // dp
+    if per_engine < DP_MIN_REQUESTS_PER_ENGINE:
+        why.append("each of its %d engines would hold %d request(s) at max_model_len %d, below the margin of %d"
+                   % (dp, per_engine, opts["max_model_len"], DP_MIN_REQUESTS_PER_ENGINE))
+    return "%s ranked lower: %s; %s holds %d requests at max_model_len" % (
+        dp_result["label"], " and ".join(why) or "KV capacity", chosen["label"],
+        chosen["estimate"]["concurrency_at_max_model_len"])
+
+
+def intent_rank_key(result, intent, hw, dp_pays=False):
     """The order of valid layouts for a serving intent (None: vllm_plan.rank_key, KV capacity).
 
     Both: valid first, every GPU used, fewer pipeline stages (a request crosses them one after
     another). interactive: TP within a node (a TP group across nodes all-reduces over the network
     for every layer), one engine (DP splits the requests, never one request), the largest TP (every
     GPU works on each token), experts tensor-sharded (balanced at batch 1, no all-to-all), then KV
-    capacity. throughput: expert parallel with the most data-parallel engines (each engine
-    schedules its own batch; attention weights replicate, experts spread over TP x DP), then KV
-    capacity, then the larger TP."""
+    capacity. throughput: expert parallel, then the most data-parallel engines where DP pays
+    (dp_pays: data_parallel_pays, each engine schedules its own batch, experts spread over TP x DP),
+    then KV capacity, then the larger TP."""
     if intent is None:
         return vp.rank_key(result)
     layout = result["layout"]
@@ -696,7 +751,7 @@ def intent_rank_key(result, intent, hw):
     head = (not result["valid"], -(tp * pp * dp))
     if intent == "interactive":
         return head + (tp > hw.get("gpus_per_node", tp), pp, dp, -tp, ep) + capacity
-    return head + (pp, not ep, -dp) + capacity + (-tp,)
+    return head + (pp, not ep, not dp_pays, -dp if dp_pays else 0) + capacity + (-tp,)
 
 
 def llama_slots(intent, concurrency=DEFAULT_CONCURRENCY, parallel=AUTO):

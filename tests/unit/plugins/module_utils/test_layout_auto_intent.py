@@ -143,20 +143,70 @@ def test_seed_vllm_interactive_takes_tp8_with_expert_parallel():
     assert lower["TP=4+DP=2+EP"]["findings"][0].startswith("valid, ranked lower for interactive serving")
 
 
-def test_seed_vllm_throughput_takes_data_parallel_with_expert_parallel():
+def test_seed_vllm_throughput_keeps_tp8_with_expert_parallel_where_dp_would_not_pay():
     summary, shape, hw, opts = seed_vllm()
     choice = la.choose_vllm_layout(summary, shape, hw, opts, intent="throughput", limit=None)
-    # eight engines, each with its own batch and KV cache, the experts spread over all eight GPUs
-    assert choice["layout"].label() == "TP=1+DP=8+EP"
-    assert choice["reason"].startswith("auto: TP=1+DP=8+EP uses all 8 GPUs and passes vLLM's rules; 31.1 GiB of "
-                                       "weights and 51.0 GiB of KV cache per GPU")
+    # MiniMax-M2.5 has 8 KV heads: TP=8 holds each once, so DP attention gains no KV room, replicates the
+    # attention weights and leaves each engine one request at 196608 tokens. The proven seed layout stays.
+    assert choice["layout"].label() == "TP=8+EP"
+    assert choice["reason"].startswith("auto: TP=8+EP uses all 8 GPUs and passes vLLM's rules; 26.9 GiB of "
+                                       "weights and 55.2 GiB of KV cache per GPU")
     assert "pairs DP attention and EP experts with throughput" in choice["reason"]
+    assert choice["reason"].endswith(
+        "TP=1+DP=8+EP ranked lower: TP over 8 GPUs holds each KV head once (8 KV heads), so DP attention would only "
+        "replicate the attention weights (31.1 against 26.9 GiB per GPU) and each of its 8 engines would hold 1 "
+        "request(s) at max_model_len 196608, below the margin of 2; TP=8+EP holds 9 requests at max_model_len")
     # DP without EP tensor-shards every expert over 8 GPUs: the FP8 block rule refuses it
     rejected = dict((r["label"], r) for r in choice["rejected"])
     assert rejected["TP=1+DP=8"]["rules"] == ["expert_shard_vs_block"]
-    # TP=8+EP, the interactive choice, is valid here and ranked lower
     lower = [a["label"] for a in choice["alternatives"]]
-    assert "TP=8+EP" in lower and lower.index("TP=2+DP=4+EP") < lower.index("TP=8+EP")
+    assert "TP=1+DP=8+EP" in lower and "TP=2+DP=4+EP" in lower
+
+
+def test_data_parallel_engines_each_hold_the_whole_attention_and_pass_the_block_rules_at_tp1():
+    summary, shape, hw, opts = seed_vllm()
+    dp = vp.check_layout(summary, shape, hw, vp.Layout(1, 1, 8, True), opts)
+    tp = vp.check_layout(summary, shape, hw, vp.Layout(8, 1, 1, True), opts)
+    assert dp["valid"] and tp["valid"]
+    by_dp, by_tp = dp["estimate"]["weights_by_role_mib"], tp["estimate"]["weights_by_role_mib"]
+    # experts: 256 / (TP x DP) = 32 whole experts a GPU either way
+    assert by_dp["expert"] == by_tp["expert"]
+    # attention and the vocabulary: each DP engine (TP=1) holds all of them, 8x a TP=8 rank's share
+    assert by_dp["column"] == pytest.approx(8 * by_tp["column"], rel=1e-3)
+    assert by_dp["row"] == pytest.approx(8 * by_tp["row"], rel=1e-3)
+    assert by_dp["kv"] == pytest.approx(8 * by_tp["kv"], rel=1e-3)
+    assert by_dp["vocab"] > 7.9 * by_tp["vocab"]
+    # TP=1 shards nothing, so no FP8 block rule can fail; each engine's KV cache is its own
+    assert not [f for f in dp["findings"] if f["rule"] in ("linear_shard_vs_block", "expert_shard_vs_block")]
+    assert dp["estimate"]["kv_tokens_total"] == 8 * dp["estimate"]["kv_tokens_per_gpu"]
+    assert dp["estimate"]["concurrency_at_max_model_len"] == 8
+    assert not la.tp_replicates_kv(shape, opts, 8)
+    assert la.tp_replicates_kv(shape, opts, 16)
+
+
+def test_throughput_takes_data_parallel_attention_where_tp_would_replicate_the_mla_cache():
+    from test_hf_checkpoint import DEEPSEEK_V3
+
+    from ansible_collections.gpulab.inference.plugins.module_utils import hf_checkpoint as hf
+    shape = hf.model_shape(DEEPSEEK_V3)
+    tensors = dict((n, (dt, dims, hf.tensor_nbytes(dt, dims))) for n, dt, dims in hf.checkpoint_tensors(shape))
+    summary = vp.summarize(tensors, shape)
+    hw = vp.hardware([{"name": "h", "gpus": [{"index": i, "memory_total_mib": 143771} for i in range(8)]}])
+    opts = {"gpu_memory_utilization": 0.9, "max_model_len": 32768, "kv_cache_dtype": "auto", "reserve_mib": 4096}
+    # the MLA latent is whole on every TP rank: TP=8 keeps 8 copies of each token's cache, DP one
+    assert la.tp_replicates_kv(shape, opts, 8)
+    choice = la.choose_vllm_layout(summary, shape, hw, opts, intent="throughput")
+    assert choice["layout"].label() == "TP=1+DP=8+EP"
+    assert "ranked lower" not in choice["reason"].split("(MLA)")[-1]
+    # one engine for latency
+    assert la.choose_vllm_layout(summary, shape, hw, opts, intent="interactive")["layout"].dp == 1
+    # DP pays only with the margin: an engine that holds one request at max_model_len does not
+    result = {"layout": {"tensor_parallel_size": 1, "pipeline_parallel_size": 1, "data_parallel_size": 8,
+                         "enable_expert_parallel": True}, "estimate": {"concurrency_at_max_model_len": 8}}
+    assert not la.data_parallel_pays(result, shape, opts)
+    assert la.data_parallel_pays(dict(result, estimate={"concurrency_at_max_model_len": 16}), shape, opts)
+    no_ep = dict(result, layout=dict(result["layout"], enable_expert_parallel=False))
+    assert not la.data_parallel_pays(dict(no_ep, estimate={"concurrency_at_max_model_len": 16}), shape, opts)
 
 
 def test_without_an_intent_the_layout_is_ranked_by_kv_capacity_as_before():
