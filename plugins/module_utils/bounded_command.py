@@ -4,9 +4,9 @@
 """Every external command a module runs ends within a limit (coreutils timeout), and one that
 does not is reported by name with what to check, instead of holding the play for ever.
 
-A wedged systemd (PID 1 busy, D-Bus gone), a container runtime whose storage hangs or a
-supervisord that stopped answering its socket make systemctl, podman and supervisorctl wait
-without end; AnsibleModule.run_command has no limit of its own. nvidia-smi has its own runner
+A wedged service manager (PID 1 busy, D-Bus gone, a socket nobody answers) or a container runtime
+whose storage hangs make their control commands wait without end; AnsibleModule.run_command has no
+limit of its own. What to check for a service manager's commands is module_utils/service_manager.py's. nvidia-smi has its own runner
 (nvidia_smi_runner.py) because a hang there is answered by probing each GPU.
 """
 
@@ -14,7 +14,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-# seconds a control command (systemctl, journalctl, supervisorctl, podman, ip, ss) may take
+from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import CONTROL_CHECKS
+
+# seconds a control command (a service manager's, podman, ip, ss) may take
 DEFAULT_LIMIT_S = 30
 # coreutils timeout sends SIGTERM, then SIGKILL this many seconds later
 KILL_AFTER_S = 5
@@ -23,13 +25,10 @@ KILL_AFTER_S = 5
 TIMEOUT_RCS = (124, 137, -9)
 
 # what to check when a tool does not answer, by the tool's base name
-CHECKS = {
-    'systemctl': 'systemd does not answer: check `systemctl is-system-running` and the journal of PID 1 on this host',
-    'journalctl': 'the journal does not answer: check systemd-journald (`systemctl status systemd-journald`)',
-    'supervisorctl': 'supervisord does not answer on its socket: check that supervisord runs and its log',
+CHECKS = dict(CONTROL_CHECKS, **{
     'ip': 'the kernel\'s netlink does not answer: check the interface and its driver (dmesg)',
     'ss': 'the kernel\'s socket table does not answer: check the host\'s load and dmesg',
-}
+})
 CONTAINER_CHECK = 'the container runtime does not answer: check its storage and `%s info`'
 
 

@@ -256,7 +256,7 @@ def rpc_server_unit(settings, servers, firewall, unit_directives, service_direct
 
 def rpc_guard_wrapper(guard, servers, unit, firewall_unit, address=None):
     """The RPC guard's wrapper (service_files.wrapper): module_utils/rpc_guard.py run with the table, every
-    server's port and unit (instances under systemd, programs under supervisord) and the firewall unit.
+    server's port and name (as role service names it to the manager in use, service_names) and the firewall unit.
 
     guard: name (the program in bin_dir), python, code (the guard's copied code), table, service_manager,
     supervisor_config, interval_s, and optionally watch_code (module_utils/rpc_watch.py on the node: the
@@ -294,22 +294,6 @@ def rpc_guard_wrapper(guard, servers, unit, firewall_unit, address=None):
     result = service_files.wrapper(comments, environment, argv, error)
     result["name"] = service_files.checked(guard["name"], "llama_rpc_server_unit_name", error)
     return result
-
-
-NFTABLES_UNIT = "nftables.service"
-
-
-def firewall_unit_directives(nftables_unit=NFTABLES_UNIT):
-    """[Unit] directives that tie the RPC firewall unit, and so the servers that require it, to
-    nftables.service: Debian's unit flushes the whole ruleset when it stops, our table with it.
-
-    PartOf= passes on a stop and a restart: `systemctl stop nftables` stops the servers, and a
-    restart (a flush, then /etc/nftables.conf with our table) stops them for the moment the
-    ruleset is empty and starts them again after it is loaded, so no RPC port is ever open
-    without its rules. (StopPropagatedFrom= would not do better: a restart is propagated too.)
-    Returns a list of (key, value).
-    """
-    return [("PartOf", nftables_unit)]
 
 
 def stale_units(unit_names, unit, planned_instances):

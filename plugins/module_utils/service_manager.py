@@ -118,6 +118,15 @@ def systemd_booted(isdir=None):
     return (isdir or os.path.isdir)(SYSTEMD_RUNTIME_DIR)
 
 
+# What to check when a manager's control command does not answer (bounded_command.what_to_check),
+# by the command's base name.
+CONTROL_CHECKS = {
+    'systemctl': 'systemd does not answer: check `systemctl is-system-running` and the journal of PID 1 on this host',
+    'journalctl': 'the journal does not answer: check systemd-journald (`systemctl status systemd-journald`)',
+    'supervisorctl': 'supervisord does not answer on its socket: check that supervisord runs and its log',
+}
+
+
 # The manager's major version, where what the collection writes for it depends on it: systemd's
 # RestartSteps= and RestartMaxDelaySec= from 254 on (llama_service.restart_directives). Module
 # service_manager asks it with the manager, once per play, so no plan module asks the node itself.

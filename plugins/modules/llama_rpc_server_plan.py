@@ -278,14 +278,6 @@ stale_units:
   returned: success
   type: list
   elements: str
-firewall_unit_directives:
-  description:
-    - Directives of the firewall unit's C([Unit]) section that stop it, and the servers that require
-      it, when C(nftables.service) stops or restarts (both flush the ruleset), as C([key, value])
-      pairs; empty without O(firewall_enabled).
-  returned: success
-  type: list
-  elements: list
 unit_directives:
   description: Restart-related directives of the C([Unit]) section, as C([key, value]) pairs.
   returned: success
@@ -351,7 +343,6 @@ from ansible_collections.gpulab.inference.plugins.module_utils.service_status im
 from ansible_collections.gpulab.inference.plugins.module_utils.rpc_worker import (
     check_bind_address,
     firewall_sources,
-    firewall_unit_directives,
     foreign_firewall_problem,
     meminfo_total_mib,
     memory_mib,
@@ -454,8 +445,6 @@ class RpcServerPlan:
             "firewall": firewall,
             "stale_units": stale_units(self.unit_names(), params["unit"], [s["instance"] for s in servers]),
             "unit_directives": [list(d) for d in unit_directives],
-            "firewall_unit_directives": [list(d) for d in firewall_unit_directives()]
-            if params["firewall_enabled"] else [],
             "service_directives": service_directives,
             "rdma": rdma,
         }

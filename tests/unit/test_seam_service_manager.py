@@ -108,26 +108,22 @@ def test_role_service_runs_the_plugins_it_owns():
 
 # Still to move behind role service (issue 50), each a file that names a manager today; the list
 # only shrinks: a file not listed here fails the test. 32 files at bc3595e by this test's rule, 22
-# before role service's entry points firewall and guard and its neutral restart policy, 15 now.
+# before role service's entry points firewall and guard and its neutral restart policy, 11 now.
 # - the serving roles' options that only supervisord reads (start attempts, more environment), named
 #   and documented in its terms;
 # - the RPC plan, which asks systemd for its units and other firewalls (the manager's version is role
 #   common's gpulab_service_manager_version now), and the plans that write unit directives;
 # - supervisord's shared paths in role common, read by roles service, supervisor and gpu_drain;
 # - the node's own process-to-service mapping (gpu_residency and nvidia_smi read a program's
-#   SUPERVISOR_PROCESS_NAME), and bounded_command's advice per control command.
+#   SUPERVISOR_PROCESS_NAME).
 STILL_TO_MOVE = frozenset("""
 roles/common/defaults/main/service-manager.yml
 roles/common/meta/argument_specs.yml
-roles/llama_rpc_server/defaults/main.yml
-roles/llama_rpc_server/meta/argument_specs.yml
 roles/llama_server/defaults/main.yml
 roles/llama_server/meta/argument_specs.yml
 roles/vllm_server/meta/argument_specs.yml
-plugins/module_utils/bounded_command.py
 plugins/module_utils/nvidia_smi.py
 plugins/module_utils/nvidia_smi_runner.py
-plugins/module_utils/rpc_worker.py
 plugins/module_utils/vllm_service.py
 plugins/modules/gpu_residency.py
 plugins/modules/llama_rpc_server_plan.py

@@ -11,7 +11,7 @@ import jinja2
 import yaml
 from ansible.plugins.filter.core import FilterModule
 
-from ansible_collections.gpulab.inference.plugins.module_utils.rpc_worker import firewall_unit_directives, rpc_server_unit
+from ansible_collections.gpulab.inference.plugins.module_utils.rpc_worker import rpc_server_unit
 
 REPO = Path(__file__).resolve().parents[3]
 ROLE = REPO / 'roles' / 'llama_rpc_server'
@@ -31,7 +31,6 @@ def render(name, firewall_enabled=True):
                 'cache_dir': '', 'firewall_unit': FIREWALL_UNIT if firewall_enabled else '',
                 'hardening': {'NoNewPrivileges': 'yes', 'PrivateTmp': None}, 'cuda_devices': []}
     plan = {
-        'firewall_unit_directives': [list(d) for d in firewall_unit_directives()] if firewall_enabled else [],
         'unit_file': rpc_server_unit(settings, servers, firewall, [['StartLimitIntervalSec', '0']],
                                      [['Restart', 'always'], ['RestartSec', '5']]),
         'servers': servers,
@@ -48,9 +47,7 @@ def render(name, firewall_enabled=True):
     call = next(task for task in yaml.safe_load((ROLE / 'tasks' / 'main.yml').read_text())
                 if task.get('ansible.builtin.include_role', {}).get('tasks_from') == 'firewall')
     for key, value in call['vars'].items():
-        if key == 'service_firewall_unit_directives':
-            values[key] = plan['firewall_unit_directives']
-        elif key != 'service_firewall_include_in':
+        if key != 'service_firewall_include_in':
             values[key] = env.from_string(value).render(**values)
     return env.get_template(name).render(**values)
 
@@ -101,11 +98,6 @@ def test_without_the_firewall_the_server_unit_names_no_firewall_unit():
     assert FIREWALL_UNIT not in text
     assert ('WantedBy', 'multi-user.target') in sections(text)['Install']
     assert 'IPAddress' not in text
-
-
-def test_the_plan_ties_the_firewall_unit_to_nftables():
-    assert firewall_unit_directives() == [('PartOf', 'nftables.service')]
-    assert firewall_unit_directives('nftables-custom.service') == [('PartOf', 'nftables-custom.service')]
 
 
 def test_the_firewall_unit_loads_the_rpc_rule_file_and_names_its_table():
