@@ -22,7 +22,8 @@ a second:
   that the server does not read (the same receive queue, above 0, look after look), or a connection
   the head closed that the server never noticed (CLOSE_WAIT).
 
-A server that shows one of those signs for hang_after_s on end is a hung server: the watch sends
+A stopped process for hang_after_s on end, or one of the other signs for stall_after_s on end
+(a graph computation may keep a request unread for seconds) is a hung server: the watch sends
 it SIGKILL and starts it again through the service manager; the head's wrapper then sees its
 connection lost and restarts llama-server, which connects again. The watch writes what it saw to a
 state file (status.yml reads it): a worker that hangs says so there at once, before it is killed.
@@ -52,6 +53,10 @@ RPC_PROTO_MAJOR_VERSION = 7
 
 DEFAULT_PROBE_TIMEOUT_S = 2.0
 DEFAULT_HANG_AFTER_S = 5.0
+# Unread bytes, an unnoticed close or an unanswered HELLO may also be a long graph computation: the
+# head sends RPC_CMD_GRAPH_COMPUTE, which has no reply, and its next command waits unread until the
+# graph is done. Those signs must last this long; a stopped process needs only DEFAULT_HANG_AFTER_S.
+DEFAULT_STALL_AFTER_S = 30.0
 COMMAND_LIMIT_S = 10
 
 # /proc/net/tcp's st column (include/net/tcp_states.h)
@@ -188,12 +193,13 @@ def classify(probe, proc_state, clients, previous_clients=None):
 
     probe: probe_hello's result; proc_state: the process's state letter (None: no process found);
     clients: server_sockets' clients now, previous_clients: at the last look.
-    verdict: serving (answered HELLO), busy (serves a client; no sign of a stall), suspect (a sign
-    of a hang), down (not running: the service manager's and the guard's business, not the watch's).
+    verdict: serving (answered HELLO), busy (serves a client; no sign of a stall), stopped (the
+    process is stopped: a hang for sure), suspect (a sign of a hang that a long computation may
+    give too), down (not running: the service manager's and the guard's business, not the watch's).
     """
     previous = dict((c['remote'], c['rx_queue']) for c in previous_clients or [])
     if proc_state in ('T', 't'):
-        return 'suspect', 'the process is stopped (state %s: SIGSTOP or a debugger)' % proc_state
+        return 'stopped', 'the process is stopped (state %s: SIGSTOP or a debugger)' % proc_state
     if probe['result'] == 'ok':
         return 'serving', 'answered HELLO (protocol %s) in %.3f s' % (probe['version'], probe['elapsed_s'])
     if proc_state is None or proc_state in ('Z', 'X'):
@@ -212,13 +218,15 @@ def classify(probe, proc_state, clients, previous_clients=None):
     return 'busy', 'HELLO %s (%s); the process runs and no client is connected' % (probe['result'], probe['detail'])
 
 
-def hang_decision(verdict, suspect_since, now, hang_after_s=DEFAULT_HANG_AFTER_S):
-    """(kill, suspect_since): a server suspect for hang_after_s on end is killed; any other verdict
-    clears the count (a server that answers again was only slow)."""
-    if verdict != 'suspect':
+def hang_decision(verdict, suspect_since, now, hang_after_s=DEFAULT_HANG_AFTER_S, stall_after_s=DEFAULT_STALL_AFTER_S):
+    """(kill, suspect_since): a server stopped for hang_after_s, or stopped or suspect for
+    stall_after_s, on end is killed; any other verdict clears the count (a server that answers
+    again was only slow)."""
+    if verdict not in ('stopped', 'suspect'):
         return False, None
     since = now if suspect_since is None else suspect_since
-    return now - since >= hang_after_s, since
+    bound = hang_after_s if verdict == 'stopped' else max(hang_after_s, stall_after_s)
+    return now - since >= bound, since
 
 
 def restart_commands(manager, unit, supervisor_config=None):
@@ -233,7 +241,8 @@ def restart_commands(manager, unit, supervisor_config=None):
 
 def serving_state(servers):
     """The state file's summary: can_serve is False while any server is suspect or down."""
-    problems = ['%s: %s (%s)' % (s['unit'], s['verdict'], s['why']) for s in servers if s['verdict'] in ('suspect', 'down')]
+    problems = ['%s: %s (%s)' % (s['unit'], s['verdict'], s['why']) for s in servers
+                if s['verdict'] in ('stopped', 'suspect', 'down')]
     return {'can_serve': not problems, 'problems': problems, 'servers': servers}
 
 
@@ -294,7 +303,8 @@ class Watch(object):
     """The watch's memory between looks: per unit, since when it is suspect and its clients."""
 
     def __init__(self, units, endpoints, manager, supervisor_config=None, state_file='/run/gpulab/rpc-watch.json',
-                 probe_timeout_s=DEFAULT_PROBE_TIMEOUT_S, hang_after_s=DEFAULT_HANG_AFTER_S, proc='/proc'):
+                 probe_timeout_s=DEFAULT_PROBE_TIMEOUT_S, hang_after_s=DEFAULT_HANG_AFTER_S, proc='/proc',
+                 stall_after_s=DEFAULT_STALL_AFTER_S):
         if len(units) != len(endpoints):
             raise WatchError('%d unit(s) and %d endpoint(s): give one endpoint per unit, in order' % (len(units), len(endpoints)))
         self.units = list(zip(units, endpoints))
@@ -303,6 +313,7 @@ class Watch(object):
         self.state_file = state_file
         self.probe_timeout_s = probe_timeout_s
         self.hang_after_s = hang_after_s
+        self.stall_after_s = stall_after_s
         self.proc = proc
         self.suspect_since = {}
         self.clients = {}
@@ -324,7 +335,7 @@ class Watch(object):
         probe = self.probe(address, port, state, clients)
         verdict, why = classify(probe, state, clients, self.clients.get(unit))
         self.clients[unit] = clients
-        kill, since = hang_decision(verdict, self.suspect_since.get(unit), now, self.hang_after_s)
+        kill, since = hang_decision(verdict, self.suspect_since.get(unit), now, self.hang_after_s, self.stall_after_s)
         self.suspect_since[unit] = since
         return {'unit': unit, 'address': address, 'port': port, 'pid': pid, 'verdict': verdict, 'why': why,
                 'suspect_for_s': round(now - since, 1) if since is not None else 0.0, 'kill': kill}

@@ -60,6 +60,47 @@ def parse_list_units(text, patterns=("*",)):
     return units
 
 
+# The node's units as a plan module needs them, asked through these rules (role service's): the
+# instances of a unit and which of some services run. `run(args)` runs the manager's control
+# command with args and answers (rc, stdout), or None on a host without it (systemctl_run).
+ACTIVE_STATES = ("active", "activating", "reloading")
+
+
+def systemctl_run(module, runner):
+    """run() for node_units and active_units: systemctl under runner's limit (bounded_command.BoundedRunner)."""
+    systemctl = module.get_bin_path("systemctl")
+
+    def run(args):
+        if not systemctl:
+            return None
+        rc, out, unused = runner.run([systemctl] + list(args))
+        return rc, out
+    return run
+
+
+def node_units(run, patterns, booted):
+    """The service units the patterns match, where systemd is the init system (booted); else none."""
+    if not booted:
+        return []
+    answer = run(list_units_args(patterns))
+    if answer is None:
+        return []
+    if answer[0] != 0:
+        raise ServiceStatusError("systemctl list-units failed (rc %d): check `systemctl is-system-running`" % answer[0])
+    return parse_list_units(answer[1], patterns)
+
+
+def active_units(run, names):
+    """The units of names that systemd reports running (one `is-active` line each); none without systemctl."""
+    if not names:
+        return []
+    answer = run(["is-active"] + list(names))
+    if not answer:
+        return []
+    states = answer[1].splitlines()
+    return [name for name, state in zip(names, states) if state.strip() in ACTIVE_STATES]
+
+
 def _int_or_none(value):
     return int(value) if value is not None and re.match(r"^[0-9]+$", value) else None
 
@@ -212,9 +253,9 @@ def watch_verdicts(rpc_watch):
     (module_utils/rpc_watch.py, /run/gpulab/rpc-watch.json) finds hung or down."""
     found = {}
     for server in (rpc_watch.get("servers") or []) if isinstance(rpc_watch, dict) else []:
-        if isinstance(server, dict) and server.get("verdict") in ("suspect", "down"):
+        if isinstance(server, dict) and server.get("verdict") in ("stopped", "suspect", "down"):
             found[server.get("port")] = "cannot serve: %s (%s)" % (
-                "hangs" if server["verdict"] == "suspect" else "down", server.get("why") or "?")
+                "down" if server["verdict"] == "down" else "hangs", server.get("why") or "?")
     return found
 
 

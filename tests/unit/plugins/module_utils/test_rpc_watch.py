@@ -223,7 +223,7 @@ def _head(rx, state='01'):
 
 @pytest.mark.parametrize('probe, state, clients, previous, verdict, why', [
     (OK, 'S', [], None, 'serving', 'answered HELLO (protocol 7.0.0) in 0.002 s'),
-    (SKIPPED, 'T', [_head(120)], None, 'suspect', 'the process is stopped (state T: SIGSTOP or a debugger)'),
+    (SKIPPED, 'T', [_head(120)], None, 'stopped', 'the process is stopped (state T: SIGSTOP or a debugger)'),
     (REFUSED, None, [], None, 'down', 'no running process listens (connection refused)'),
     (SKIPPED, 'S', [_head(0)], [_head(0)], 'busy', 'serving 10.231.78.11:41394'),
     # a request read in pieces: the queue changes between looks
@@ -238,14 +238,17 @@ def test_classify(probe, state, clients, previous, verdict, why):
 
 
 @pytest.mark.parametrize('verdict, since, now, expected', [
-    ('suspect', None, 100.0, (False, 100.0)),
-    ('suspect', 100.0, 104.9, (False, 100.0)),
-    ('suspect', 100.0, 105.0, (True, 100.0)),
+    ('stopped', None, 100.0, (False, 100.0)),
+    ('stopped', 100.0, 104.9, (False, 100.0)),
+    ('stopped', 100.0, 105.0, (True, 100.0)),
+    # a request left unread may be a long graph computation: 30 s
+    ('suspect', 100.0, 105.0, (False, 100.0)),
+    ('suspect', 100.0, 130.0, (True, 100.0)),
     ('busy', 100.0, 200.0, (False, None)),
     ('serving', 100.0, 200.0, (False, None)),
 ])
-def test_a_server_is_killed_after_hang_after_s_of_suspicion_on_end(verdict, since, now, expected):
-    assert hang_decision(verdict, since, now, hang_after_s=5.0) == expected
+def test_a_server_is_killed_after_hang_after_s_stopped_or_stall_after_s_suspect(verdict, since, now, expected):
+    assert hang_decision(verdict, since, now, hang_after_s=5.0, stall_after_s=30.0) == expected
 
 
 def test_restart_commands():
@@ -256,10 +259,10 @@ def test_restart_commands():
 
 
 def test_serving_state_says_it_cannot_serve_while_one_server_hangs():
-    servers = [{'unit': 'a', 'verdict': 'busy', 'why': 'serving x'}, {'unit': 'b', 'verdict': 'suspect', 'why': 'stopped'}]
+    servers = [{'unit': 'a', 'verdict': 'busy', 'why': 'serving x'}, {'unit': 'b', 'verdict': 'stopped', 'why': 'state T'}]
     state = serving_state(servers)
     assert state['can_serve'] is False
-    assert state['problems'] == ['b: suspect (stopped)']
+    assert state['problems'] == ['b: stopped (state T)']
     assert serving_state(servers[:1])['can_serve'] is True
 
 
@@ -308,7 +311,7 @@ def test_the_watch_kills_a_stopped_server_after_hang_after_s_and_restarts_it(fak
     time.sleep(0.1)
     stopped = watch.step(logged.append, run)
     assert stopped['can_serve'] is False
-    assert stopped['servers'][0]['verdict'] == 'suspect'
+    assert stopped['servers'][0]['verdict'] == 'stopped'
     assert stopped['servers'][0]['kill'] is False
     assert json.loads(open(state_file).read())['can_serve'] is False
     assert process.poll() is None and ran == []
