@@ -120,6 +120,7 @@ def prometheus_values(tmp_path, api_key=''):
                 __monitoring_prometheus_url='http://127.0.0.1:9090', __monitoring_node_targets=['node-a', 'node-b', 'node-c'],
                 __monitoring_head='node-a', __monitoring_head_job='llama_cpp', __monitoring_head_target='127.0.0.1:8080', __monitoring_metrics_path='/metrics',
                 __monitoring_head_api_key=api_key, __monitoring_api_key_file=str(tmp_path / 'llama-server.key'),
+                __monitoring_alertmanager_enabled=False, __monitoring_alertmanager_listen='127.0.0.1:9093',
                 monitoring_node_exporter_port=9100)
 
 
@@ -139,6 +140,25 @@ def test_the_rendered_configuration_passes_promtool_check_config(tmp_path):
         assert jobs['llama_cpp']['static_configs'][0]['targets'] == ['127.0.0.1:8080']
         assert jobs['llama_cpp']['metrics_path'] == '/metrics'
         assert ('authorization' in jobs['llama_cpp']) == bool(api_key)
+
+
+def test_alertmanager_only_with_a_receiver(tmp_path):
+    # Prometheus sends alerts to Alertmanager only when a receiver is given, and promtool accepts both;
+    # Alertmanager routes every alert to that one receiver.
+    (tmp_path / 'gpulab-alerts.yml').write_text(render_rules())
+    for enabled in (False, True):
+        values = dict(prometheus_values(tmp_path), __monitoring_alertmanager_enabled=enabled)
+        text = environment().get_template('prometheus.yml.j2').render(**values)
+        (tmp_path / 'prometheus.yml').write_text(text)
+        rc, out = promtool('check', 'config', str(tmp_path / 'prometheus.yml'))
+        assert rc == 0, out
+        alerting = yaml.safe_load(text).get('alerting')
+        assert alerting == ({'alertmanagers': [{'static_configs': [{'targets': ['127.0.0.1:9093']}]}]} if enabled else None)
+    receiver = {'name': 'ops', 'webhook_configs': [{'url': 'http://127.0.0.1:5001/hook'}]}
+    config = yaml.safe_load(environment().get_template('alertmanager.yml.j2').render(
+        dict(defaults(), monitoring_host='node-a', monitoring_alertmanager_receiver=receiver)))
+    assert config['route']['receiver'] == 'ops' and config['receivers'] == [receiver]
+    assert config['route']['repeat_interval'] == '4h'
 
 
 def dashboard_panels():
