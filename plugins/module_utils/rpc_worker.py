@@ -282,7 +282,10 @@ def rpc_guard_wrapper(guard, servers, unit, firewall_unit, address=None):
     argv = [[guard["python"], guard["code"]], ["--table", table],
             ["--ports", ",".join(str(s["port"]) for s in servers)], ["--manager", manager]]
     if manager == "supervisor":
-        config = service_files.checked(guard["supervisor_config"], "gpulab_supervisor_config", error)
+        config = service_files.checked(guard.get("supervisor_config"), "gpulab_supervisor_config", error)
+        if not config:
+            raise LlamaServerError("gpulab_supervisor_config is empty: the guard needs the configuration file of the "
+                                   "daemon that runs the servers")
         argv.append(["--supervisor-config", config])
     argv += [["--firewall-unit", firewall_unit], ["--interval-s", str(guard["interval_s"])], ["--units"] + units]
     if guard.get("watch_code") and address:

@@ -62,11 +62,11 @@ def parse_list_units(text, patterns=("*",)):
 
 # The node's units as a plan module needs them, asked through these rules (role service's): the
 # instances of a unit and which of some services run. `run(args)` runs the manager's control
-# command with args and answers (rc, stdout), or None on a host without it (systemctl_run).
+# command with args and answers (rc, stdout), or None on a host without it (unit_query).
 ACTIVE_STATES = ("active", "activating", "reloading")
 
 
-def systemctl_run(module, runner):
+def unit_query(module, runner):
     """run() for node_units and active_units: systemctl under runner's limit (bounded_command.BoundedRunner)."""
     systemctl = module.get_bin_path("systemctl")
 

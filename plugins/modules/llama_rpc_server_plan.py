@@ -114,7 +114,7 @@ options:
   unit_names:
     description:
       - Units known to the node; planned instances are kept, others reported.
-      - Omitted, the module asks systemd for the instances of O(unit) (C(systemctl list-units)) where systemd is the
+      - Omitted, the module asks the node for the instances of O(unit) (C(service_status.node_units)) where systemd is the
         init system, and takes none elsewhere.
     type: list
     elements: str
@@ -202,9 +202,8 @@ options:
         choices: [systemd, supervisor]
         required: true
       supervisor_config:
-        description: supervisord's configuration file, under supervisord.
+        description: The configuration file of role supervisor's daemon (C(gpulab_supervisor_config)), with O(guard.service_manager=supervisor).
         type: str
-        default: /etc/gpulab/supervisord.conf
       interval_s:
         description: Seconds between two looks at the ruleset.
         type: float
@@ -337,8 +336,9 @@ from ansible_collections.gpulab.inference.plugins.module_utils.llama_service imp
 from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import systemd_booted
 from ansible_collections.gpulab.inference.plugins.module_utils.service_status import (
     ServiceStatusError,
-    list_units_args,
-    parse_list_units,
+    active_units,
+    node_units,
+    unit_query,
 )
 from ansible_collections.gpulab.inference.plugins.module_utils.rpc_worker import (
     check_bind_address,
@@ -396,6 +396,8 @@ class RpcServerPlan:
         self.module = module
         self.params = module.params
         self.plan = {}
+        # the node's manager, asked under a time limit through role service's rules
+        self.ask = unit_query(module, BoundedRunner(module))
 
     def run(self):
         params = self.params
@@ -449,37 +451,15 @@ class RpcServerPlan:
             "rdma": rdma,
         }
 
-    def systemctl(self, *args):
-        """(rc, stdout) of systemctl, or None on a host without it."""
-        systemctl = self.module.get_bin_path("systemctl")
-        if not systemctl:
-            return None
-        rc, out, unused = BoundedRunner(self.module).run([systemctl] + list(args))
-        return rc, out
-
     def unit_names(self):
-        """unit_names as given, or the node's instances of the unit where systemd is the init system."""
+        """unit_names as given, or the node's instances of the unit (role service's node_units)."""
         if self.params["unit_names"] is not None:
             return self.params["unit_names"]
-        if not systemd_booted():
-            return []
-        pattern = "%s@*.service" % self.params["unit"]
-        answer = self.systemctl(*list_units_args([pattern]))
-        if answer is None:
-            return []
-        if answer[0] != 0:
-            raise LlamaServerError("systemctl list-units failed (rc %d): check `systemctl is-system-running`" % answer[0])
-        return parse_list_units(answer[1], [pattern])
+        return node_units(self.ask, ["%s@*.service" % self.params["unit"]], systemd_booted())
 
     def active_services(self, services):
-        """The services of the list that systemd reports active (one `systemctl is-active` line each)."""
-        if not services:
-            return []
-        answer = self.systemctl("is-active", *services)
-        if not answer:
-            return []
-        states = answer[1].splitlines()
-        return [name for name, state in zip(services, states) if state.strip() in ("active", "activating", "reloading")]
+        """The services of the list that run on the node (role service's active_units)."""
+        return active_units(self.ask, services)
 
     @property
     def warnings(self):
@@ -537,7 +517,7 @@ def build_module():
                 code=dict(type="str", required=True),
                 table=dict(type="str", required=True),
                 service_manager=dict(type="str", choices=["systemd", "supervisor"], required=True),
-                supervisor_config=dict(type="str", default="/etc/gpulab/supervisord.conf"),
+                supervisor_config=dict(type="str"),
                 interval_s=dict(type="float", default=0.5),
                 watch_code=dict(type="str"),
                 watch_hang_after_s=dict(type="float", default=5.0),

@@ -108,11 +108,10 @@ def test_role_service_runs_the_plugins_it_owns():
 
 # Still to move behind role service (issue 50), each a file that names a manager today; the list
 # only shrinks: a file not listed here fails the test. 32 files at bc3595e by this test's rule, 22
-# before role service's entry points firewall and guard and its neutral restart policy, 11 now.
+# before role service's entry points firewall and guard and its neutral restart policy, 10 now.
 # - the serving roles' options that only supervisord reads (start attempts, more environment), named
 #   and documented in its terms;
-# - the RPC plan, which asks systemd for its units and other firewalls (the manager's version is role
-#   common's gpulab_service_manager_version now), and the plans that write unit directives;
+# - vLLM's plan and its rules, which say the program's account and environment in supervisord's words;
 # - supervisord's shared paths in role common, read by roles service, supervisor and gpu_drain;
 # - the node's own process-to-service mapping (gpu_residency and nvidia_smi read a program's
 #   SUPERVISOR_PROCESS_NAME).
@@ -126,7 +125,6 @@ plugins/module_utils/nvidia_smi.py
 plugins/module_utils/nvidia_smi_runner.py
 plugins/module_utils/vllm_service.py
 plugins/modules/gpu_residency.py
-plugins/modules/llama_rpc_server_plan.py
 plugins/modules/vllm_plan.py
 """.split())
 # Task files per manager outside role service: none left (the RPC firewall and guard pair moved to

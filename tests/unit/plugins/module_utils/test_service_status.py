@@ -166,3 +166,36 @@ def test_one_units_properties_and_one_parser_per_systemctl_answer():
     assert llama_service.parse_unit_properties is service_status.show_properties
     listed = "\u25cf ollama.service loaded active running Ollama\ncron.service loaded active running cron\n"
     assert gpu_drain.parse_active_units(listed) == ["ollama.service", "cron.service"]
+
+
+def test_node_units_lists_the_instances_where_systemd_is_init():
+    asked = []
+
+    def run(args):
+        asked.append(args)
+        return 0, "gpulab-rpc-server@0.service loaded active running x\n\u25cf gpulab-rpc-server@2.service loaded failed failed x\n"
+    assert ss.node_units(run, ["gpulab-rpc-server@*.service"], True) == [
+        "gpulab-rpc-server@0.service", "gpulab-rpc-server@2.service"]
+    assert asked == [ss.list_units_args(["gpulab-rpc-server@*.service"])]
+    # not the init system, or no systemctl: none, and nothing asked
+    assert ss.node_units(lambda args: asked.append(args), ["*"], False) == [] and len(asked) == 1
+    assert ss.node_units(lambda args: None, ["*"], True) == []
+
+
+def test_node_units_names_a_failing_systemctl():
+    with pytest.raises(ss.ServiceStatusError) as raised:
+        ss.node_units(lambda args: (1, ""), ["*"], True)
+    assert str(raised.value) == "systemctl list-units failed (rc 1): check `systemctl is-system-running`"
+
+
+def test_active_units_reads_one_state_per_name():
+    asked = []
+
+    def run(args):
+        asked.append(args)
+        return 0, "active\ninactive\nactivating\n"
+    assert ss.active_units(run, ["firewalld.service", "ufw.service", "x.service"]) == [
+        "firewalld.service", "x.service"]
+    assert asked == [["is-active", "firewalld.service", "ufw.service", "x.service"]]
+    assert ss.active_units(run, []) == [] and len(asked) == 1
+    assert ss.active_units(lambda args: None, ["ufw.service"]) == []

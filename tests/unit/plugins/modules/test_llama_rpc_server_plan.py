@@ -86,13 +86,17 @@ def test_the_role_settings_reach_the_wrapper_and_the_unit(build):
 
 def test_the_guard_s_wrapper_comes_with_the_plan(build):
     guard = {"name": "gpulab-rpc-guard", "python": "/usr/bin/python3", "code": "/opt/gpulab/bin/gpulab-rpc-guard.py",
-             "table": "gpulab_rpc", "service_manager": "supervisor"}
+             "table": "gpulab_rpc", "service_manager": "supervisor", "supervisor_config": "/etc/gpulab/supervisord.conf"}
     plan = run({"build_link": str(build), "guard": guard}).result
     assert plan["guard_wrapper"]["argv"] == [
         "/usr/bin/python3", "/opt/gpulab/bin/gpulab-rpc-guard.py", "--table", "gpulab_rpc", "--ports", "50052",
         "--manager", "supervisor", "--supervisor-config", "/etc/gpulab/supervisord.conf",
         "--firewall-unit", "gpulab-rpc-server-firewall.service", "--interval-s", "0.5", "--units", "gpulab-rpc-server-0"]
     assert run({"build_link": str(build)}).result["guard_wrapper"] is None
+    # the daemon's configuration has no default here: role common's gpulab_supervisor_config is passed
+    unconfigured = run({"build_link": str(build), "guard": dict(guard, supervisor_config=None)})
+    assert unconfigured.kind is FailJson
+    assert unconfigured.result["msg"].startswith("gpulab_supervisor_config is empty")
 
 
 def test_a_newline_in_a_role_setting_is_refused(build):
