@@ -46,13 +46,33 @@ options:
       - V(minimax-m2) - MiniMax-M2 (C(MiniMaxM2ForCausalLM)), sigmoid-routed experts with a routing
         bias, per-layer Q/K norms, checkpoint names C(block_sparse_moe.experts.N.w1/w2/w3).
       - V(llama) and V(qwen2) - dense C(LlamaForCausalLM) / C(Qwen2ForCausalLM) (Q/K/V biases).
+      - V(deepseek-v3), V(qwen3-moe), V(glm4-moe), V(gpt-oss), V(qwen3-next) - the other frontier
+        MoE families; give their shape with O(family), which sets every key of their config.json.
     type: str
-    choices: [minimax-m2, llama, qwen2]
+    choices: [deepseek-v3, glm4-moe, gpt-oss, llama, minimax-m2, qwen2, qwen3-moe, qwen3-next]
     default: minimax-m2
+  family:
+    description:
+      - A released model's shape and config.json keys (synthetic_hf.FAMILIES) - V(deepseek-v3)
+        (DeepSeek-V3, MLA, 256 routed experts + 1 shared, 3 dense layers, FP8), V(qwen3-moe)
+        (Qwen3-235B-A22B), V(glm4-moe) (GLM-4.5), V(gpt-oss) (gpt-oss-120b, MXFP4, sliding window),
+        V(qwen3-next) (Qwen3-Next-80B-A3B, gated delta net), V(minimax-m2) (MiniMax-M2).
+      - Its depth unless O(layers) is given (reduced depth keeps every width). Replaces
+        O(architecture), the shape options and O(quantization); O(seed), O(shard_max_mib) and
+        O(weights) still apply.
+    type: str
+    choices: [deepseek-v3, glm4-moe, gpt-oss, minimax-m2, qwen3-moe, qwen3-next]
+  weights:
+    description:
+      - V(random) writes bounded random values. V(sparse) writes each safetensors file as its
+        header over a hole of the data's size (reads as zeros, takes no disk), the shape of a
+        full-size checkpoint for the planners and for vLLM's C(--load-format dummy).
+    type: str
+    choices: [random, sparse]
+    default: random
   layers:
-    description: Decoder layers. MiniMax-M2 has 62.
+    description: Decoder layers; 2 when unset (the family's own depth with O(family)). MiniMax-M2 has 62.
     type: int
-    default: 2
   hidden_size:
     description: Hidden size; with O(quantization=fp8) a multiple of the block. MiniMax-M2 has 3072.
     type: int
@@ -93,9 +113,11 @@ options:
     type: int
     default: 4096
   quantization:
-    description: V(fp8) writes FP8 block-quantised linear weights; V(none) keeps everything bf16.
+    description:
+      - V(fp8) writes FP8 block-quantised linear weights; V(none) keeps everything bf16.
+      - V(mxfp4) (V(gpt-oss) only) writes its experts as MXFP4 blocks and E8M0 scales.
     type: str
-    choices: [none, fp8]
+    choices: [none, fp8, mxfp4]
     default: fp8
   weight_block_size:
     description: FP8 block [n, k]; real checkpoints use [128, 128].
@@ -133,6 +155,13 @@ EXAMPLES = r"""
     architecture: llama
     quantization: none
     shard_max_mib: 8
+
+- name: Write DeepSeek-V3's full shape as headers over holes, for plan.yml (627 GiB apparent, no disk)
+  gpulab.inference.synthetic_hf:
+    path: /srv/models/deepseek-v3-headers
+    family: deepseek-v3
+    weights: sparse
+    shard_max_mib: 5000
 
 - name: Write MiniMax-M2's real layer shape with fewer layers and experts
   gpulab.inference.synthetic_hf:
@@ -226,7 +255,13 @@ class SyntheticHF:
         self.plan = None
 
     def run(self):
-        self.plan = sh.ModelPlan(sh.validate_options(dict((k, self.module.params[k]) for k in OPTION_NAMES)))
+        params = self.module.params
+        if params["family"]:
+            options = sh.family_options(params["family"], layers=params["layers"])
+            options.update((k, params[k]) for k in ("seed", "shard_max_mib", "weights"))
+        else:
+            options = dict((k, params[k]) for k in OPTION_NAMES + ("weights",))
+        self.plan = sh.ModelPlan(sh.validate_options(options))
         parent = os.path.dirname(os.path.abspath(self.path))
         if not os.path.isdir(parent):
             raise sh.SyntheticHFError("the parent %s of path=%r does not exist; create it first" % (parent, self.path))
@@ -293,7 +328,9 @@ def build_module():
         argument_spec=dict(
             path=dict(type="path", required=True),
             architecture=dict(type="str", choices=sorted(sh.ARCHITECTURES), default=d["architecture"]),
-            layers=dict(type="int", default=d["layers"]),
+            family=dict(type="str", choices=sorted(sh.FAMILIES)),
+            weights=dict(type="str", choices=list(sh.WEIGHTS), default=sh.FAMILY_DEFAULTS["weights"]),
+            layers=dict(type="int"),
             hidden_size=dict(type="int", default=d["hidden_size"]),
             attention_heads=dict(type="int", default=d["attention_heads"]),
             kv_heads=dict(type="int", default=d["kv_heads"]),

@@ -258,3 +258,30 @@ def test_space_needed_is_the_peak_of_writing_file_by_file():
     assert sh.space_needed([("a", 10), ("b", 5)], {}) == 15
     assert sh.space_needed([("a", 10), ("b", 5)], {"a": 10, "b": 5}) == 10
     assert sh.space_needed([("a", 4), ("b", 10)], {"a": 8}) == 10 - 4
+
+
+def test_a_family_at_reduced_depth_as_sparse_headers_then_idempotent(tmp_path, capsys):
+    path = str(tmp_path / "dsv3")
+    args = {"path": path, "family": "deepseek-v3", "layers": 2, "weights": "sparse", "shard_max_mib": 4096}
+    failed, result = run_module(args, capsys)
+    assert not failed, result
+    assert (result["changed"], result["architecture"], result["model_type"]) == (True, "DeepseekV3ForCausalLM", "deepseek_v3")
+    assert result["vocab_size"] == 129280 and result["weights_bytes"] > 14 << 30
+    config = json.load(open(os.path.join(path, "config.json")))
+    assert (config["hidden_size"], config["num_hidden_layers"], config["first_k_dense_replace"]) == (7168, 2, 1)
+    # the files have the checkpoint's size and no data on disk
+    shards = [n for n in result["files"] if n.endswith(".safetensors")]
+    assert sum(os.path.getsize(os.path.join(path, n)) for n in shards) > result["weights_bytes"]
+    assert sum(os.stat(os.path.join(path, n)).st_blocks for n in shards) * 512 < 1 << 20
+    failed, again = run_module(args, capsys)
+    assert not failed and again["changed"] is False
+
+
+def test_a_family_without_layers_has_its_released_depth(tmp_path, capsys):
+    failed, result = run_module({"path": str(tmp_path / "oss"), "family": "gpt-oss", "weights": "sparse"}, capsys,
+                                check_mode=True)
+    assert not failed, result
+    assert result["architecture"] == "GptOssForCausalLM" and result["changed"] is True
+    # gpt-oss-120b: 36 layers, MXFP4 experts, 60.8 GiB
+    assert result["weights_bytes"] / 2.0 ** 30 == pytest.approx(60.8, abs=0.1)
+    assert not os.path.exists(str(tmp_path / "oss"))
