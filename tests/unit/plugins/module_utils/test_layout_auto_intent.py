@@ -8,7 +8,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from pathlib import Path
+
 import pytest
+import yaml
 from test_gguf_plan import MINIMAX_M2, ShapedModel
 from test_layout_auto import OPTIONS, seed_devices, seed_vllm
 
@@ -270,3 +273,123 @@ def test_the_batch_flags_reach_the_command_line_and_are_vllm_0_24_names():
     throughput = la.vllm_batch_arguments(la.vllm_batch_choice("throughput", 4))
     for flag in [a for a in la.vllm_batch_arguments(batch) + throughput if a.startswith("--")]:
         assert flag in known, flag
+
+
+# ---------------------------------------------------------------- every knob stays the operator's
+#
+# Each value the intent sets, under both intents: the role variable an operator sets reaches the
+# planner (the role's task hands it over) and wins there. A knob the intent overrides, or a role
+# that stops handing the variable on, fails its case.
+
+ROLES = Path(__file__).resolve().parents[4] / "roles"
+
+
+def role_task(path, module):
+    """The task in roles/<path> that calls gpulab.inference.<module>: (its arguments, its vars)."""
+    tasks = yaml.safe_load((ROLES / path).read_text())
+    (task,) = [t for t in tasks if "gpulab.inference." + module in t]
+    return task["gpulab.inference." + module], task.get("vars") or {}
+
+
+def common_option(name):
+    """What role common's gpulab_llama_server_memory_options (handed to gguf_plan and llama_server_plan as
+    `server`) says for one option."""
+    common = yaml.safe_load((ROLES / "common" / "defaults" / "main" / "llama-server.yml").read_text())
+    return common["gpulab_llama_server_memory_options"][name]
+
+
+def memory_plan_server(name):
+    arguments, _vars = role_task("memory_plan/tasks/plan.yml", "gguf_plan")
+    assert arguments["server"] == "{{ gpulab_llama_server_memory_options }}"
+    return common_option(name)
+
+
+def head_server(name):
+    arguments, task_vars = role_task("llama_server/tasks/validate.yml", "llama_server_plan")
+    assert arguments["server"] == "{{ gpulab_llama_server_memory_options | combine(__llama_server_options) }}"
+    return task_vars["__llama_server_options"][name]
+
+
+def vllm_plan_argument(name):
+    arguments, _vars = role_task("vllm_server/tasks/validate.yml", "vllm_plan")
+    return arguments[name]
+
+
+def llama_serving(minimax, intent, **set_values):
+    return la.choose_llama_serving(minimax, seed_devices(), intent, 4, **dict(LLAMA, **set_values))
+
+
+def vllm_batch(intent, **set_values):
+    batch = la.vllm_batch_choice(intent, 4, **set_values)
+    return batch, la.vllm_batch_arguments(batch)
+
+
+def _after(argv, flag):
+    return argv[argv.index(flag) + 1]
+
+
+def vllm_layout(intent, **set_values):
+    """The layout chosen with some values set and the rest auto."""
+    summary, shape, hw, opts = seed_vllm()
+    given = dict((k, "auto") for k in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
+                                       "enable_expert_parallel"))
+    given.update(set_values)
+    return la.choose_vllm_layout(summary, shape, hw, opts, given, intent=intent)["layout"]
+
+
+KNOBS = [
+    # (role variable, the template the role hands the planner, the check that the set value won)
+    ("llama_server_parallel", lambda: memory_plan_server("parallel"),
+     lambda m, intent: llama_serving(m, intent, parallel=3)["parallel"] == 3
+     and la.resolve_parallel_from_memory_plan(3, None) == 3),
+    # the head's own command line: the same options dict, a set slot count printed as set
+    ("llama_server_parallel", lambda: common_option("parallel"),
+     lambda m, intent: _after(ls.server_argv("/bin/llama-server", "/m.gguf", {"ctx_size": 8192, "parallel": 3}, "", "1",
+                                             False), "--parallel") == "3"),
+    ("llama_server_ctx_size", lambda: memory_plan_server("ctx_size"),
+     lambda m, intent: llama_serving(m, intent, ctx_size=8192)["ctx_size"] == 8192),
+    ("llama_server_backend_sampling", lambda: head_server("backend_sampling"),
+     lambda m, intent: all(ls.backend_sampling_choice(v, _seed_head_devices(), [20, 21, 22], 62, intent=intent)
+                           ["enabled"] is v for v in (True, False))),
+    ("vllm_server_max_num_seqs", lambda: vllm_plan_argument("max_num_seqs"),
+     lambda m, intent: vllm_batch(intent, max_num_seqs=48)[1][:2] == ["--max-num-seqs", "48"]
+     and "max_num_seqs" not in vllm_batch(intent, max_num_seqs=48)[0]["set_by_intent"]),
+    ("vllm_server_max_num_batched_tokens", lambda: vllm_plan_argument("max_num_batched_tokens"),
+     lambda m, intent: vllm_batch(intent, max_num_batched_tokens=2048)[1][2:4] == ["--max-num-batched-tokens", "2048"]),
+    ("vllm_server_cudagraph_capture_sizes", lambda: vllm_plan_argument("cudagraph_capture_sizes"),
+     lambda m, intent: vllm_batch(intent, cudagraph_capture_sizes=[3, 1])[1][4:] == ["--cudagraph-capture-sizes", "1", "3"]),
+    ("vllm_server_tensor_parallel_size", lambda: vllm_plan_argument("tensor_parallel_size"),
+     lambda m, intent: vllm_layout(intent, tensor_parallel_size=4).tp == 4),
+    ("vllm_server_data_parallel_size", lambda: vllm_plan_argument("data_parallel_size"),
+     lambda m, intent: vllm_layout(intent, data_parallel_size=2).dp == 2),
+    ("vllm_server_pipeline_parallel_size", lambda: vllm_plan_argument("pipeline_parallel_size"),
+     lambda m, intent: vllm_layout(intent, pipeline_parallel_size=2).pp == 2),
+    # expert parallel off: interactive would not use it anyway; throughput would, and must not
+    ("vllm_server_enable_expert_parallel", lambda: vllm_plan_argument("enable_expert_parallel"),
+     lambda m, intent: vllm_layout(intent, tensor_parallel_size=4, pipeline_parallel_size=2,
+                                   enable_expert_parallel=False).label() == "TP=4+PP=2"),
+]
+
+
+@pytest.mark.parametrize("intent", la.INTENTS)
+@pytest.mark.parametrize("variable, handed, wins", KNOBS, ids=["%s-%d" % (k[0], n) for n, k in enumerate(KNOBS)])
+def test_a_set_role_variable_wins_over_the_intent(minimax, intent, variable, handed, wins):
+    # the role hands the operator's own variable to the planner, not a value of its own
+    assert handed().replace(" ", "") == "{{%s}}" % variable
+    assert wins(minimax, intent), "%s set, %s: the intent's value won" % (variable, intent)
+
+
+def test_without_a_set_value_the_intent_decides_each_knob(minimax):
+    # the same checks fail where nothing is set: the knobs above are the intent's by default
+    assert llama_serving(minimax, "interactive")["parallel"] == 1 != llama_serving(minimax, "throughput")["parallel"]
+    assert vllm_batch("interactive")[1][:2] == ["--max-num-seqs", "8"]
+    assert vllm_batch("throughput")[1][:2] == ["--max-num-seqs", "1024"]
+    assert vllm_layout("throughput", tensor_parallel_size=4, pipeline_parallel_size=2).label() == "TP=4+PP=2+EP"
+    for name in ("llama_server_parallel", "llama_server_ctx_size", "llama_server_backend_sampling"):
+        defaults = yaml.safe_load((ROLES / ("common/defaults/main/llama-server.yml" if name != "llama_server_backend_sampling"
+                                            else "llama_server/defaults/main.yml")).read_text())
+        assert defaults[name] == "auto", name
+    vllm_defaults = yaml.safe_load((ROLES / "vllm_server" / "defaults" / "main.yml").read_text())
+    for name in ("max_num_seqs", "max_num_batched_tokens", "cudagraph_capture_sizes", "tensor_parallel_size",
+                 "pipeline_parallel_size", "data_parallel_size", "enable_expert_parallel"):
+        assert vllm_defaults["vllm_server_" + name] == "auto", name
