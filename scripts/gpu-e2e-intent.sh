@@ -47,13 +47,15 @@ all_steps="prepare vllm-interactive vllm-throughput llama-bench llama-interactiv
 
 case $mode in
   start)
-    mkdir -p "$base/tree" "$base/out" "$base/state"
-    # A copy: the device tool replaces its working tree on every call.
-    src=$(cd "$(dirname "$0")/.." && pwd)
-    tar -C "$src" --exclude=.git --exclude=.venv --exclude=.build -cf - . | tar -C "$base/tree" -xf -
+    # a running copy is left alone (bash reads its script as it goes)
     if [ -e "$base/pid" ] && kill -0 "$(cat "$base/pid")" 2>/dev/null; then
       echo "already running: pid $(cat "$base/pid")"; exit 0
     fi
+    mkdir -p "$base/tree" "$base/out" "$base/state"
+    # A copy: the device tool replaces its working tree on every call.
+    src=$(cd "$(dirname "$0")/.." && pwd)
+    tar -C "$src" --exclude=.git --exclude=.venv --exclude=.build --exclude=.whl/vllm --exclude=.whl/wheels -cf - . \
+      | tar -C "$base/tree" -xf -
     setsid "$base/tree/scripts/gpu-e2e-intent.sh" run >>"$base/run.log" 2>&1 </dev/null &
     echo $! >"$base/pid"
     echo "started: pid $!, outputs in $base/out, state in $base/state"
@@ -116,7 +118,10 @@ export GPULAB_E2E_WHEELS=${GPULAB_E2E_WHEELS:-$repo/.whl/ansible}
 if find "${GPULAB_E2E_VLLM_WHEELHOUSE:-/tmp/gpulab-wheelhouse}" -maxdepth 1 -name 'vllm-*.whl' 2>/dev/null | grep -q .; then
   GPULAB_E2E_VLLM_STASH=
 fi
-compare_kv_gib=${GPULAB_E2E_COMPARE_KV_GIB:-40}
+# vLLM's KV cache beside llama.cpp in the side-by-side step: 40 GiB on an H200, 16 GiB on a GPU of
+# 80 GB (llama.cpp's m2-62 holds about 23 GB, vLLM's checkpoint 11 GiB).
+gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -n 1 | tr -dc 0-9)
+compare_kv_gib=${GPULAB_E2E_COMPARE_KV_GIB:-$([ "${gpu_mib:-0}" -ge 130000 ] && echo 40 || echo 16)}
 log() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*" | tee -a "$out/progress.log" >&2; }
 sup() { /opt/gpulab/supervisor/bin/supervisorctl -c /etc/gpulab/supervisord.conf "$@"; }
 # The tools scripts/gpu-e2e.sh installed for the llama.cpp part (work directory /tmp/gpulab-e2e).
