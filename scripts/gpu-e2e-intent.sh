@@ -14,8 +14,9 @@
 #
 #   scripts/gpu-e2e-intent.sh start      copy this tree to BASE/tree, run the steps there in the
 #                                        background (setsid), return at once
-#   scripts/gpu-e2e-intent.sh collect DEST   progress.log, summary.md/json and intent-out.tar.gz (BASE/out,
-#                                        the run's log, the step marks) into DEST; the progress log's tail
+#   scripts/gpu-e2e-intent.sh collect DEST   progress.log, summary.md/json, intent-out.tar.gz (BASE/out,
+#                                        the run's log, the step marks) and the side-by-side report.md
+#                                        with its three plots into DEST; the progress log's tail
 #   scripts/gpu-e2e-intent.sh wait SECONDS DEST   collect once the run has ended or SECONDS have passed
 #   scripts/gpu-e2e-intent.sh stop       end the background run (its process group)
 #   scripts/gpu-e2e-intent.sh run        the steps in the foreground (what start runs)
@@ -73,6 +74,9 @@ case $mode in
     dest=${2:?usage: scripts/gpu-e2e-intent.sh collect DEST}
     mkdir -p "$dest"
     cp "$base/out/progress.log" "$base/out/summary.md" "$base/out/summary.json" "$dest/" 2>/dev/null || true
+    # the side-by-side report and its three plots, to read without unpacking (8 files in all)
+    report=$(find "$base/out/compare/reports" -name report.md 2>/dev/null | sort | tail -n 1)
+    [ -z "$report" ] || cp "$report" "$(dirname "$report")"/{throughput,latency,pareto}.png "$dest/" 2>/dev/null || true
     tar -C "$base" -czf "$dest/intent-out.tar.gz" --exclude='*.raw' out run.log state 2>/dev/null || true
     echo "steps done: $(find "$base/state" -name '*.done' -printf '%f ' 2>/dev/null)"
     if [ -e "$base/pid" ] && kill -0 "$(cat "$base/pid")" 2>/dev/null; then echo "running: pid $(cat "$base/pid")"; else echo "not running"; fi
