@@ -648,7 +648,9 @@ class ModelPlan:
         self.shards = shard_tensors(self.tensors, opts["shard_max_mib"] << 20)
         self.options_sha256 = options_digest(opts)
         self.weights_bytes = sum(hf.tensor_nbytes(dt, dims) for _n, dt, dims in self.tensors)
-        self.n_params = sum(_count(dims) for name, _dt, dims in self.tensors if not name.endswith("_scale_inv"))
+        # scales are no parameters; an MXFP4 block byte holds two
+        self.n_params = sum(_count(dims) * (2 if name.endswith("_blocks") else 1) for name, _dt, dims in self.tensors
+                            if not name.endswith(("_scale_inv", "_scales")))
 
     def json_files(self):
         files = dict(self.tokenizer)

@@ -466,7 +466,9 @@ def params(plan):
     ("gpt-oss", 116.8, 0.005), ("qwen3-next", 80.0, 0.01), ("minimax-m2", 229.0, 0.01),
 ])
 def test_full_size_families_have_their_model_cards_parameter_counts(family, billions, rel):
-    assert params(family_plan(family)) / 1e9 == pytest.approx(billions, rel=rel)
+    plan = family_plan(family)
+    assert params(plan) / 1e9 == pytest.approx(billions, rel=rel)
+    assert plan.n_params == params(plan)
 
 
 def test_deepseek_v3_reduced_depth_keeps_its_widths_mla_experts_and_a_dense_first_layer():
