@@ -93,7 +93,7 @@ def llama_row(model, facts, nodes, options, label):
                                      **dict((k, v) for k, v in _llama_options(options).items() if k != "parallel"))
     plan = result["plan"]
     checked = [r["headroom_mib"] for r in plan["devices"] if r["headroom_mib"] is not None]
-    return {
+    row = {
         "engine": "llama_cpp",
         "layout": label,
         "hardware": hardware_label(nodes),
@@ -110,6 +110,14 @@ def llama_row(model, facts, nodes, options, label):
         "reason": "%s; %s; %s" % (result["parallel_reason"], result["ctx_reason"], result["split_reason"]),
         "rejected": result["rejected"],
     }
+    if plan["kv_note"]:
+        # the cache is not sized, so no context is claimed: the weights and compute are, and the
+        # headroom is what they leave for the cache
+        row.update(ctx_size=None, kv_tokens=None, verdict="weights fit" if plan["fits"] else "does not fit",
+                   reason="%s: the context and its cache are not sized; %s" % (plan["kv_note"], result["split_reason"]))
+        for device in row["devices"]:
+            device["kv_cache_mib"] = None
+    return row
 
 
 def _llama_options(options):
@@ -126,7 +134,7 @@ def llama_table(model, nodes, options):
     if len(nodes) > 1:
         candidates += [([node], "%s alone" % node["name"]) for node in nodes]
     rows = [llama_row(model, facts, subset, options, label) for subset, label in candidates]
-    rows.sort(key=lambda r: (not r["fits"], -r["ctx_size"], len(r["devices"])))
+    rows.sort(key=lambda r: (not r["fits"], -(r["ctx_size"] or 0), len(r["devices"])))
     hint = None
     if not any(r["fits"] for r in rows):
         hint = llama_smallest_hint(model, facts, nodes, options)
@@ -218,13 +226,14 @@ def table_lines(table):
         header = ("layout", "hardware", "verdict", "context", "slots", "headroom MiB", "split")
         lines = ["llama.cpp: %-22s %-24s %-10s %9s %9s %12s  %s" % header]
         for row in table["rows"]:
-            lines.append("           %-22s %-24s %-10s %9d %9d %12s  %s" % (
-                row["layout"], row["hardware"], "fits" if row["fits"] else "NO", row["ctx_size"], row["concurrency"],
+            lines.append("           %-22s %-24s %-10s %9s %9d %12s  %s" % (
+                row["layout"], row["hardware"], row["verdict"] if row["fits"] else "NO", _fmt(row["ctx_size"]),
+                row["concurrency"],
                 _fmt(row["smallest_headroom_mib"], "%.0f"), ",".join("%g" % v for v in row["tensor_split"])))
             for device in row["devices"]:
-                lines.append("             %-7s %-12s layers %-10s weights %9.0f  kv %8.0f  compute %7.0f  headroom %s MiB" % (
+                lines.append("             %-7s %-12s layers %-10s weights %9.0f  kv %8s  compute %7.0f  headroom %s MiB" % (
                     device["name"], device["host"] or "-", (device["layer_range"] or "-") + ("+out" if device["output_layer"] else ""),
-                    device["weights_mib"], device["kv_cache_mib"], device["compute_mib_estimate"],
+                    device["weights_mib"], _fmt(device["kv_cache_mib"], "%.0f"), device["compute_mib_estimate"],
                     _fmt(device["headroom_mib"], "%.0f")))
             lines.append("             reason: %s" % row["reason"])
     else:

@@ -191,3 +191,22 @@ def test_an_unmodelled_family_keeps_its_weights_and_gives_no_token_count():
     assert lines[-1] == ("model: DeepseekV32ForCausalLM: family DeepseekV32ForCausalLM is not modelled: weights only "
                          "(vLLM keeps it in sparse attention with an indexer cache)")
     assert " - " in lines[2]
+
+
+def test_a_gguf_family_not_modelled_claims_no_context_but_plans_its_weights(minimax):
+    m3 = ShapedModel(MINIMAX_M2, 200064)
+    m3.metadata = dict((k.replace("minimax-m2.", "minimax-m3.", 1), v) for k, v in minimax.metadata.items())
+    m3.metadata["general.architecture"] = "minimax-m3"
+    table = mp.llama_table(m3, seed_nodes(), OPTIONS)
+    every = table["rows"][0]
+    assert (every["layout"], every["fits"], every["verdict"]) == ("all 2 nodes", True, "weights fit")
+    assert every["ctx_size"] is None and every["kv_tokens"] is None
+    assert all(d["kv_cache_mib"] is None for d in every["devices"])
+    # the same weights as MiniMax-M2's (the family changes the cache, not the tensors)
+    m2 = mp.llama_table(minimax, seed_nodes(), OPTIONS)["rows"][0]
+    assert [d["weights_mib"] for d in every["devices"]] == [d["weights_mib"] for d in m2["devices"]]
+    assert every["reason"].startswith("family minimax-m3 is not modelled: weights only (llama.cpp keeps it in "
+                                      "llama_kv_cache_msa")
+    lines = mp.table_lines(table)
+    assert " weights fit         - " in lines[1] and "kv        -" in lines[2]
+    assert lines[-1].startswith("model: minimax-m3: family minimax-m3 is not modelled: weights only")
