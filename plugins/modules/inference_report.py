@@ -18,6 +18,10 @@ description:
     second per GPU against per stream (Pareto); C(bench-summary.json), each level under
     C(vllm bench serve)'s result keys; C(requests.jsonl), one line per request; and each host's
     utilisation trace as C(trace-<host>.json). A plot without data says why (no GPU on this node).
+  - The throughput, latency and Pareto plots draw every endpoint of a side-by-side run (O(benchmark)'s
+    C(compare)), one colour per endpoint, named by its label; the Pareto plot draws each endpoint's own front.
+  - The serving intent each plan records (O(memory_plan)'s and O(vllm)'s C(intent)) and what it set, each value
+    with its reason, in a section of its own; engines named by O(engine_labels).
   - The markdown defines each figure once (TTFT, TPOT, ITL per chunk and per token, E2E, per-stream
     and aggregate decode, goodput) with its name in C(vllm bench serve) and GuideLLM, gives the
     run's conditions (requests, warm-up, profile, load average, prompt seed, cached prompt tokens,
