@@ -239,6 +239,20 @@ def restart_commands(manager, unit, supervisor_config=None):
     return [base + ['start', unit]]
 
 
+def pid_command(manager, unit, supervisor_config=None):
+    """The service manager's main process of unit, where /proc/<pid>/fd cannot be read (no
+    CAP_SYS_PTRACE, as in a container): the wrappers exec the server, so it is the server."""
+    if manager == 'systemd':
+        return ['systemctl', 'show', '--property=MainPID', '--value', '--', unit]
+    return ['supervisorctl'] + (['-c', supervisor_config] if supervisor_config else []) + ['pid', unit]
+
+
+def parse_pid(output):
+    """A process id from pid_command's answer; None for 0 or anything else (not running)."""
+    text = output.strip()
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
 def serving_state(servers):
     """The state file's summary: can_serve is False while any server is suspect or down."""
     problems = ['%s: %s (%s)' % (s['unit'], s['verdict'], s['why']) for s in servers
@@ -328,9 +342,12 @@ class Watch(object):
             return {'result': 'skipped', 'detail': 'a client is served', 'version': None, 'elapsed_s': 0.0}
         return probe_hello(address, port, self.probe_timeout_s)
 
-    def look(self, unit, address, port, rows, now):
+    def look(self, unit, address, port, rows, now, run=None):
         listener, clients = server_sockets(rows, port)
         pid = pid_of_socket(listener, self.proc) if listener else None
+        if listener and pid is None and run is not None:
+            rc, out, _ = run(pid_command(self.manager, unit, self.supervisor_config))
+            pid = parse_pid(out) if rc == 0 else None
         state = parse_proc_stat_state(_read(os.path.join(self.proc, str(pid), 'stat')) or '() X') if pid else None
         probe = self.probe(address, port, state, clients)
         verdict, why = classify(probe, state, clients, self.clients.get(unit))
@@ -345,7 +362,7 @@ class Watch(object):
             parse_proc_net_tcp(_read(os.path.join(self.proc, 'net', 'tcp6')))
         servers = []
         for unit, (address, port) in self.units:
-            seen = self.look(unit, address, port, rows, time.monotonic())
+            seen = self.look(unit, address, port, rows, time.monotonic(), run)
             if seen['kill'] and seen['pid']:
                 log('%s (pid %d) hangs for %.1f s: %s; SIGKILL, then a start through the service manager'
                     % (unit, seen['pid'], seen['suspect_for_s'], seen['why']))

@@ -27,6 +27,8 @@ from ansible_collections.gpulab.inference.plugins.module_utils.rpc_watch import 
     parse_proc_net_tcp,
     parse_proc_stat_state,
     probe_hello,
+    parse_pid,
+    pid_command,
     restart_commands,
     server_sockets,
     serving_state,
@@ -353,4 +355,34 @@ def test_the_guard_runs_the_watch_in_a_thread_of_its_own(fake_rpc_server, tmp_pa
     state = json.loads(state_file.read_text())
     assert state['can_serve'] is True
     assert (state['servers'][0]['address'], state['servers'][0]['port']) == ('127.0.0.1', port)
+    assert state['servers'][0]['verdict'] == 'serving'
+
+
+def test_the_main_pid_from_the_service_manager():
+    assert pid_command('systemd', 'gpulab-rpc-server@0.service') == [
+        'systemctl', 'show', '--property=MainPID', '--value', '--', 'gpulab-rpc-server@0.service']
+    assert pid_command('supervisor', 'gpulab-rpc-server-0', '/etc/gpulab/supervisord.conf') == [
+        'supervisorctl', '-c', '/etc/gpulab/supervisord.conf', 'pid', 'gpulab-rpc-server-0']
+    assert parse_pid('1234\n') == 1234
+    assert parse_pid('0\n') is None
+    assert parse_pid('ERROR (no such process)') is None
+
+
+def test_without_proc_fd_the_watch_asks_the_service_manager(fake_rpc_server, tmp_path):
+    process, port = fake_rpc_server
+    watch = rpc_watch.Watch(['gpulab-rpc-server@0.service'], [('127.0.0.1', port)], 'systemd',
+                            state_file=str(tmp_path / 's.json'), proc=str(tmp_path / 'no-fd'))
+    # a /proc whose fd links cannot be read: net/tcp and the stat file only
+    (tmp_path / 'no-fd' / 'net').mkdir(parents=True)
+    (tmp_path / 'no-fd' / 'net' / 'tcp').write_text(open('/proc/net/tcp').read())
+    (tmp_path / 'no-fd' / str(process.pid)).mkdir()
+    (tmp_path / 'no-fd' / str(process.pid) / 'stat').write_text('%d (python3) S 1' % process.pid)
+    asked = []
+
+    def run(argv):
+        asked.append(argv)
+        return 0, '%d\n' % process.pid, ''
+    state = watch.step(lambda m: None, run)
+    assert asked == [pid_command('systemd', 'gpulab-rpc-server@0.service')]
+    assert state['servers'][0]['pid'] == process.pid
     assert state['servers'][0]['verdict'] == 'serving'
