@@ -580,7 +580,7 @@ def choose_vllm_layout(summary, shape, hw, opts, given=None, limit=REJECTED_LIMI
         first = "; ".join("%s: %s" % (r["label"], " ".join(r["findings"])) for r in rejected[:3])
         raise AutoError("no layout of %s runs the model on every GPU (%s). The closest: %s. %s"
                         % (hw["label"], _given_text(given), first, smallest_vllm_hint(summary, shape, hw, opts)))
-    accepted.sort(key=lambda pair: intent_rank_key(pair[1], intent, hw, data_parallel_pays(pair[1], shape, opts)))
+    accepted.sort(key=lambda pair: intent_rank_key(pair[1], intent, hw, data_parallel_pays(pair[1], shape, opts, hw)))
     layout, result = accepted[0]
     est = result["estimate"]
     reason = ("auto: %s uses all %d GPUs and passes vLLM's rules; %.1f GiB of weights and %.1f GiB of KV cache "
@@ -594,7 +594,7 @@ def choose_vllm_layout(summary, shape, hw, opts, given=None, limit=REJECTED_LIMI
         turned = sorted((r for _l, r in accepted[1:] if r["layout"]["data_parallel_size"] > 1),
                         key=lambda r: (not r["layout"]["enable_expert_parallel"], -r["layout"]["data_parallel_size"]))
         if turned:
-            reason += "; %s" % data_parallel_turned_down(turned[0], result, shape, opts)
+            reason += "; %s" % data_parallel_turned_down(turned[0], result, shape, opts, hw)
     alternatives = [{"label": r["label"], "layout": r["layout"], "estimate": r["estimate"],
                      "findings": ["valid, ranked lower%s: %d requests at max_model_len, %d KV tokens, PP %d, DP %d"
                                   % ("" if intent is None else " for %s serving" % intent,
@@ -700,28 +700,35 @@ def tp_replicates_kv(shape, opts, gpus):
     return bool(one) and spread * gpus > one
 
 
-def data_parallel_pays(result, shape, opts):
+def _tp_instead(layout, hw):
+    """The TP size a DP layout's GPUs would take instead: all of them, within one node."""
+    gpus = layout["tensor_parallel_size"] * layout["data_parallel_size"]
+    return min(gpus, (hw or {}).get("gpus_per_node") or gpus)
+
+
+def data_parallel_pays(result, shape, opts, hw=None):
     """A data-parallel layout that throughput serving ranks first: DP > 1 with expert parallelism,
-    attention that TP over the same GPUs would replicate (tp_replicates_kv), and each engine holding
-    DP_MIN_REQUESTS_PER_ENGINE requests at max_model_len. vllm_plan's memory rule counts each DP
-    engine's whole attention, embedding and lm_head (weights_per_gpu divides them by TP alone)."""
+    attention that TP over the same GPUs (within a node) would replicate (tp_replicates_kv), and each
+    engine holding DP_MIN_REQUESTS_PER_ENGINE requests at max_model_len. vllm_plan's memory rule
+    counts each DP engine's whole attention, embedding and lm_head (weights_per_gpu divides them by
+    TP alone)."""
     layout, est = result["layout"], result["estimate"] or {}
-    dp, tp = layout["data_parallel_size"], layout["tensor_parallel_size"]
+    dp = layout["data_parallel_size"]
     if dp < 2 or not layout["enable_expert_parallel"]:
         return False
     per_engine = est.get("concurrency_at_max_model_len", 0) // dp
-    return tp_replicates_kv(shape, opts, tp * dp) and per_engine >= DP_MIN_REQUESTS_PER_ENGINE
+    return tp_replicates_kv(shape, opts, _tp_instead(layout, hw)) and per_engine >= DP_MIN_REQUESTS_PER_ENGINE
 
 
-def data_parallel_turned_down(dp_result, chosen, shape, opts):
+def data_parallel_turned_down(dp_result, chosen, shape, opts, hw=None):
     """Why throughput serving kept a layout without data parallelism over a valid DP one."""
     layout, est = dp_result["layout"], dp_result["estimate"] or {}
-    dp, tp = layout["data_parallel_size"], layout["tensor_parallel_size"]
+    dp, tp_instead = layout["data_parallel_size"], _tp_instead(layout, hw)
     why = []
-    if not tp_replicates_kv(shape, opts, tp * dp):
+    if not tp_replicates_kv(shape, opts, tp_instead):
         why.append("TP over %d GPUs holds each KV head once (%d KV heads), so DP attention would only replicate the "
                    "attention weights (%.1f against %.1f GiB per GPU)"
-                   % (tp * dp, shape["kv_heads"], est.get("weights_gib", 0), chosen["estimate"]["weights_gib"]))
+                   % (tp_instead, shape["kv_heads"], est.get("weights_gib", 0), chosen["estimate"]["weights_gib"]))
     per_engine = est.get("concurrency_at_max_model_len", 0) // dp
     if per_engine < DP_MIN_REQUESTS_PER_ENGINE:
         why.append("each of its %d engines would hold %d request(s) at max_model_len %d, below the margin of %d"

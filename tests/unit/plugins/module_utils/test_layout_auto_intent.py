@@ -393,3 +393,17 @@ def test_without_a_set_value_the_intent_decides_each_knob(minimax):
     for name in ("max_num_seqs", "max_num_batched_tokens", "cudagraph_capture_sizes", "tensor_parallel_size",
                  "pipeline_parallel_size", "data_parallel_size", "enable_expert_parallel"):
         assert vllm_defaults["vllm_server_" + name] == "auto", name
+
+
+def test_data_parallel_over_two_nodes_is_judged_against_tp_within_a_node():
+    # two nodes of 8: TP=8+DP=2+EP is what TP within a node gives, and TP=8 shards MiniMax's 8 KV heads,
+    # so DP does not "pay" here; TP over 16 (across nodes) would replicate, but is not the alternative
+    nodes = [{"name": n, "gpus": [{"index": i, "memory_total_mib": 97887} for i in range(8)]} for n in ("a", "b")]
+    summary, shape, hw, opts = seed_vllm(nodes=nodes)
+    result = vp.check_layout(summary, shape, hw, vp.Layout(8, 1, 2, True), opts)
+    assert la.tp_replicates_kv(shape, opts, 16) and not la.tp_replicates_kv(shape, opts, 8)
+    assert not la.data_parallel_pays(result, shape, opts, hw)
+    # without the node size the check falls back to all the layout's GPUs
+    assert la.data_parallel_pays(result, shape, opts) is (result["estimate"]["concurrency_at_max_model_len"] // 2 >= 2)
+    choice = la.choose_vllm_layout(summary, shape, hw, opts, intent="throughput")
+    assert choice["layout"].pp == 1 and choice["layout"].tp <= 8
