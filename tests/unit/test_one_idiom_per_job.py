@@ -1,0 +1,101 @@
+"""One idiom per job (docs/CONTRACTS.md, "Idioms"): the modules that write a file, read a file and
+move a unit across roles/ and playbooks/. A task file that does one of these jobs with a module other
+than the job's idiom fails the test unless EXCEPTIONS records why; an exception no file needs any more
+fails it too, so the list only shrinks."""
+
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+JOBS = {
+    "write a file": {
+        "idiom": {"ansible.builtin.template", "ansible.builtin.copy"},
+        "others": {"gpulab.inference.file_set", "ansible.builtin.lineinfile", "ansible.builtin.blockinfile",
+                   "community.general.ini_file"},
+    },
+    "read a file": {
+        "idiom": {"ansible.builtin.slurp"},
+        "others": {"gpulab.inference.slurp_files"},
+    },
+    "move a unit": {
+        "idiom": {"ansible.builtin.systemd_service"},
+        "others": {"gpulab.inference.systemd_units", "ansible.builtin.systemd", "ansible.builtin.service",
+                   "community.general.supervisorctl"},
+    },
+}
+
+TO_CONVERT = "to convert: the role was being reworked elsewhere when the rule was written"
+DAEMON_RELOAD = ("correctness: reloads systemd only where systemd says a unit's files changed (NeedDaemonReload), "
+                 "also after an earlier run failed before its reload; systemd_service reloads when told to")
+SUPERVISOR = "correctness: a supervisord program is not a systemd unit; no builtin moves it (role service only)"
+EXCEPTIONS = {
+    ("roles/llama_rpc_server/tasks/files.yml", "gpulab.inference.file_set"): TO_CONVERT,
+    ("roles/llama_rpc_server/tasks/cache.yml", "gpulab.inference.slurp_files"): TO_CONVERT,
+    ("roles/monitoring/tasks/alertmanager.yml", "gpulab.inference.file_set"): TO_CONVERT,
+    ("roles/monitoring/tasks/exporter.yml", "gpulab.inference.file_set"): TO_CONVERT,
+    ("roles/monitoring/tasks/prometheus.yml", "gpulab.inference.file_set"): TO_CONVERT,
+    ("roles/vllm_server/tasks/files.yml", "gpulab.inference.file_set"): TO_CONVERT,
+    ("roles/service/tasks/firewall_supervisor.yml", "gpulab.inference.file_set"): TO_CONVERT,
+    ("roles/service/tasks/firewall_systemd.yml", "gpulab.inference.file_set"): TO_CONVERT,
+    ("roles/service/tasks/guard_supervisor.yml", "gpulab.inference.file_set"): TO_CONVERT,
+    ("roles/service/tasks/guard_systemd.yml", "gpulab.inference.file_set"): TO_CONVERT,
+    ("roles/service/tasks/systemd.yml", "gpulab.inference.file_set"): TO_CONVERT,
+    ("roles/service/tasks/wrapper.yml", "gpulab.inference.file_set"): TO_CONVERT,
+    ("roles/service/tasks/stop.yml", "ansible.builtin.lineinfile"): TO_CONVERT,
+    ("roles/service/tasks/firewall_systemd.yml", "gpulab.inference.systemd_units"): DAEMON_RELOAD,
+    ("roles/service/tasks/restart_systemd.yml", "gpulab.inference.systemd_units"): DAEMON_RELOAD,
+    ("roles/service/tasks/systemd.yml", "gpulab.inference.systemd_units"): DAEMON_RELOAD,
+    ("roles/service/tasks/restart_supervisor.yml", "community.general.supervisorctl"): SUPERVISOR,
+    ("roles/service/tasks/retire.yml", "community.general.supervisorctl"): SUPERVISOR,
+    ("roles/service/tasks/stop.yml", "community.general.supervisorctl"): SUPERVISOR,
+    ("roles/service/tasks/supervisor.yml", "community.general.supervisorctl"): SUPERVISOR,
+}
+
+
+def task_files():
+    for pattern in ("roles/*/tasks/**/*.yml", "roles/*/handlers/*.yml", "playbooks/**/*.yml"):
+        yield from sorted(REPO.glob(pattern))
+
+
+def _modules(entries):
+    for entry in entries or []:
+        if not isinstance(entry, dict):
+            continue
+        for key in ("block", "rescue", "always", "tasks", "pre_tasks", "post_tasks", "handlers"):
+            yield from _modules(entry.get(key))
+        yield from (key for key in entry if "." in key)
+
+
+def uses():
+    """{(path, module)} for every module of JOBS used in a task file."""
+    known = set().union(*(job["idiom"] | job["others"] for job in JOBS.values()))
+    found = set()
+    for path in task_files():
+        for module in _modules(yaml.safe_load(path.read_text())):
+            if module in known:
+                found.add((path.relative_to(REPO).as_posix(), module))
+    return found
+
+
+def test_each_job_uses_its_idiom_or_a_recorded_reason():
+    unexplained = sorted((path, module, job) for path, module in uses() for job, spec in JOBS.items()
+                         if module in spec["others"] and (path, module) not in EXCEPTIONS)
+    assert unexplained == []
+
+
+def test_every_exception_is_still_needed():
+    assert sorted(set(EXCEPTIONS) - uses()) == []
+
+
+def test_the_idioms_are_in_use():
+    used = {module for _path, module in uses()}
+    for job in JOBS.values():
+        assert job["idiom"] <= used
+
+
+def test_the_walk_sees_modules_inside_blocks():
+    assert set(_modules([{"name": "x", "block": [{"name": "y", "gpulab.inference.file_set": {}}],
+                          "always": [{"ansible.builtin.slurp": {}}]}])) == {"gpulab.inference.file_set",
+                                                                            "ansible.builtin.slurp"}
