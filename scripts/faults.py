@@ -160,14 +160,14 @@ def head_sigkill(lab, row):
 
 def hang(seconds):
     def case(lab, row):
-        pid = lab.sh(WORKER, 'pgrep -x rpc-server')[1]
+        pid = lab.main_pid(WORKER, RPC_UNIT)  # the wrapper execs the server (ggml-rpc-server)
         fault_at = time.time()
         lab.sh(WORKER, 'kill -STOP %s' % pid)
         detected = wait_for(lambda: (lab.watch_state(WORKER) or {}).get('can_serve') is False, 30)
         health_not_ok = wait_for(lambda: lab.health() != '200', 30)
         row['notes'] = ('head /health not 200 after %s s; ' % fault_matrix.seconds(health_not_ok) +
                         'rpc-server killed and restarted by the watch: %s.' % (
-                            'yes' if wait_for(lambda: lab.sh(WORKER, 'pgrep -x rpc-server')[1] not in ('', pid), 30) is not None
+                            'yes' if wait_for(lambda: lab.main_pid(WORKER, RPC_UNIT) not in ('0', '', pid), 30) is not None
                             else 'no'))
         left = seconds - (time.time() - fault_at)
         if left > 0:

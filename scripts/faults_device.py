@@ -117,7 +117,10 @@ def main():
     parser.add_argument('--cases', default='rpc-sigkill,hang-10,hang-60,head-sigkill')
     args = parser.parse_args()
     os.makedirs(args.work, exist_ok=True)
-    rpc = Kept('rpc', [os.path.join(args.bin_dir, 'rpc-server'), '-H', '127.0.0.1', '-p', str(RPC_PORT)],
+    # ggml-rpc-server in current llama.cpp (tools/rpc/CMakeLists.txt), rpc-server in older ones
+    binary = next(os.path.join(args.bin_dir, name) for name in ('ggml-rpc-server', 'rpc-server')
+                  if os.path.exists(os.path.join(args.bin_dir, name)))
+    rpc = Kept('rpc', [binary, '-H', '127.0.0.1', '-p', str(RPC_PORT)],
                os.path.join(args.work, 'rpc.log'))
     head_cmd = [os.path.join(args.bin_dir, 'llama-server'), '-m', args.model, '--rpc', '127.0.0.1:%d' % RPC_PORT,
                 '-ngl', '99', '--host', '127.0.0.1', '--port', str(HEAD_PORT), '-c', '2048', '-np', '2']
