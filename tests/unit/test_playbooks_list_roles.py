@@ -24,7 +24,6 @@ GROUP_NAME_EXCEPTIONS = {("deploy.yml", "gpulab_monitoring_enabled")}
 # Roles name a group through role common's gpulab_*_group; files still to convert to
 # gpulab_vllm_group (being edited elsewhere now), with the count of their literal references.
 ROLE_GROUP_NAMES_TO_CONVERT = {
-    "roles/gpu_preflight/tasks/exposure.yml": 2,
     "roles/vllm_server/tasks/serve.yml": 2,
     "roles/vllm_server/tasks/model.yml": 1,
 }
