@@ -108,6 +108,70 @@ def wait_for(predicate, bound_s, step_s=0.25):
     return None
 
 
+def rss_mib(pid):
+    try:
+        with open('/proc/%d/status' % pid) as handle:
+            for line in handle:
+                if line.startswith('VmRSS:'):
+                    return round(int(line.split()[1]) / 1024.0, 1)
+    except (IOError, OSError, TypeError):
+        return None
+    return None
+
+
+def soak(args, rpc, head, state_file, up):
+    """4 streams in a closed loop; at 20 s into each minute one fault: SIGKILL of the RPC server, its
+    SIGSTOP (held 10 s), SIGKILL of the head, in turn. Requests, failures (inside and outside the
+    fault windows), TTFT p50/p99 with and without faults, and each service's RSS at start and end."""
+    load_log = os.path.join(args.work, 'soak.jsonl')
+    loader = subprocess.Popen([sys.executable, os.path.join(HERE, 'faults_load.py'), '--url', 'http://127.0.0.1:%d' % HEAD_PORT,
+                               '--workers', '4', '--duration-s', str(args.soak_minutes * 60), '--out', load_log])
+    memory_start = {'rpc': rss_mib(rpc.pid()), 'head': rss_mib(head.pid())}
+    began = time.time()
+    windows, faults = [], []
+    cycle = ('rpc-sigkill', 'hang-10', 'head-sigkill')
+    for minute in range(args.soak_minutes):
+        time.sleep(max(0.0, began + minute * 60 + 20 - time.time()))
+        case = cycle[minute % len(cycle)]
+        fault_at = time.time()
+        if case == 'rpc-sigkill':
+            os.kill(rpc.pid(), signal.SIGKILL)
+        elif case == 'hang-10':
+            pid = rpc.pid()
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(10)
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except OSError:
+                pass
+        else:
+            os.kill(head.pid(), signal.SIGKILL)
+        back = wait_for(chat_ok, 60, 0.5)
+        windows.append((fault_at, time.time() + 2))
+        faults.append({'case': case, 'at_s': round(fault_at - began, 1),
+                       'serving_again_s': None if back is None else round(time.time() - fault_at, 1)})
+        print(json.dumps(faults[-1]), flush=True)
+    loader.wait()
+    memory_end = {'rpc': rss_mib(rpc.pid()), 'head': rss_mib(head.pid())}
+    with open(load_log) as handle:
+        requests = [json.loads(line) for line in handle if line.strip()]
+    inside = [r for r in requests if any(a <= r['start'] <= b for a, b in windows)]
+    outside = [r for r in requests if not any(a <= r['start'] <= b for a, b in windows)]
+
+    def ttft(rows, fraction):
+        return fault_matrix.percentile([r['ttft_s'] for r in rows if r['ok'] and r.get('ttft_s') is not None], fraction)
+    result = {'first_serving_s': up, 'minutes': args.soak_minutes, 'streams': 4, 'sent': len(requests),
+              'failed': sum(1 for r in requests if not r['ok']),
+              'failed_outside_faults': fault_matrix.failed_outside(requests, windows),
+              'ttft_p50_s_without_faults': ttft(outside, 0.5), 'ttft_p99_s_without_faults': ttft(outside, 0.99),
+              'ttft_p50_s_during_faults': ttft(inside, 0.5), 'ttft_p99_s_during_faults': ttft(inside, 0.99),
+              'faults': faults, 'rss_mib_start': memory_start, 'rss_mib_end': memory_end,
+              'errors': sorted(set(r['error'][:80] for r in requests if not r['ok']))[:8]}
+    print(json.dumps(result, indent=1), flush=True)
+    with open(args.out, 'w') as handle:
+        json.dump(result, handle, indent=1)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument('--bin-dir', required=True)
@@ -115,6 +179,8 @@ def main():
     parser.add_argument('--out', required=True)
     parser.add_argument('--work', default='/tmp/faults-device')
     parser.add_argument('--cases', default='rpc-sigkill,hang-10,hang-60,head-sigkill')
+    parser.add_argument('--soak-minutes', type=int, default=0,
+                        help='instead of the cases: 4 streams for this many minutes, a fault at 20 s into each minute')
     args = parser.parse_args()
     os.makedirs(args.work, exist_ok=True)
     # ggml-rpc-server in current llama.cpp (tools/rpc/CMakeLists.txt), rpc-server in older ones
@@ -155,6 +221,9 @@ def main():
     threading.Thread(target=watch_loop, daemon=True).start()
 
     up = wait_for(chat_ok, 300, 1)
+    if args.soak_minutes:
+        soak(args, rpc, head, state_file, up)
+        return
     results = {'first_serving_s': up, 'cases': []}
     load_log = os.path.join(args.work, 'load.jsonl')
     loader = subprocess.Popen([sys.executable, os.path.join(HERE, 'faults_load.py'), '--url', 'http://127.0.0.1:%d' % HEAD_PORT,
