@@ -1,8 +1,10 @@
 """One idiom per job (docs/CONTRACTS.md, "Idioms"): the modules that write a file, read a file and
 move a unit across roles/ and playbooks/. A task file that does one of these jobs with a module other
 than the job's idiom fails the test unless EXCEPTIONS records why; an exception no file needs any more
-fails it too, so the list only shrinks."""
+fails it too, so the list only shrinks. And plugins use ansible-core's public plugin API only (nothing from
+ansible._internal), so the next ansible-core can run them."""
 
+import re
 from pathlib import Path
 
 import yaml
@@ -99,3 +101,23 @@ def test_the_walk_sees_modules_inside_blocks():
     assert set(_modules([{"name": "x", "block": [{"name": "y", "gpulab.inference.file_set": {}}],
                           "always": [{"ansible.builtin.slurp": {}}]}])) == {"gpulab.inference.file_set",
                                                                             "ansible.builtin.slurp"}
+
+
+def private_ansible_imports(root=REPO / "plugins"):
+    """[(path, line)] of plugin lines that import ansible-core's private packages (ansible._internal and the
+    like): the next ansible-core may move them without notice."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if re.match(r"\s*(from|import)\s+ansible\._", line):
+                found.append("%s:%d: %s" % (path.name, number, line.strip()))
+    return found
+
+
+def test_plugins_use_only_the_public_plugin_api():
+    assert private_ansible_imports() == []
+
+
+def test_the_import_check_sees_a_private_import(tmp_path):
+    (tmp_path / "p.py").write_text("from ansible._internal._templating import _engine\n")
+    assert len(private_ansible_imports(tmp_path)) == 1
