@@ -2,10 +2,10 @@
 with this collection's synthetic_hf, start vLLM on it with --load-format dummy (offline LLM API,
 one process per family), and set vllm_plan's prediction beside what vLLM logged.
 
-  python3 gpu-families.py write FAMILY DIR LAYERS       config.json, tokenizer, sparse safetensors
-  gpu-families.py load DIR MAX_MODEL_LEN UTIL    vLLM's engine up, one short generation, exit
-  gpu-families.py compare FAMILY DIR LOG GPU_MIB MAX_MODEL_LEN UTIL
-                                                 one JSON object on stdout
+  python3 gpu-families.py write FAMILY DIR LAYERS      config.json, tokenizer, sparse safetensors
+  python3 gpu-families.py load DIR MAX_MODEL_LEN UTIL  vLLM's engine up, one short generation, exit
+  python3 gpu-families.py compare FAMILY DIR LOG GPU_MIB MAX_MODEL_LEN UTIL
+                                                       one JSON object on stdout
 
 Needs the collection importable as ansible_collections.gpulab.inference (gpu-families.sh links
 it) and, for load, vLLM importable.
