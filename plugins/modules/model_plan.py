@@ -145,6 +145,9 @@ table:
   description:
     - The engine's ranked layouts - C(rows), C(smallest_fitting) (null unless nothing fits), and for vLLM
       C(error) when no layout can run; llama.cpp rows carry per device weights, KV cache, compute and headroom.
+    - C(structure) names the family's attention and cache. A family whose cache is not modelled is named
+      there; its rows keep the weights and, instead of a figure, null C(ctx_size) and C(kv_tokens)
+      (llama.cpp) or null C(kv_tokens) and C(concurrency) (vLLM).
   returned: success
   type: dict
 lines:
