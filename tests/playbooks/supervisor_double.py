@@ -1,6 +1,6 @@
 """A stand-in supervisorctl for playbook tests on local hosts: it keeps its programs' states in
-states.json beside itself, logs each call to calls.log, and answers status, start, stop, reread and
-remove as supervisor 4.3.0's supervisorctl does (tests/unit/fixtures/supervisorctl)."""
+states.json beside itself, logs each call to calls.log, and answers status, start, stop, restart, reread,
+update, add and remove as supervisor 4.3.0's supervisorctl does (tests/unit/fixtures/supervisorctl)."""
 
 import json
 import stat
@@ -39,6 +39,16 @@ elif command in ("stop", "start"):
             print("%%s: %%s" %% (name, done))
 elif command == "reread":
     print("No config updates to processes")
+elif command == "add":
+    for name in names:
+        states[name] = "RUNNING"
+        print("%%s: added process group" %% name)
+elif command == "update":
+    pass
+elif command == "restart":
+    for name in names:
+        states[name] = "RUNNING"
+        print("%%s: stopped\n%%s: started" %% (name, name))
 elif command == "remove":
     for name in names:
         states.pop(name)
