@@ -134,10 +134,15 @@ def test_engine_auto_is_said_with_its_reason_or_refused_naming_the_variables(tmp
     assert [r["msg"] for r in result.ok_results(ENGINE_TASK)] == [
         "engine vllm: auto: model_source http://10.231.77.5/ckpt is a Hugging Face checkpoint (config.json and "
         "safetensors), which vLLM serves"]
+    # the default is auto; with no model named it is the engine table's first, said so
     default = run_playbook("playbooks/facts.yml", inventory, envvars=ENV)
-    assert [r["msg"] for r in default.ok_results(ENGINE_TASK)] == ["engine llama_cpp: gpulab_engine is set to llama_cpp"]
-    unnamed = run_playbook("playbooks/facts.yml", inventory, extravars={"gpulab_engine": "auto"}, envvars=ENV)
-    failures = unnamed.failures
+    assert [r["msg"] for r in default.ok_results(ENGINE_TASK)] == [
+        "engine llama_cpp: auto: the inventory names no model (vllm_server_model_path, llama_server_model_path, "
+        "model_source, model_path, model_synthetic), so the first engine of gpulab_engines"]
+    set_engine = run_playbook("playbooks/facts.yml", inventory, extravars={"gpulab_engine": "vllm"}, envvars=ENV)
+    assert [r["msg"] for r in set_engine.ok_results(ENGINE_TASK)] == ["engine vllm: gpulab_engine is set to vllm"]
+    head_without_path = run_playbook("playbooks/facts.yml", inventory, extravars={"model_source": "head"}, envvars=ENV)
+    failures = head_without_path.failures
     assert [(host, task) for host, task, _msg in failures] == [("node-a", ENGINE_TASK)], failures
-    assert "gpulab_engine is auto but the inventory names no model (vllm_server_model_path" in failures[0][2]
+    assert "gpulab_engine is auto and model_source is head, but model_path" in failures[0][2]
     assert "Traceback" not in failures[0][2]
