@@ -95,15 +95,17 @@ def align_offset(offset, alignment=GGUF_DEFAULT_ALIGNMENT):
 
 
 def tensor_nbytes(ggml_type, dims):
-    """Bytes of a tensor's data. dims are ggml order (dims[0] varies fastest, one row)."""
-    if ggml_type not in GGML_TYPES:
+    """Bytes of a tensor's data. dims are ggml order (dims[0] varies fastest, one row). Any type of
+    GGML_BLOCK_SIZES: a header over a hole (a model's shape without its data) may name K-quants."""
+    types = GGML_TYPES if ggml_type in GGML_TYPES else GGML_BLOCK_SIZES
+    if ggml_type not in types:
         raise GGUFError("unsupported ggml tensor type %r" % (ggml_type,))
-    _name, block_values, block_bytes = GGML_TYPES[ggml_type]
+    name, block_values, block_bytes = types[ggml_type]
     if not dims or any(int(d) <= 0 for d in dims):
         raise GGUFError("tensor dims must be positive, got %r" % (list(dims),))
     if dims[0] % block_values:
         raise GGUFError("row length %d is not a multiple of the %s block size %d"
-                        % (dims[0], GGML_TYPES[ggml_type][0], block_values))
+                        % (dims[0], name, block_values))
     n_values = 1
     for dim in dims:
         n_values *= int(dim)
@@ -226,6 +228,17 @@ def write_gguf(stream, metadata, tensors, chunks_for, alignment=GGUF_DEFAULT_ALI
         stream.write(b"\0" * pad)
         written += got + pad
     return written
+
+
+def write_gguf_headers(stream, metadata, tensors, alignment=GGUF_DEFAULT_ALIGNMENT):
+    """A GGUF's header and tensor table over a hole of its data's size: the file has the model's
+    size and shape and reads as zeros, but takes no disk (the planners read only headers).
+    Returns the file's size in bytes."""
+    header = encode_header(metadata, tensors, alignment)
+    stream.write(header)
+    size = len(header) + layout_tensors(tensors, alignment)
+    stream.truncate(size)
+    return size
 
 
 # ---------------------------------------------------------------- reading

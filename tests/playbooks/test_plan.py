@@ -163,3 +163,27 @@ def test_a_family_not_modelled_is_named_with_its_weights_planned(tmp_path):
     shown = run.ok_results(SHOW)[0]["msg"]
     assert shown[-1] == ("model: DeepseekV32ForCausalLM: family DeepseekV32ForCausalLM is not modelled: weights only "
                          "(vLLM keeps it in sparse attention with an indexer cache)")
+
+
+def test_deepseek_v3_in_q2_k_is_split_over_the_seed_labs_three_gpus(tmp_path):
+    """The GGUF's headers over a hole of its 205.8 GiB (tests/model_tables.py), planned on the seed
+    lab's shape given as plan_hardware: node-a with two 96 GB GPUs, node-b with one."""
+    import model_tables
+    path = tmp_path / "DeepSeek-V3-Q2_K.gguf"
+    size = model_tables.write_deepseek_v3_q2_k(str(path))
+    hardware = [{"name": "node-a", "gpus": 2, "memory_gib": 96}, {"name": "node-b", "gpus": 1, "memory_gib": 96}]
+    run, output = plan(tmp_path, "dsv3-gguf", {"model_source": str(path), "llama_server_parallel": 1},
+                       {"plan_hardware": hardware})
+    assert run.status == "successful", run.failures
+    document = json.loads(output.read_text())
+    assert document["engine"]["engine"] == "llama_cpp" and document["size_bytes"] == size
+    assert document["bytes_read"] < size / 100000
+    every = document["table"]["rows"][0]
+    assert (every["layout"], every["fits"]) == ("all 2 nodes", True)
+    # the whole trained context, split over node-b's GPU (RPC) and node-a's two, with room left on each
+    assert every["ctx_size"] == 163840 and sum(every["tensor_split"]) == 62 and len(every["tensor_split"]) == 3
+    assert [d["name"] for d in every["devices"]] == ["RPC0", "CUDA0", "CUDA1"]
+    assert all(d["headroom_mib"] > 10000 for d in every["devices"])
+    assert [r["fits"] for r in document["table"]["rows"][1:]] == [False, False]
+    shown = run.ok_results(SHOW)[0]["msg"]
+    assert shown[-1] == "model: deepseek2: mla attention (61 full layers): 70272 bytes of cache per token"

@@ -211,3 +211,20 @@ def test_power_of_two_alignment_is_read(tmp_path):
                         lambda info: [b"\0" * info.nbytes], alignment=64)
     parsed = gguf.read_gguf(path)
     assert (parsed.alignment, parsed.data_offset % 64) == (64, 0)
+
+
+def test_headers_over_a_hole_read_back_with_the_models_size(tmp_path):
+    """write_gguf_headers: the table of any ggml type (here Q2_K and Q8_0), the data a hole."""
+    metadata = [("general.architecture", gguf.GGUFValue(gguf.STRING, "llama"))]
+    tensors = [gguf.TensorInfo("a.weight", (256, 4096), 10), gguf.TensorInfo("b.weight", (128, 3), gguf.GGML_Q8_0)]
+    path = str(tmp_path / "shape.gguf")
+    with open(path, "wb") as stream:
+        size = gguf.write_gguf_headers(stream, metadata, tensors)
+    # Q2_K: 84 bytes per 256 values; Q8_0: 34 per 32; each aligned to 32
+    assert size == os.path.getsize(path) and os.stat(path).st_blocks * 512 < 64 << 10
+    model = gguf.read_gguf_model(path)
+    assert [(i.name, i.dims, i.ggml_type) for i, _s in model.tensors] == [("a.weight", (256, 4096), 10),
+                                                                          ("b.weight", (128, 3), gguf.GGML_Q8_0)]
+    # 4096 rows of 84 bytes, then 3 rows of 4 x 34 = 408 bytes padded to 416
+    assert tensors[1].offset == 4096 * 84
+    assert size == len(gguf.encode_header(metadata, tensors)) + 4096 * 84 + 416

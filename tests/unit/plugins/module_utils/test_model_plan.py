@@ -9,6 +9,7 @@ __metaclass__ = type
 import json
 from pathlib import Path
 
+import model_tables
 import pytest
 from test_gguf_plan import MINIMAX_M2, ShapedModel
 
@@ -212,62 +213,16 @@ def test_a_gguf_family_not_modelled_claims_no_context_but_plans_its_weights(mini
     assert lines[-1].startswith("model: minimax-m3: family minimax-m3 is not modelled: weights only")
 
 
-class DeepSeekV3Gguf:
-    """DeepSeek-V3's GGUF as llama.cpp's convert_hf_to_gguf.py writes it (deepseek2, MLA with the split
-    attn_k_b / attn_v_b), the weights in Q2_K (84 bytes per 256 values; attn_k_b in Q8_0), norms and
-    router in F32:
-    the tensor table and metadata only."""
-
-    def __init__(self):
-        from ansible_collections.gpulab.inference.plugins.module_utils import gguf
-        # attn_k_b's rows (128 values) are shorter than a K-quant block: Q8_0, as the released quants keep it
-        q2k, q8, f32 = 10, gguf.GGML_Q8_0, gguf.GGML_F32
-        n_embd, n_vocab, n_head, n_ff, n_ff_exp, n_expert = 7168, 129280, 128, 18432, 2048, 256
-        q_lora, kv_lora, nope, rope, v_head = 1536, 512, 128, 64, 128
-        arch = "deepseek2"
-        self.path = "/models/DeepSeek-V3-Q2_K-00001-of-00005.gguf"
-        self.metadata = {"general.architecture": arch}
-        for key, value in (("block_count", 61), ("context_length", 163840), ("embedding_length", n_embd),
-                           ("feed_forward_length", n_ff), ("attention.head_count", n_head),
-                           ("attention.head_count_kv", 1), ("attention.key_length", kv_lora + rope),
-                           ("attention.value_length", kv_lora), ("attention.key_length_mla", nope + rope),
-                           ("attention.value_length_mla", v_head), ("attention.q_lora_rank", q_lora),
-                           ("attention.kv_lora_rank", kv_lora), ("rope.dimension_count", rope),
-                           ("expert_count", n_expert), ("expert_used_count", 8), ("expert_shared_count", 1),
-                           ("leading_dense_block_count", 3), ("expert_feed_forward_length", n_ff_exp),
-                           ("vocab_size", n_vocab)):
-            self.metadata["%s.%s" % (arch, key)] = value
-        infos = [("token_embd.weight", (n_embd, n_vocab), q2k)]
-        for il in range(61):
-            b = "blk.%d." % il
-            infos += [(b + "attn_norm.weight", (n_embd,), f32), (b + "attn_q_a_norm.weight", (q_lora,), f32),
-                      (b + "attn_kv_a_norm.weight", (kv_lora,), f32), (b + "attn_q_a.weight", (n_embd, q_lora), q2k),
-                      (b + "attn_q_b.weight", (q_lora, n_head * (nope + rope)), q2k),
-                      (b + "attn_kv_a_mqa.weight", (n_embd, kv_lora + rope), q2k),
-                      (b + "attn_k_b.weight", (nope, kv_lora, n_head), q8),
-                      (b + "attn_v_b.weight", (kv_lora, v_head, n_head), q2k),
-                      (b + "attn_output.weight", (n_head * v_head, n_embd), q2k), (b + "ffn_norm.weight", (n_embd,), f32)]
-            if il < 3:
-                infos += [(b + "ffn_gate.weight", (n_embd, n_ff), q2k), (b + "ffn_up.weight", (n_embd, n_ff), q2k),
-                          (b + "ffn_down.weight", (n_ff, n_embd), q2k)]
-            else:
-                infos += [(b + "ffn_gate_inp.weight", (n_embd, n_expert), f32), (b + "exp_probs_b.bias", (n_expert,), f32),
-                          (b + "ffn_gate_exps.weight", (n_embd, n_ff_exp, n_expert), q2k),
-                          (b + "ffn_up_exps.weight", (n_embd, n_ff_exp, n_expert), q2k),
-                          (b + "ffn_down_exps.weight", (n_ff_exp, n_embd, n_expert), q2k),
-                          (b + "ffn_gate_shexp.weight", (n_embd, n_ff_exp), q2k),
-                          (b + "ffn_up_shexp.weight", (n_embd, n_ff_exp), q2k),
-                          (b + "ffn_down_shexp.weight", (n_ff_exp, n_embd), q2k)]
-        infos += [("output_norm.weight", (n_embd,), f32), ("output.weight", (n_embd, n_vocab), q2k)]
-        self.tensors = [(gguf.TensorInfo(name, dims, kind), 0) for name, dims, kind in infos]
-        self.size_bytes = sum(gguf.ggml_nbytes(i.ggml_type, i.dims) for i, _s in self.tensors)
-
-    def get(self, key, default=None):
-        return self.metadata.get(key, default)
+def deepseek_v3_gguf(tmp_path):
+    """DeepSeek-V3's GGUF in Q2_K (tests/model_tables.py) as a header over a hole, read back."""
+    from ansible_collections.gpulab.inference.plugins.module_utils import gguf
+    path = str(tmp_path / "DeepSeek-V3-Q2_K.gguf")
+    model_tables.write_deepseek_v3_q2_k(path)
+    return gguf.read_gguf_model(path)
 
 
-def test_deepseek_v3_in_q2_k_on_the_seed_labs_three_96_gb_gpus_fits_with_its_context_split_and_headroom():
-    model = DeepSeekV3Gguf()
+def test_deepseek_v3_in_q2_k_on_the_seed_labs_three_96_gb_gpus_fits_with_its_context_split_and_headroom(tmp_path):
+    model = deepseek_v3_gguf(tmp_path)
     # 671 B weights at 2.625 bits a weight (attn_k_b at 8.5), norms and routers at 32: 205.8 GiB
     assert model.size_bytes / 2.0 ** 30 == pytest.approx(205.8, abs=0.05)
     table = mp.llama_table(model, seed_nodes(), OPTIONS)
