@@ -97,10 +97,9 @@ EXAMPLES = r"""
         template: gpulab-rpc.nft.j2
         mode: "0644"
         validate: nft --check -f %s
-      - {path: /etc/systemd/system/gpulab-rpc-firewall.service, template: gpulab-rpc-firewall.service.j2, mode: "0644"}
+      - {path: /etc/systemd/system/gpulab-rpc-server-firewall.service, template: firewall.service.j2, mode: "0644"}
       - {path: /etc/gpulab/old-state.json, state: absent}
   register: firewall_files
-  notify: Reload the RPC firewall
 """
 
 RETURN = r"""
