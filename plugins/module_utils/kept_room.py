@@ -30,7 +30,7 @@ class KeptRoomError(ValueError):
 
 def process_names(process):
     """The names a keep pattern matches a GPU process by, as gpu_drain.consumer_names does for its
-    consumers: the unit with and without .service, the supervisord program with and without its
+    consumers: the unit with and without .service, the program with and without its
     group, the container's name."""
     names = []
     unit = process.get('systemd_unit')
