@@ -5,9 +5,11 @@ grouped-query with 4 KV heads (qwen3moe), GLM-4.x MoE with a dense first layer a
 expert (glm4moe), sliding window alternating with full attention (gpt-oss) and recurrent state
 beside full attention (qwen3next).
 
-Two CPU RPC servers and llama-server load a reduced-depth synthetic GGUF of each family; the
-planner's weights per device must match within 1%, its KV cache to the logged 0.01 MiB, the
-recurrent state (`RS buffer size`) likewise, and the compute estimate within a factor of two.
+Two CPU RPC servers and llama-server load a reduced-depth synthetic GGUF of each family (two
+slots of an F16 cache; and for MLA, the sliding window and the recurrent state also one slot of a
+q8_0 cache with flash attention at a context that is not a multiple of 256); the planner's weights
+per device must match within 1%, its KV cache to the logged 0.01 MiB, the recurrent state (`RS
+buffer size`) likewise, and the compute estimate within a factor of two.
 Run by `make integration-llama` (GPULAB_LLAMA_BIN_DIR, GPULAB_LLAMA_VOCAB_GGUF); without the
 binaries it fails rather than skips.
 """
@@ -34,13 +36,21 @@ PLAN = dict(n_gpu_layers="all", ctx_size=2048, parallel=2)
 FAMILIES = ["deepseek2", "qwen3moe", "glm4moe", "gpt-oss", "qwen3next"]
 
 
-@pytest.mark.parametrize("arch", FAMILIES)
-def test_family_buffers_match_llama_cpp(arch, rpc_endpoints, tmp_path):  # noqa: F811
+# a quantised cache with flash attention, one slot, and a context that is not a multiple of 256
+Q8_SERVER = ["-ngl", "all", "-c", "3000", "--parallel", "1", "--fit", "off", "-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on"]
+Q8_PLAN = dict(n_gpu_layers="all", ctx_size=3000, parallel=1, cache_type_k="q8_0", cache_type_v="q8_0", flash_attn="on")
+CASES = [(arch, SERVER, PLAN) for arch in FAMILIES] + [(arch, Q8_SERVER, Q8_PLAN) for arch in ("deepseek2", "gpt-oss",
+                                                                                              "qwen3next")]
+
+
+@pytest.mark.parametrize("arch, server, options", CASES,
+                         ids=["%s-%s" % (c[0], "q8_0" if c[1] is Q8_SERVER else "f16") for c in CASES])
+def test_family_buffers_match_llama_cpp(arch, server, options, rpc_endpoints, tmp_path):  # noqa: F811
     model_path = write_model(tmp_path, "model.gguf", architecture=arch, **SHAPE)
     model = gguf.read_gguf_model(model_path)
     devices = [{"name": "RPC%d[%s]" % (0, ep), "free_mib": 1 << 20, "host": ep} for ep in rpc_endpoints]
-    plan = gguf_plan.plan_layout(model, devices, split="1,1", margin_mib=0, **PLAN)
-    found, log = load_and_read_buffers(model_path, rpc_endpoints, "1,1", SERVER, str(tmp_path / "server.log"))
+    plan = gguf_plan.plan_layout(model, devices, split="1,1", margin_mib=0, **options)
+    found, log = load_and_read_buffers(model_path, rpc_endpoints, "1,1", server, str(tmp_path / "server.log"))
     states = {}
     for match in RS_BUFFER.finditer(log):
         states[match.group("buf")] = states.get(match.group("buf"), 0.0) + float(match.group("mib"))
