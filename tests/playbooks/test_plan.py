@@ -71,7 +71,8 @@ def test_a_split_gguf_on_the_mirror_is_planned_on_the_labs_gpus(mirror, tmp_path
     assert [n["name"] for n in document["hardware"]] == ["node-a", "node-b"]
     rows = document["table"]["rows"]
     assert {r["layout"] for r in rows} == {"all 2 nodes", "node-a alone", "node-b alone"}
-    assert all(r["fits"] for r in rows) and rows[0]["ctx_size"] == 4096
+    # the serving intent's slots (throughput: gpulab_serving_concurrency 4), each the model's trained 4096
+    assert all(r["fits"] for r in rows) and (rows[0]["concurrency"], rows[0]["ctx_size"]) == (4, 4 * 4096)
     every = [r for r in rows if r["layout"] == "all 2 nodes"][0]
     assert [d["name"] for d in every["devices"]] == ["RPC0", "CUDA0", "CUDA1"]
     # the headers and tensor tables of both shards, not the weights
