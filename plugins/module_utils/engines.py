@@ -29,10 +29,11 @@ ENTRY_KEYS = {
 }
 API_KEYS = ("prefix", "host", "port", "unit")
 PORT_PLACES = ("head", "worker", "spanning")
-# The entry points of an engine's role that deploy.yml may run, in order: build (every node, before
-# the model), model (the nodes that read it), plan (before anything is drained), serve (after the
-# drain, inside the restoring block), report (on the head, after serving).
-ENGINE_STEPS = ("build", "model", "plan", "serve", "report")
+# The entry points of an engine's role that deploy.yml may run, in order: check (every node, with any
+# tag: a dry run that cannot plan stops there), build (every node, before the model), model (the
+# nodes that read it), plan (before anything is drained), serve (after the drain, inside the
+# restoring block), report (on the head, after serving).
+ENGINE_STEPS = ("check", "build", "model", "plan", "serve", "report")
 FORMATS = ("gguf", "hf")
 FORMAT_WORDS = {"gguf": "a GGUF model", "hf": "a Hugging Face checkpoint (config.json and safetensors)"}
 

@@ -14,6 +14,9 @@ def test_the_shipped_table_holds():
     assert en.check_table(TABLE) is TABLE
     assert list(TABLE) == ['llama_cpp', 'vllm']
     assert TABLE['llama_cpp']['units'] == ['gpulab-llama-server.service', 'gpulab-rpc-server@[0-9]*.service']
+    # a step the table leaves out is skipped without a word: llama.cpp's dry-run check among them
+    assert TABLE['llama_cpp']['steps'] == list(en.ENGINE_STEPS)
+    assert TABLE['vllm']['steps'] == ['model', 'serve']
 
 
 @pytest.mark.parametrize("change, message", [
