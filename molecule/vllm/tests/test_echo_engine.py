@@ -18,7 +18,7 @@ import pytest
 REPO = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[3]))
 sys.path.insert(0, str(REPO / "tests" / "playbooks"))
 sys.path.insert(0, str(REPO / "tests"))
-from common_defaults import common_defaults  # noqa: E402 pylint: disable=wrong-import-position
+from common_defaults import common_default, engine_ports  # noqa: E402 pylint: disable=wrong-import-position
 from playbook_runner import run_in  # noqa: E402 pylint: disable=wrong-import-position
 
 PORT = 18095
@@ -40,7 +40,13 @@ ENV = {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "MOLECULE_PROJECT_DIRECTORY"
 
 
 def table():
-    engines = dict(common_defaults()["gpulab_engines"])
+    """Role common's table with its values written out, as an operator writes one in the inventory or
+    -e (a value there cannot name a role default), and the echo engine's entry added."""
+    engines = common_default("gpulab_engines")
+    for name, entry in engines.items():
+        values = dict((port["variable"], common_default(port["variable"])) for port in entry["ports"])
+        values["vllm_server_distributed_backend"] = common_default("vllm_server_distributed_backend")
+        entry["ports"] = engine_ports(name, values)
     engines["echo"] = ECHO
     return engines
 
