@@ -211,10 +211,13 @@ def role_inventory(tmp_path, models):
     gpu_inventory.write_text(json.dumps(nvidia_smi.inventory_snapshot([], {})))
     # The account is root here: no llama-server account exists on the test machine, and the
     # model under /tmp is allowed through the sandbox overrides; both checks have module cases.
-    # The memory plan's record (role memory_plan) resolves the split and the context left at auto.
+    # The memory plan's record (role memory_plan) resolves the split, the context and the slots
+    # (its serving intent's) left at auto.
     memory_plan = tmp_path / "memory-plan.json"
     memory_plan.write_text(json.dumps({"model_path": str(models / "single.gguf"), "tensor_split": [1.0],
-                                       "options": {"ctx_size": 4096, "tensor_split": "auto"}}))
+                                       "options": {"ctx_size": 4096, "tensor_split": "auto"},
+                                       "intent": {"intent": "throughput", "concurrency": 4, "parallel": 4,
+                                                  "parallel_reason": "throughput: 4 streams"}}))
     head = {"role_case": "gpulab.inference.llama_server", "llama_server_build_link": head_build,
             "llama_server_model_path": str(models / "single.gguf"), "llama_server_worker_manifest": str(same_build),
             "llama_server_user": "root", "llama_server_hardening_overrides": NO_SANDBOX,
