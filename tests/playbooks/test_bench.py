@@ -26,6 +26,8 @@ def fake_smi(tmp_path):
 def bench_vars(tmp_path, base_url, **extra):
     values = {'bench_base_url': base_url, 'bench_nvidia_smi_path': fake_smi(tmp_path),
               'bench_work_dir': str(tmp_path / 'work'), 'bench_report_dir': str(tmp_path / 'reports'),
+              # the record of the last run, role common's path (role monitoring reads it too)
+              'gpulab_bench_last_run_file': str(tmp_path / 'work' / 'last-run.json'),
               'bench_report_inventory_name': 'local', 'bench_progress_interval_s': 1, 'gpulab_bench_profile': 'short',
               'bench_build_info': str(tmp_path / 'BUILD_INFO.json'), 'bench_memory_plan_file': str(tmp_path / 'none.json'),
               'bench_concurrency': [1, 4], 'bench_max_tokens': 24}
