@@ -22,6 +22,7 @@ ENTRY_KEYS = {
     "steps": list,        # which of the role's entry points deploy.yml runs (ENGINE_STEPS, in that order)
     "formats": list,      # model formats it serves: gguf, hf
     "units": list,        # its serving units as shell patterns, in stop order (the head's first)
+    "users": list,        # the accounts they run as
     "api": dict,          # where its head answers: prefix, host, port, api_key, unit
     "ports": list,        # what it listens on: variable, at (head, worker, spanning), what
     "health_path": str,   # its health endpoint

@@ -5,8 +5,10 @@ show it in status.yml, heal it after a SIGKILL and stop it - with no change to a
 collection outside its table entry (here) and its role (tests/engines).
 
 It retires the scenario's vLLM, so it runs after the vLLM checks (conftest.py orders it last); the
-side effect that follows starts vLLM again under supervisord."""
+side effect that follows starts vLLM again under supervisord. Every test takes testinfra's `host`, so
+pytest keeps them in this file's order (it groups the tests of one host)."""
 
+import json
 import os
 import shutil
 import sys
@@ -29,6 +31,7 @@ ECHO = {
     "steps": ["serve", "report"],
     "formats": ["hf"],
     "units": ["gpulab-echo.service"],
+    "users": ["gpulab-echo"],
     "ports": [{"variable": "echo_engine_port", "port": PORT, "at": "head", "what": "the echo engine's API"}],
     "api": {"prefix": "echo_engine", "host": "127.0.0.1", "port": PORT, "api_key": "", "unit": "gpulab-echo.service"},
     "health_path": "/health",
@@ -83,22 +86,26 @@ def test_deploy_retires_vllm_and_serves_the_echo_engine(deployed, host):
     assert said and said[0]["msg"].startswith("echo engine on node-a: ")
 
 
-def test_the_benchmark_measured_the_echo_engine(deployed):
+def test_the_benchmark_measured_the_echo_engine(deployed, host):
     written = deployed.ok_results("Write the report")
     assert written, deployed.failures
     report = written[0]
+    # the head's record of the last run names this report
+    record = json.loads(host.file("/var/lib/gpulab/bench/last-run.json").content_string)
+    assert record["report"] == report["files"]["markdown"]
     # the model /v1/models of the echo engine names, measured at a speed the double serves
     assert any("echo-model" in line for line in report["summary"]), report["summary"]
     assert report["headline"]["decode_tok_s"] > 0
 
 
-def test_status_shows_the_echo_engine(deployed, inventory, tmp_path):
-    assert deployed.status == "successful"
+def test_status_shows_the_echo_engine(deployed, inventory, host, tmp_path):
+    assert deployed.status == "successful" and host.service("gpulab-echo").is_running
     run = run_in(tmp_path, "playbooks/status.yml", inventory, extravars=extravars(), envvars=ENV)
     assert run.status == "successful", run.failures
     head = run.ok_results("Print the node's status")[0]["msg"]
-    assert head["endpoints"][0] == "http://127.0.0.1:%d (echo, /health 200)" % PORT
-    assert ("gpulab-echo.service", "running") in [(s["name"], s["state"]) for s in head["services"]]
+    asked = [e["event"] for e in run.events if e.get("event_data", {}).get("task") == "Ask the engine's head for its health"]
+    assert head["endpoints"][0] == "http://127.0.0.1:%d (echo, /health 200)" % PORT, (asked, head)
+    assert ("gpulab-echo.service", "active") in [(s["name"], s["state"]) for s in head["services"]]
 
 
 def test_a_killed_echo_engine_is_restarted(deployed, host):
