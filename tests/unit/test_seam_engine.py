@@ -13,8 +13,9 @@ from pathlib import Path
 
 import yaml
 
+from collection_tree import collection_files
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SCOPE = ("roles", "playbooks", "plugins")
 TABLE = REPO_ROOT / "roles" / "common" / "defaults" / "main" / "engines.yml"
 READER = ("plugins/module_utils/engines.py", "roles/common/defaults/main/engines.yml")
 
@@ -34,15 +35,6 @@ def branch_pattern(names):
     name = "(?:%s)" % "|".join(re.escape(n) for n in names)
     quoted = r"""['"]%s['"]""" % name
     return re.compile(r"(?:==|!=)\s*%s|%s\s*(?:==|!=|\bin\b|\bnot\s+in\b)|\bin\s*[\[(]\s*%s" % (quoted, quoted, quoted))
-
-
-def collection_files(root=REPO_ROOT):
-    for top in SCOPE:
-        for path in sorted((root / top).rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts:
-                yield path.relative_to(root).as_posix()
-    if (root / "deploy.yml").is_file():
-        yield "deploy.yml"
 
 
 def included_roles(role, root=REPO_ROOT):

@@ -9,6 +9,8 @@ systemctl outside the places below fails this test, and so does a task file per 
 import re
 from pathlib import Path
 
+from collection_tree import collection_files
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 MANAGER_WORDS = re.compile(r"supervisord|supervisorctl|systemctl", re.IGNORECASE)
@@ -38,17 +40,6 @@ ALLOWED = {
     "plugins/module_utils/service_manager.py": "that rule, and the unit and program names of role service's filters",
 }
 
-# Plays and roles that are the collection's code (tests, the lab and the docs speak of both).
-SCOPE = ("roles", "playbooks", "plugins")
-
-
-def collection_files(root=REPO_ROOT):
-    for top in SCOPE:
-        for path in sorted((root / top).rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts:
-                yield path.relative_to(root).as_posix()
-    if (root / "deploy.yml").is_file():
-        yield "deploy.yml"
 
 
 def service_role_plugins(root=REPO_ROOT):
