@@ -54,7 +54,7 @@ class Lab:
         return self.sh(HEAD, 'curl -s -o /dev/null -w %{http_code} --max-time 3 http://127.0.0.1:8080/health', timeout=10)[1]
 
     def chat_ok(self):
-        rc, _ = self.sh(HEAD, 'curl -sf --max-time 20 -H "Content-Type: application/json" -d '
+        rc, dummy = self.sh(HEAD, 'curl -sf --max-time 20 -H "Content-Type: application/json" -d '
                               '\'{"messages":[{"role":"user","content":"Say hello."}],"max_tokens":2}\' '
                               'http://127.0.0.1:8080/v1/chat/completions', timeout=30)
         return rc == 0
@@ -67,7 +67,7 @@ class Lab:
             return None
 
     def requests(self):
-        _, out = self.sh(HEAD, 'cat %s 2>/dev/null' % LOAD_LOG, timeout=30)
+        dummy, out = self.sh(HEAD, 'cat %s 2>/dev/null' % LOAD_LOG, timeout=30)
         rows = []
         for line in out.splitlines():
             try:
@@ -117,7 +117,7 @@ def deploy(lab, private):
     text = fault_matrix.recap_text(run.stats)
     if run.failures:
         text += ' (%s)' % '; '.join('%s: %s' % (host, message.splitlines()[0][:160] if message else task)
-                                     for host, task, message in run.failures[:2])
+                                    for host, task, message in run.failures[:2])
     return text, round(time.time() - began)
 
 
@@ -249,7 +249,7 @@ def service_memory(lab):
     """{node: {unit: RSS MiB of its main process}} of the collection's running units."""
     out = {}
     for node in (HEAD, WORKER, OTHER):
-        _, text = lab.sh(node, "for u in $(systemctl list-units --plain --no-legend --state=running 'gpulab-*' | awk '{print $1}'); "
+        dummy, text = lab.sh(node, "for u in $(systemctl list-units --plain --no-legend --state=running 'gpulab-*' | awk '{print $1}'); "
                                'do p=$(systemctl show -p MainPID --value $u); echo $u $(ps -o rss= -p $p 2>/dev/null || echo 0); done')
         out[node] = dict((line.split()[0], round(int(line.split()[1]) / 1024.0, 1))
                          for line in text.splitlines() if len(line.split()) == 2 and line.split()[1].isdigit())

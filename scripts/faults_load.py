@@ -60,7 +60,7 @@ def main():
                     began = time.time()
                     one(args.url, args.timeout_s, out, lock)
                     time.sleep(max(0.0, 0.2 - (time.time() - began)))  # a failing head is not hammered
-            threads = [threading.Thread(target=worker) for _ in range(args.workers)]
+            threads = [threading.Thread(target=worker) for dummy in range(args.workers)]
             for thread in threads:
                 thread.start()
             for thread in threads:

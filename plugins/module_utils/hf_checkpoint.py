@@ -360,6 +360,11 @@ def index_files(index, where):
     return sorted(files)
 
 
+def _whole_number(value):
+    """An int and not a bool (JSON's true is no offset)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def parse_safetensors_header(data, where):
     """Parse a safetensors header: 8 bytes little-endian length, then that much JSON.
 
@@ -390,13 +395,13 @@ def parse_safetensors_header(data, where):
             dtype, dims = info["dtype"], list(info["shape"])
         except (KeyError, TypeError, ValueError):
             raise CheckpointError("%s: safetensors entry %r lacks dtype, shape or data_offsets" % (where, name))
-        if not (type(start) is int and type(end) is int and 0 <= start <= end
-                and all(type(d) is int and d >= 0 for d in dims)):
+        if not (_whole_number(start) and _whole_number(end) and 0 <= start <= end
+                and all(_whole_number(d) and d >= 0 for d in dims)):
             raise CheckpointError(
                 "%s: safetensors entry %r has shape %r and data_offsets %r; expected whole numbers "
                 ">= 0 with end >= start (re-download the file)" % (where, name, info["shape"], info["data_offsets"]))
         # Any dtype name (newer safetensors has F8_E8M0, F4, ...): sizes come from data_offsets.
-        if type(dtype) is not str or dtype not in dtypes:
+        if not isinstance(dtype, str) or dtype not in dtypes:
             if not isinstance(dtype, str) or not DTYPE_NAME_PATTERN.match(dtype):
                 raise CheckpointError("%s: safetensors entry %r has dtype %r, not a safetensors dtype name (e.g. BF16, "
                                       "F8_E4M3); re-download the file" % (where, name, dtype))

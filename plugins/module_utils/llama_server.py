@@ -527,8 +527,8 @@ def backend_sampling_choice(setting, devices, split, n_layer=None, n_gpu_layers=
     local = device is not None and device["kind"] == "local"
     return {
         "enabled": local,
-        "reason": "auto%s: the output layer is on %s" % (", serving intent interactive" if intent == "interactive"
-                                                        else "", where),
+        "reason": "auto%s: the output layer is on %s" % (
+            ", serving intent interactive" if intent == "interactive" else "", where),
         "output_device": where,
     }
 

@@ -57,7 +57,7 @@ def family(name, help_text, kind, samples):
             if not LABEL_NAME.match(label) or label.startswith('__'):
                 raise MetricsTextError('metric %s: label name %r is not a Prometheus label name' % (name, label))
         checked.append((dict(labels), format_value(value)))
-    keys = [tuple(sorted(labels.items())) for labels, _ in checked]
+    keys = [tuple(sorted(labels.items())) for labels, dummy in checked]
     if len(set(keys)) != len(keys):
         raise MetricsTextError('metric %s: two samples with the same labels' % name)
     return {'name': name, 'help': ' '.join(str(help_text).split()), 'type': kind, 'samples': checked}

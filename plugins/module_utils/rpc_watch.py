@@ -264,7 +264,7 @@ def parse_endpoints(text):
     """'10.0.0.2:50052,10.0.0.2:50053' -> [('10.0.0.2', 50052), ...]."""
     endpoints = []
     for item in text.split(','):
-        address, _, port = item.strip().rpartition(':')
+        address, dummy, port = item.strip().rpartition(':')
         if not address or not port.isdigit() or not 0 < int(port) < 65536:
             raise WatchError('--watch-endpoints %r: give address:port pairs separated by commas' % text)
         endpoints.append((address.strip('[]'), int(port)))
@@ -346,7 +346,7 @@ class Watch(object):
         listener, clients = server_sockets(rows, port)
         pid = pid_of_socket(listener, self.proc) if listener else None
         if listener and pid is None and run is not None:
-            rc, out, _ = run(pid_command(self.manager, unit, self.supervisor_config))
+            rc, out, dummy = run(pid_command(self.manager, unit, self.supervisor_config))
             pid = parse_pid(out) if rc == 0 else None
         state = parse_proc_stat_state(_read(os.path.join(self.proc, str(pid), 'stat')) or '() X') if pid else None
         probe = self.probe(address, port, state, clients)

@@ -300,6 +300,7 @@ RULES = {
     "bench_sampler_interval_ms": (_at_least(1), "milliseconds between GPU samples, e.g. 200"),
 }
 
+
 def _type_problem(name, spec, value):
     """Ansible's own validation of one option: its errors belong to that option by construction."""
     errors = ArgumentSpecValidator({name: spec}).validate({name: value}).error_messages

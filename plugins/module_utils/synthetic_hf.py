@@ -164,6 +164,7 @@ def family_options(family, layers=None, **overrides):
     opts.update(overrides)
     return opts
 
+
 # Tokenizer: the 256 byte symbols of GPT-2's byte-level mapping, then these added tokens.
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 # Not special, so they survive detokenization: the reasoning and tool-call parsers of

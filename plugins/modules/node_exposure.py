@@ -29,8 +29,8 @@ options:
   engine_ports:
     description:
       - The ports of the engine deployed, from role common's engine table (C(gpulab_engine_spec.ports)) - each a
-        C(variable) named in messages with its value C(port) (else the value in O(settings)), C(at) (V(head), V(worker), or V(spanning) - the head or a vLLM node of a
-        layout spanning nodes), C(what) it is, C(per_gpu) (one port per RPC server from that base) and
+        C(variable) named in messages with its value C(port) (else the value in O(settings)), C(at) (V(head),
+        V(worker), or V(spanning) - the head or a vLLM node of a layout spanning nodes), C(what) it is, C(per_gpu) (one port per RPC server from that base) and
         C(enabled) (false where the engine's settings leave it unused).
     type: list
     elements: dict

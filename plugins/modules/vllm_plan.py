@@ -541,7 +541,7 @@ def build_module():
             serving_intent=dict(type="str", choices=list(la.INTENTS)),
             serving_concurrency=dict(type="int", default=la.DEFAULT_CONCURRENCY),
             max_num_seqs=dict(type="raw", default=la.AUTO),
-            max_num_batched_tokens=dict(type="raw", default=la.AUTO),
+            max_num_batched_tokens=dict(type="raw", default=la.AUTO, no_log=False),
             cudagraph_capture_sizes=dict(type="raw", default=la.AUTO),
             extra_args=dict(type="list", elements="str", default=[]),
             node_rank=dict(type="int", default=0),

@@ -12,7 +12,7 @@ server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 server.bind((sys.argv[1], int(sys.argv[2])))
 server.listen(1)
 while True:
-    client, _ = server.accept()
+    client, dummy = server.accept()
     data = b""
     while len(data) < 33:
         chunk = client.recv(33 - len(data))

@@ -25,7 +25,7 @@ import pytest
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf_plan
 
-from test_gguf_plan_llama import load_and_read_buffers, rpc_endpoints, write_model  # noqa: F401 (fixture)
+from test_gguf_plan_llama import load_and_read_buffers, rpc_endpoints, write_model  # noqa: F401 pylint: disable=unused-import  # rpc_endpoints: a fixture
 
 RS_BUFFER = re.compile(r"llama_memory_recurrent: +(?P<buf>\S+) RS buffer size = +(?P<mib>[0-9.]+) MiB")
 
@@ -39,8 +39,8 @@ FAMILIES = ["deepseek2", "qwen3moe", "glm4moe", "gpt-oss", "qwen3next"]
 # a quantised cache with flash attention, one slot, and a context that is not a multiple of 256
 Q8_SERVER = ["-ngl", "all", "-c", "3000", "--parallel", "1", "--fit", "off", "-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on"]
 Q8_PLAN = dict(n_gpu_layers="all", ctx_size=3000, parallel=1, cache_type_k="q8_0", cache_type_v="q8_0", flash_attn="on")
-CASES = [(arch, SERVER, PLAN) for arch in FAMILIES] + [(arch, Q8_SERVER, Q8_PLAN) for arch in ("deepseek2", "gpt-oss",
-                                                                                              "qwen3next")]
+CASES = ([(arch, SERVER, PLAN) for arch in FAMILIES]
+         + [(arch, Q8_SERVER, Q8_PLAN) for arch in ("deepseek2", "gpt-oss", "qwen3next")])
 
 
 @pytest.mark.parametrize("arch, server, options", CASES,

@@ -98,6 +98,6 @@ def test_the_table_is_written_from_the_caller_s_template_loaded_and_left_alone_o
     assert second.changed_tasks() == []
 
     (bin_dir / "nft-loaded").unlink()  # `nft flush ruleset` by hand
-    unused, answers, unused = run(tmp_path, "flushed", path)
+    dummy_first, answers, dummy_last = run(tmp_path, "flushed", path)
     assert answers == [{"protected": True, "problem": ""}]
     assert len([call for call in nft_calls(bin_dir) if call[0] == "-f"]) == 2

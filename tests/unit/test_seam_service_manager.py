@@ -41,7 +41,6 @@ ALLOWED = {
 }
 
 
-
 def service_role_plugins(root=REPO_ROOT):
     """The plugin files role service's tasks name (gpulab.inference.<name>)."""
     names = set()

@@ -135,7 +135,7 @@ def test_the_guard_s_program_is_not_one_of_the_servers_programs():
 
 
 def test_the_guard_runs_only_where_the_table_protects_the_servers():
-    unused, unused, call = guard_call()
+    dummy_first, dummy_second, call = guard_call()
     assert call['when'] == ['llama_rpc_server_firewall_enabled | bool', 'service_firewall_result.protected | bool']
     assert call['vars']['service_guarded_name'] == '{{ llama_rpc_server_unit_name }}'
     assert call['vars']['service_guarded_instances'] is True

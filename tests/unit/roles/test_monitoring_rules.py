@@ -173,7 +173,7 @@ def test_every_dashboard_panel_query_parses(tmp_path):
     panels = list(dashboard_panels())
     assert len(panels) >= 10
     rules = {'groups': [{'name': 'dashboards', 'rules': [
-        {'record': 'panel:%d' % number, 'expr': expr} for number, (_, _, expr) in enumerate(panels)]}]}
+        {'record': 'panel:%d' % number, 'expr': expr} for number, (dummy_title, dummy_kind, expr) in enumerate(panels)]}]}
     (tmp_path / 'panels.yml').write_text(yaml.safe_dump(rules))
     rc, out = promtool('check', 'rules', str(tmp_path / 'panels.yml'))
     assert rc == 0, out
@@ -181,5 +181,5 @@ def test_every_dashboard_panel_query_parses(tmp_path):
     (tmp_path / 'bad.yml').write_text(yaml.safe_dump(
         {'groups': [{'name': 'd', 'rules': [{'record': 'p:0', 'expr': 'sum(rate(x[5m])'}]}]}))
     assert promtool('check', 'rules', str(tmp_path / 'bad.yml'))[0] != 0
-    names = set(name for _, _, expr in panels for name in OUR_METRIC.findall(expr))
+    names = set(name for dummy_title, dummy_kind, expr in panels for name in OUR_METRIC.findall(expr))
     assert names <= collector_metric_names(), names - collector_metric_names()

@@ -380,7 +380,6 @@ def test_kept_memory_per_gpu_follows_the_memory_plan_rule():
     assert la.nodes_with_kept(nodes, None) == nodes
 
 
-
 # ---------------------------------------------------------------- llama.cpp: devices sharing a GPU
 
 H200_MIB = 143771

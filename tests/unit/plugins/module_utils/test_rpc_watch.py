@@ -72,7 +72,7 @@ def _listener(handler):
     def serve():
         while True:
             try:
-                conn, _ = server.accept()
+                conn, dummy = server.accept()
             except OSError:
                 return
             handler(conn)
@@ -342,7 +342,7 @@ def test_a_hello_unanswered_with_no_client_is_suspect(tmp_path):
 
 def test_the_guard_runs_the_watch_in_a_thread_of_its_own(fake_rpc_server, tmp_path):
     from ansible_collections.gpulab.inference.plugins.module_utils import rpc_guard
-    _, port = fake_rpc_server
+    dummy, port = fake_rpc_server
     state_file = tmp_path / 'rpc-watch.json'
     args = rpc_guard.parse_args(['--table', 'gpulab_rpc', '--ports', str(port), '--units', 'gpulab-rpc-server@0.service',
                                  '--watch-code', rpc_watch.__file__, '--watch-endpoints', '127.0.0.1:%d' % port,

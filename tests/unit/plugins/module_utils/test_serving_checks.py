@@ -265,12 +265,14 @@ def test_two_roles_giving_null_different_meanings_are_refused():
 # the preflight requires it absolute, but a command looked up in PATH.
 PATH_SUFFIXES = ("_dir", "_file", "_path", "_link", "_manifest", "_src", "_archive", "_cache", "_record", "_socket",
                  "_pidfile", "_config", "_supervisorctl", "_python")
+
+
 def command(name):
     return name.endswith("_nvidia_smi_path") or name == "vllm_server_python"
 
 
 @pytest.mark.parametrize("name", sorted(name for name, entry in OPTIONS.items() if name.endswith(PATH_SUFFIXES)
-                                         and entry["spec"].get("type", "str") in ("str", "path")))
+                                        and entry["spec"].get("type", "str") in ("str", "path")))
 def test_every_option_that_names_a_path_is_a_path(name):
     kind = OPTIONS[name]["spec"].get("type", "str")
     assert (kind == "path") != command(name), "%s: make it type: path (an absolute path is required) or name it a command" % name
