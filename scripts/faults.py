@@ -55,8 +55,8 @@ class Lab:
 
     def chat_ok(self):
         rc, dummy = self.sh(HEAD, 'curl -sf --max-time 20 -H "Content-Type: application/json" -d '
-                              '\'{"messages":[{"role":"user","content":"Say hello."}],"max_tokens":2}\' '
-                              'http://127.0.0.1:8080/v1/chat/completions', timeout=30)
+                            '\'{"messages":[{"role":"user","content":"Say hello."}],"max_tokens":2}\' '
+                            'http://127.0.0.1:8080/v1/chat/completions', timeout=30)
         return rc == 0
 
     def watch_state(self, node):
@@ -250,7 +250,7 @@ def service_memory(lab):
     out = {}
     for node in (HEAD, WORKER, OTHER):
         dummy, text = lab.sh(node, "for u in $(systemctl list-units --plain --no-legend --state=running 'gpulab-*' | awk '{print $1}'); "
-                               'do p=$(systemctl show -p MainPID --value $u); echo $u $(ps -o rss= -p $p 2>/dev/null || echo 0); done')
+                             'do p=$(systemctl show -p MainPID --value $u); echo $u $(ps -o rss= -p $p 2>/dev/null || echo 0); done')
         out[node] = dict((line.split()[0], round(int(line.split()[1]) / 1024.0, 1))
                          for line in text.splitlines() if len(line.split()) == 2 and line.split()[1].isdigit())
     return out

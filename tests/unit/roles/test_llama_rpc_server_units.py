@@ -2,8 +2,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The RPC firewall unit (role service's firewall.service.j2, with what roles/llama_rpc_server/tasks/main.yml
 passes its entry point firewall) and the server unit, rendered with the plan's directives: a stop or
-restart of nftables.service (both flush the ruleset, the RPC table with it) stops the firewall unit and so every server that requires it, and a start of nftables.service
-starts them again. molecule proves the same on a live systemd; these tests guard the rendering."""
+restart of nftables.service (both flush the ruleset, the RPC table with it) stops the firewall unit
+and so every server that requires it, and a start of nftables.service starts them again. molecule
+proves the same on a live systemd; these tests guard the rendering."""
 
 from pathlib import Path
 

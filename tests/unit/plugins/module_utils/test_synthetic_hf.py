@@ -66,8 +66,8 @@ def test_block_rules_apply_to_fp8_only():
 
 
 @pytest.mark.parametrize("options,message", [
-    ({"architecture": "mixtral"}, "architecture 'mixtral' is not one of deepseek-v3, glm4-moe, gpt-oss, llama, "
-                                "minimax-m2, qwen2, qwen3-moe, qwen3-next"),
+    ({"architecture": "mixtral"},
+     "architecture 'mixtral' is not one of deepseek-v3, glm4-moe, gpt-oss, llama, minimax-m2, qwen2, qwen3-moe, qwen3-next"),
     ({"quantization": "int4"}, "quantization 'int4' is not one of none, fp8 for architecture minimax-m2"),
     ({"layers": 0}, "layers is 0, expected a positive integer"),
     ({"hidden_size": "512"}, "hidden_size is '512', expected a positive integer"),
