@@ -99,8 +99,11 @@ def test_firewall_admits_only_the_head(worker):
     assert f"ip saddr {ADDRESS['node-a']}" in ruleset or f"ip saddr {{ {ADDRESS['node-a']} }}" in ruleset
     assert str(RPC_PORT) in ruleset
     assert "drop" in ruleset
-    # Loopback is admitted only where the head runs on the node.
-    assert 'iif "lo"' not in ruleset
+    # Loopback is admitted only where the head runs on the node; here only the RPC guard's own HELLO
+    # probe (root's connections, marked in the table's output chain) comes in over it.
+    assert 'iif "lo" accept' not in ruleset
+    assert [line for line in ruleset.splitlines() if 'iif "lo"' in line and "meta mark" not in line] == []
+    assert "meta skuid 0" in ruleset
     # nftables.service loads the table again after its own flush.
     assert 'include "/etc/nftables.d/gpulab-rpc.nft"' in host.file("/etc/nftables.conf").content_string
 
