@@ -31,10 +31,10 @@ import sys
 import time
 
 try:  # Python 3 on the nodes; the import sanity test loads this module under Python 3 too
-    from urllib.request import urlopen
-    from urllib.error import HTTPError, URLError
+    from http.client import HTTPConnection, HTTPException
+    from urllib.parse import urlsplit
 except ImportError:  # pragma: no cover
-    urlopen = HTTPError = URLError = None
+    HTTPConnection = HTTPException = urlsplit = None
 
 from ansible_collections.gpulab.inference.plugins.module_utils import exposure, nvidia_smi, rpc_cache
 from ansible_collections.gpulab.inference.plugins.module_utils.metrics_text import family, render, write_atomic
@@ -356,9 +356,21 @@ def _cache_status(record_path):
 
 
 def _healthy(url):
+    """One GET of the head's health URL (plain HTTP on the node itself): True on 200.
+
+    http.client, not urllib: this runs as the collector's own program, without ansible-core's
+    module_utils.urls, and a health check wants no redirects or proxies from the environment."""
     try:
-        return urlopen(url, timeout=HEALTH_LIMIT_S).getcode() == 200
-    except (HTTPError, URLError, OSError, ValueError):
+        parts = urlsplit(url)
+        if parts.scheme != 'http' or not parts.hostname:
+            return False
+        connection = HTTPConnection(parts.hostname, parts.port or 80, timeout=HEALTH_LIMIT_S)
+        try:
+            connection.request('GET', parts.path or '/')
+            return connection.getresponse().status == 200
+        finally:
+            connection.close()
+    except (HTTPException, OSError, ValueError):
         return False
 
 

@@ -245,3 +245,30 @@ def test_a_failed_query_is_said_and_the_rest_still_written(tmp_path, monkeypatch
     assert 'gpulab_collector_success{collector="gpu",source="sensors"} 0' in text
     assert 'gpulab_gpu_memory_used_bytes{gpu="0"' in text
     assert logged == ['sensors: nvidia-smi exited 2: Invalid combination of input arguments']
+
+
+def test_healthy_reads_the_status_of_one_get():
+    """The collector's health probe: 200 is healthy, anything else (or nothing listening) is not."""
+    import http.server
+    import threading
+    from ansible_collections.gpulab.inference.plugins.module_utils.node_metrics import _healthy
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path == '/health' else 503)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(('127.0.0.1', 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = 'http://127.0.0.1:%d' % server.server_address[1]
+        assert _healthy(base + '/health') is True
+        assert _healthy(base + '/loading') is False
+        assert _healthy('ftp://127.0.0.1/health') is False
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert _healthy(base + '/health') is False
