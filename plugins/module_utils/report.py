@@ -18,6 +18,7 @@ import re
 
 from ansible_collections.gpulab.inference.plugins.module_utils.bench_stats import DEFINITIONS
 from ansible_collections.gpulab.inference.plugins.module_utils.gpu_trace import run_energy
+from ansible_collections.gpulab.inference.plugins.module_utils.prometheus_series import report_section
 
 MIB_PER_GIB = 1024.0
 
@@ -522,11 +523,12 @@ def endpoints_side_by_side(benchmark, traces):
 
 def build_document(inventory, created, benchmark=None, residency=None, sampler=None, build_info=None,
                    commands=None, memory_plan=None, vllm=None, rpc_transport=None, llama_bench=None, traces=None,
-                   warnings=None, rpc_cache=None, engine_labels=None):
+                   warnings=None, rpc_cache=None, engine_labels=None, prometheus=None):
     """Everything the report says, as one JSON-able dict (report.json). Each request's record is
     left to requests.jsonl. warnings: what the deployment wants said at the top (an API the
     operator chose to serve without a key). engine_labels: engine name -> label (role common's
-    engine table), for the layout and serving-intent sections."""
+    engine table), for the layout and serving-intent sections. prometheus: the run's range queries
+    and Prometheus's answers (module_utils/prometheus_series.py), None where it is not deployed."""
     rows = residency_table(residency or {})
     benchmark = dict(benchmark) if benchmark else None
     if benchmark is not None:
@@ -538,6 +540,7 @@ def build_document(inventory, created, benchmark=None, residency=None, sampler=N
                         for level in ((benchmark or {}).get('levels') or []) + ((benchmark or {}).get('rates') or []))
     energy, energy_omitted = run_energy(traces or {}, conditions.get('window_start_epoch'),
                                         conditions.get('window_end_epoch'), output_tokens)
+    utilisation = utilisation_table(sampler or {})
     return {
         'inventory': inventory,
         'created': created,
@@ -553,7 +556,8 @@ def build_document(inventory, created, benchmark=None, residency=None, sampler=N
         'definitions': definitions(),
         'side_by_side': endpoints_side_by_side(benchmark, traces),
         'headline': head,
-        'utilisation': utilisation_table(sampler or {}),
+        'utilisation': utilisation,
+        'prometheus': report_section(prometheus, utilisation),
         'energy': energy,
         'energy_omitted': energy_omitted,
         'bandwidth': bandwidth_limit((head or {}).get('decode_tok_s'), weights.get('bytes_read_per_token'), rows),

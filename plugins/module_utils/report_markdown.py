@@ -173,6 +173,40 @@ def energy_lines(doc):
     return out
 
 
+def _zero_percent(fraction):
+    return _fmt(None if fraction is None else 100.0 * fraction, 1, ' %')
+
+
+def prometheus_lines(doc):
+    """'From Prometheus': the dashboard's GPU series over the run's minutes beside the sampler's
+    fingerprint of the same GPU; [] where Prometheus is not deployed."""
+    section = doc.get('prometheus')
+    if not section:
+        return []
+    window = section.get('window') or {}
+    out = ['', '## From Prometheus', '',
+           'The dashboard\'s series (%s) as Prometheus at %s recorded them over the run\'s %s s, a point every %s s '
+           '(bench_prometheus_step_s, the scrape interval: coarser than the sampler\'s, so a burst between two scrapes '
+           'is missed), beside the sampler\'s fingerprint of the same GPU.' % (
+               ', '.join('%s `%s`' % item for item in sorted((section.get('expressions') or {}).items())),
+               section.get('source') or 'n/a',
+               _fmt(None if not window else round(window['end_epoch'] - window['start_epoch'], 1)),
+               _fmt(window.get('step_s'))), '']
+    for error in section.get('errors') or []:
+        out += ['**Prometheus did not give a series:** %s' % error, '']
+    if section.get('gpus'):
+        out += _table(('node', 'GPU', 'name', 'points', 'peak %', 'median %', 'at 0 %', 'sampler peak / median / at 0 %',
+                       'power peak W', 'power median W', 'memory peak GiB', 'sampler memory peak GiB'),
+                      [(g['node'], g['gpu'], g.get('name') or 'n/a', g['points'], _fmt(g.get('utilisation_peak'), 0),
+                        _fmt(g.get('utilisation_median')), _zero_percent(g.get('utilisation_zero_fraction')),
+                        'n/a' if not g.get('sampler') else '%s / %s / %s' % (
+                            _fmt(g['sampler']['utilisation_peak'], 0), _fmt(g['sampler']['utilisation_median']),
+                            _zero_percent(g['sampler']['utilisation_zero_fraction'])),
+                        _fmt(g.get('power_peak')), _fmt(g.get('power_median')), _gib(g.get('memory_peak')),
+                        _gib((g.get('sampler') or {}).get('memory_peak'))) for g in section['gpus']])
+    return out
+
+
 def summary_lines(doc):
     """The short table `make demo` prints: what was served and how fast."""
     head = doc.get('headline') or {}
@@ -270,7 +304,12 @@ def render_markdown(doc, images):
         out += ['', 'Sampled with %s while the benchmark ran.' % ', '.join(methods)]
     else:
         out.append('No utilisation was sampled.')
-    out += ['', '![utilisation](%s)' % images['utilisation'], '', '## Energy', '']
+    if doc.get('prometheus') is None:
+        out += ['', 'Prometheus is not deployed (gpulab_monitoring_enabled is off), so there is no section From '
+                'Prometheus; the sampler above read every GPU of the run, nothing is lost.']
+    out += ['', '![utilisation](%s)' % images['utilisation']]
+    out += prometheus_lines(doc)
+    out += ['', '## Energy', '']
     out += energy_lines(doc)
     out += ['', '## Memory-bandwidth limit', '']
     bandwidth = doc.get('bandwidth') or {}

@@ -118,6 +118,15 @@ options:
         worker's weight cache - directory, GiB held, bound, files, over its bound - or one line saying why there is
         none (vLLM, no RPC workers, the cache off). Results without a C(status) (skipped) are passed over.
     type: raw
+  prometheus:
+    description:
+      - Where Prometheus runs (role C(monitoring)) - C(source), what the report names it by - with C(window) and
+        C(queries) of the filter C(gpulab.inference.prometheus_range_queries) and C(results), what
+        M(ansible.builtin.uri) registered for each query, in order. The report's section From Prometheus gives per
+        GPU the utilisation, power and memory Prometheus recorded over the run (peak, median, the share of points at
+        0 %) beside the sampler's fingerprint, and says each query that failed; a failed query never fails the
+        report. Left out where Prometheus is not deployed: the report says so and has no such section.
+    type: dict
   engine_labels:
     description:
       - Engine name to the label the report names it by (role C(common)'s C(gpulab_engines[...].label)), for the
@@ -466,6 +475,7 @@ def main():
             llama_bench=dict(type='raw'),
             rpc_cache=dict(type='raw'),
             engine_labels=dict(type='dict', default={}),
+            prometheus=dict(type='dict'),
         ),
         supports_check_mode=True,
     )
@@ -487,7 +497,7 @@ def main():
                                 memory_plan=params['memory_plan'], vllm=params['vllm'],
                                 rpc_transport=params['rpc_transport'], llama_bench=params['llama_bench'], traces=traces,
                                 warnings=params['warnings'], rpc_cache=params['rpc_cache'],
-                                engine_labels=params['engine_labels'])
+                                engine_labels=params['engine_labels'], prometheus=params['prometheus'])
     report_dir = os.path.join(params['output_dir'], report.report_dir_name(params['inventory_name'], timestamp))
     files = dict((key, os.path.join(report_dir, name)) for key, name in
                  (('markdown', 'report.md'), ('json', 'report.json'), ('residency_png', IMAGES['residency']),

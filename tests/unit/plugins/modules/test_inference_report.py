@@ -62,6 +62,21 @@ def test_report_without_any_input(tmp_path):
     text = (out / 'report.md').read_text()
     assert 'No benchmark was run.' in text and 'Not measured: the benchmark recorded no sweep window.' in text
     assert "No RPC worker's weight cache was read: this run has no RPC workers." in text
+    assert json.loads((out / 'report.json').read_text())['prometheus'] is None and '## From Prometheus' not in text
+
+
+def test_prometheus_answers_become_the_section_and_a_refused_query_fails_nothing(tmp_path):
+    queries = [{'figure': 'memory', 'expr': 'gpulab_gpu_memory_used_bytes / 1024^3', 'url': 'http://127.0.0.1:9090/q'}]
+    refused = {'status': -1, 'msg': 'Status code was -1 and not [200]: Request failed: <urlopen error [Errno 111] Connection refused>'}
+    run = report({'output_dir': str(tmp_path), 'inventory_name': 'demo', 'prometheus': {
+        'source': 'http://127.0.0.1:9090 on node-a', 'window': {'start_epoch': 1.0, 'end_epoch': 61.0, 'step_s': 15.0},
+        'queries': queries, 'results': [refused]}})
+    assert run.kind is ExitJson, run.result
+    (out,) = list(tmp_path.glob('demo-*'))
+    section = json.loads((out / 'report.json').read_text())['prometheus']
+    assert section['gpus'] == [] and section['errors'] == [
+        'memory (gpulab_gpu_memory_used_bytes / 1024^3): ' + refused['msg']]
+    assert '**Prometheus did not give a series:** memory' in (out / 'report.md').read_text()
 
 
 def test_missing_matplotlib_is_a_clear_error(tmp_path):
