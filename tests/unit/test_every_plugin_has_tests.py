@@ -88,7 +88,6 @@ def test_this_tree_has_plugins_to_check():
     assert 'gpu_facts' in plugin_names(REPO_ROOT, 'modules')
     assert 'nvidia_smi' in plugin_names(REPO_ROOT, 'module_utils')
     assert 'inventory_problems' in plugin_names(REPO_ROOT, 'filter')
-    assert 'file_set' in plugin_names(REPO_ROOT, 'action')
 
 
 # --- the checks themselves, on made-up trees -------------------------------------------------

@@ -28,24 +28,13 @@ JOBS = {
     },
 }
 
-TO_CONVERT = "to convert: the role was being reworked elsewhere when the rule was written"
 DAEMON_RELOAD = ("correctness: reloads systemd only where systemd says a unit's files changed (NeedDaemonReload), "
                  "also after an earlier run failed before its reload; systemd_service reloads when told to")
 SUPERVISOR = "correctness: a supervisord program is not a systemd unit; no builtin moves it (role service only)"
+ONE_LINE = ("stop turns off one line (autostart=) of a program file deploy rendered from the plan; stop has no plan "
+            "to render the whole file from, and the next deploy renders it again")
 EXCEPTIONS = {
-    ("roles/llama_rpc_server/tasks/files.yml", "gpulab.inference.file_set"): TO_CONVERT,
-    ("roles/llama_rpc_server/tasks/cache.yml", "gpulab.inference.slurp_files"): TO_CONVERT,
-    ("roles/monitoring/tasks/alertmanager.yml", "gpulab.inference.file_set"): TO_CONVERT,
-    ("roles/monitoring/tasks/exporter.yml", "gpulab.inference.file_set"): TO_CONVERT,
-    ("roles/monitoring/tasks/prometheus.yml", "gpulab.inference.file_set"): TO_CONVERT,
-    ("roles/vllm_server/tasks/files.yml", "gpulab.inference.file_set"): TO_CONVERT,
-    ("roles/service/tasks/firewall_supervisor.yml", "gpulab.inference.file_set"): TO_CONVERT,
-    ("roles/service/tasks/firewall_systemd.yml", "gpulab.inference.file_set"): TO_CONVERT,
-    ("roles/service/tasks/guard_supervisor.yml", "gpulab.inference.file_set"): TO_CONVERT,
-    ("roles/service/tasks/guard_systemd.yml", "gpulab.inference.file_set"): TO_CONVERT,
-    ("roles/service/tasks/systemd.yml", "gpulab.inference.file_set"): TO_CONVERT,
-    ("roles/service/tasks/wrapper.yml", "gpulab.inference.file_set"): TO_CONVERT,
-    ("roles/service/tasks/stop.yml", "ansible.builtin.lineinfile"): TO_CONVERT,
+    ("roles/service/tasks/stop.yml", "ansible.builtin.lineinfile"): ONE_LINE,
     ("roles/service/tasks/firewall_systemd.yml", "gpulab.inference.systemd_units"): DAEMON_RELOAD,
     ("roles/service/tasks/restart_systemd.yml", "gpulab.inference.systemd_units"): DAEMON_RELOAD,
     ("roles/service/tasks/systemd.yml", "gpulab.inference.systemd_units"): DAEMON_RELOAD,

@@ -95,7 +95,7 @@ def guard_call(manager='systemd'):
     scope.update({key: service_vars[key] for key in ('__service_restart_directive', '__service_program_autorestart')})
     for key, value in call['vars'].items():
         if key in ('service_guard_wrapper', 'service_guard_files'):
-            continue  # rendered by file_set, not by these templates
+            continue  # the wrapper's template and the code's copy, not these templates
         if isinstance(value, str):
             value = env.from_string(value).render(**values)
             value = int(value) if value.isdigit() else value
