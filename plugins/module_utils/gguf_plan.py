@@ -40,6 +40,7 @@ import re
 import struct
 
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf
+from ansible_collections.gpulab.inference.plugins.module_utils import kept_room
 from ansible_collections.gpulab.inference.plugins.module_utils import model_family
 from ansible_collections.gpulab.inference.plugins.module_utils.gpu_drain import matching_pattern
 from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import program_units
@@ -833,7 +834,7 @@ def manifest_entries(host, manifest):
 
 
 def devices_from_nodes(head, workers, cuda, residency=None, servers=None,
-                       own_units=(), drained=None):
+                       own_units=(), drained=None, reserved=None):
     """The devices llama.cpp will split over, in its order, with the memory available to them.
 
     head: the head's host name; workers: the RPC workers' host names in --rpc order; cuda:
@@ -843,6 +844,8 @@ def devices_from_nodes(head, workers, cuda, residency=None, servers=None,
     gets one RPC device per GPU (as llama_rpc_server plans it) and a CPU build one CPU device.
     drained: {host: gpu_drain's consumers in check mode}, on the nodes the deployment drains.
     own_units: the collection's serving units (gpulab_own_unit_patterns), whose memory counts as free.
+    reserved: kept_room.reserve_on_nodes, what kept services that are down or still loading will
+    take again on each host's GPUs: out of the available memory, and said in kept_reserved_mib.
     src/llama.cpp llama_prepare_model_devices puts the RPC devices first (in --rpc order), then
     the local GPUs; every RPC server exposes one device. CPU devices have no free figure here
     (free_mib null: not checked).
@@ -850,6 +853,12 @@ def devices_from_nodes(head, workers, cuda, residency=None, servers=None,
     residency = residency or {}
     servers = servers or {}
     drained = drained or {}
+
+    def room(host, gpu, processes):
+        """Available memory less the kept services' reservation; the reservation."""
+        free = available_mib(gpu, processes, own_units, drained.get(host))
+        kept = kept_room.reserved_mib(reserved, host, gpu.get("index"))
+        return (None if free is None else max(0, free - kept)), kept
 
     def gpus_of(host):
         found = residency.get(host) or {}
@@ -873,26 +882,30 @@ def devices_from_nodes(head, workers, cuda, residency=None, servers=None,
             if gpu_index is not None and gpu is None and cuda:
                 raise PlanError("%s: servers.json serves GPU %s, which the node's residency facts do not list"
                                 % (host, gpu_index))
+            free, kept = room(host, gpu, processes) if gpu else (None, 0)
             devices.append({
                 "name": "RPC%d" % len(devices),
                 "kind": "rpc",
                 "host": host,
                 "port": port,
                 "gpu_index": gpu_index,
-                "free_mib": available_mib(gpu, processes, own_units, drained.get(host)) if gpu else None,
+                "free_mib": free,
+                "kept_reserved_mib": kept,
                 "total_mib": gpu.get("memory_total_mib") if gpu else memory_mib,
                 "cuda": bool(cuda),
             })
     if cuda:
         gpus, processes = gpus_of(head)
         for i, index in enumerate(sorted(gpus)):
+            free, kept = room(head, gpus[index], processes)
             devices.append({
                 "name": "CUDA%d" % i,
                 "kind": "local",
                 "host": head,
                 "port": None,
                 "gpu_index": index,
-                "free_mib": available_mib(gpus[index], processes, own_units, drained.get(head)),
+                "free_mib": free,
+                "kept_reserved_mib": kept,
                 "total_mib": gpus[index].get("memory_total_mib"),
                 "cuda": True,
             })

@@ -14,7 +14,9 @@ running, the difference when it runs with less (still loading); a running servic
 figure is already out of the free memory. Each reservation says why, for the plan's output.
 
 Pure functions over gpu_residency's processes (systemd_unit, supervisor_program, container,
-gpu_index, used_memory_mib).
+gpu_index, used_memory_mib). The history lives on each node in gpulab_kept_history_file
+(docs/CONTRACTS.md; parse_history, history_document); the plans take reserve_on_nodes over the
+nodes they plan on and print reserved_lines.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -22,6 +24,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import fnmatch
+import json
 
 
 class KeptRoomError(ValueError):
@@ -81,18 +84,30 @@ def update_history(history, processes, keep, now):
     return out
 
 
+def bad_figures(stated):
+    """The entries of the operator's figures that are no MiB (a whole number >= 0), as (pattern, value)."""
+    return [(pattern, mib) for pattern, mib in sorted((stated or {}).items())
+            if isinstance(mib, bool) or not isinstance(mib, int) or mib < 0]
+
+
+def not_kept(stated, keep):
+    """The patterns of the operator's figures that are not keep patterns (a figure for nothing)."""
+    return [pattern for pattern in sorted(stated or {}) if pattern not in (keep or [])]
+
+
 def _stated(stated, keep):
-    """The operator's figures ({pattern: MiB}), each checked; a pattern that is not kept is refused."""
-    out = {}
-    for pattern, mib in (stated or {}).items():
-        if pattern not in keep:
-            raise KeptRoomError('gpulab_kept_mib names %r, which is not a keep pattern (gpu_drain_keep: %s); '
-                                'add it there or remove it' % (pattern, ', '.join(keep) or 'none'))
-        if isinstance(mib, bool) or not isinstance(mib, int) or mib < 0:
-            raise KeptRoomError('gpulab_kept_mib[%r] is %r; give the MiB the service holds, a whole number >= 0'
-                                % (pattern, mib))
-        out[pattern] = mib
-    return out
+    """The operator's figures ({pattern: MiB}), each checked; a pattern that is not kept is refused.
+    The preflight checks the same (serving_checks), before any change."""
+    if stated is not None and not isinstance(stated, dict):
+        raise KeptRoomError('gpulab_kept_mib is %r; give a dict of keep pattern (gpu_drain_keep) to the MiB that '
+                            'service holds, e.g. {"whisper-asr": 6144}' % (stated,))
+    for pattern in not_kept(stated, keep):
+        raise KeptRoomError('gpulab_kept_mib names %r, which is not a keep pattern (gpu_drain_keep: %s); '
+                            'add it there or remove it' % (pattern, ', '.join(keep) or 'none'))
+    for pattern, mib in bad_figures(stated):
+        raise KeptRoomError('gpulab_kept_mib[%r] is %r; give the MiB the service holds, a whole number >= 0'
+                            % (pattern, mib))
+    return dict(stated or {})
 
 
 def reserve(history, stated, processes, keep, gpu_indices):
@@ -122,3 +137,84 @@ def reserve(history, stated, processes, keep, gpu_indices):
             out[index]['why'].append('%s: %d MiB reserved on GPU %s (%d MiB from %s; %s)'
                                      % (pattern, missing, index, mib, source, state))
     return out
+
+
+# ---------------------------------------------------------------- the history file on the node
+
+HISTORY_MANAGED_BY = 'gpulab.inference'
+
+
+def parse_history(text, path):
+    """The history kept in the node's file (gpulab_kept_history_file); None text (no file yet) is
+    an empty history. A file that is not the collection's record is refused, naming it: taking
+    it for empty would give the kept services' room away."""
+    if text is None:
+        return {}
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise KeptRoomError('kept services history %s is not JSON (%s); remove it (the next look at the GPUs '
+                            'starts it again) or state the figures in gpulab_kept_mib' % (path, exc))
+    services = document.get('services') if isinstance(document, dict) else None
+    if not isinstance(services, dict) or document.get('managed_by') != HISTORY_MANAGED_BY or not all(
+            isinstance(entry, dict) and isinstance(entry.get('gpus'), dict) for entry in services.values()):
+        raise KeptRoomError('kept services history %s is not a gpulab.inference record ({"managed_by": '
+                            '"gpulab.inference", "services": {pattern: {"gpus": {index: MiB}, "seen_at": time}}}); '
+                            'remove it or point gpulab_kept_history_file elsewhere' % path)
+    for pattern, entry in services.items():
+        for index, mib in entry['gpus'].items():
+            if isinstance(mib, bool) or not isinstance(mib, int) or mib < 0:
+                raise KeptRoomError('kept services history %s: %s on GPU %s is %r, not a whole number of MiB; '
+                                    'remove the file' % (path, pattern, index, mib))
+    return services
+
+
+def history_document(history):
+    """What the file holds: the history under services, marked as the collection's."""
+    return {'managed_by': HISTORY_MANAGED_BY, 'services': history}
+
+
+# ---------------------------------------------------------------- the plan's view over the nodes
+
+def reserve_on_nodes(kept, residency):
+    """{host: reserve(...)} for each node of kept, on the GPUs residency lists there.
+
+    kept: {host: {'keep': [patterns], 'history': the node's history, 'stated': gpulab_kept_mib}}
+    (the plan roles read each node's own values); residency: {host: gpu_residency's residency}. A
+    node without residency (a CPU node) reserves nothing. An operator's figure that cannot be
+    used is refused naming the node and the variable."""
+    out = {}
+    for host in sorted(kept or {}):
+        entry = kept[host] or {}
+        keep = list(entry.get('keep') or [])
+        found = (residency or {}).get(host) or {}
+        indices = [gpu.get('index') for gpu in found.get('gpus') or []]
+        try:
+            gpus = reserve(entry.get('history'), entry.get('stated'), found.get('processes'), keep, indices)
+        except KeptRoomError as exc:
+            raise KeptRoomError('%s: %s' % (host, exc))
+        held = held_by_pattern(found.get('processes'), keep)
+        unknown = [p for p in keep if indices and p not in (entry.get('history') or {})
+                   and p not in (entry.get('stated') or {}) and p not in held]
+        out[host] = {'gpus': gpus, 'unknown': unknown}
+    return out
+
+
+def reserved_mib(reserved, host, gpu_index):
+    """MiB reserve_on_nodes keeps free on one GPU of one host (0 where nothing is kept)."""
+    gpus = ((reserved or {}).get(host) or {}).get('gpus') or {}
+    return (gpus.get(str(gpu_index)) or {}).get('reserved_mib', 0)
+
+
+def reserved_lines(reserved):
+    """The plan's lines about the kept services: per host, what was reserved on which GPU and why,
+    and the kept patterns it has no figure for (not running, never seen holding memory, none stated)."""
+    lines = []
+    for host in sorted(reserved or {}):
+        gpus = reserved[host].get('gpus') or {}
+        for index in sorted(gpus, key=lambda k: (len(k), k)):
+            lines.extend('%s: %s' % (host, why) for why in gpus[index]['why'])
+        if reserved[host].get('unknown'):
+            lines.append('%s: nothing reserved for %s: not running, never seen holding GPU memory here, and no '
+                         'figure in gpulab_kept_mib' % (host, ', '.join(reserved[host]['unknown'])))
+    return lines

@@ -23,6 +23,7 @@ __metaclass__ = type
 
 
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf_plan as gp
+from ansible_collections.gpulab.inference.plugins.module_utils import kept_room
 from ansible_collections.gpulab.inference.plugins.module_utils import vllm_plan as vp
 
 AUTO = "auto"
@@ -81,7 +82,7 @@ def kept_mib(gpu, processes, own_units=(), drained=None, total_mib=None, step_mi
     return int(max(0, min(total, total - available)))
 
 
-def nodes_with_kept(nodes, residency, own_units=(), drained=None, utilization=None):
+def nodes_with_kept(nodes, residency, own_units=(), drained=None, utilization=None, reserved=None):
     """vllm_plan's nodes, each GPU given the kept_mib its node's residency shows (kept_mib).
 
     nodes: [{name, gpus: [{index, memory_total_mib, ...}]}] (the GPU inventory); residency:
@@ -89,7 +90,9 @@ def nodes_with_kept(nodes, residency, own_units=(), drained=None, utilization=No
     the residency does not report, or reports without free memory, keeps what it had.
     utilization: vLLM's gpu_memory_utilization; kept memory that fits in the part of the GPU vLLM
     leaves alone anyway lowers nothing (vllm_plan.budget_bytes) and counts as 0, so that memory
-    no process owns (a few hundred MiB that move between runs) does not rewrite plan.json."""
+    no process owns (a few hundred MiB that move between runs) does not rewrite plan.json.
+    reserved: kept_room.reserve_on_nodes, what kept services that are down or still loading will
+    take again (kept_mib's reserved_mib), so their room is kept whether they run at plan time or not."""
     residency = residency or {}
     drained = drained or {}
     out = []
@@ -100,8 +103,9 @@ def nodes_with_kept(nodes, residency, own_units=(), drained=None, utilization=No
         for gpu in node.get("gpus") or []:
             gpu = dict(gpu)
             seen = by_index.get(gpu.get("index"))
-            kept = None if seen is None else kept_mib(seen, found.get("processes"), own_units,
-                                                      drained.get(node.get("name")), gpu.get("memory_total_mib"))
+            kept = None if seen is None else kept_mib(
+                seen, found.get("processes"), own_units, drained.get(node.get("name")), gpu.get("memory_total_mib"),
+                reserved_mib=kept_room.reserved_mib(reserved, node.get("name"), gpu.get("index")))
             if kept is not None and utilization is not None and gpu.get("memory_total_mib") is not None \
                     and kept <= gpu["memory_total_mib"] * (1 - utilization):
                 kept = 0

@@ -31,6 +31,8 @@ import re
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
+from ansible_collections.gpulab.inference.plugins.module_utils import kept_room
+
 _WHOLE = re.compile(r"\A[+-]?[0-9]+\Z")
 
 
@@ -238,6 +240,11 @@ def _entries_at_least(minimum, what):
     return check
 
 
+def _kept_figures(value):
+    bad = kept_room.bad_figures(value) if isinstance(value, dict) else []
+    return "gives %s" % ", ".join("%s %r" % (pattern, mib) for pattern, mib in bad) if bad else None
+
+
 def _levels(value):
     if isinstance(value, (list, tuple)) and not value:
         return "is an empty list"
@@ -289,6 +296,8 @@ RULES = {
                                           "CUDA context, e.g. 518 (0 leaves it out)"),
     "llama_cpp_keep_builds": (_at_least(2), "builds to keep, 2 or more (the current one and the previous for a rollback)"),
     "llama_cpp_build_timeout_s": (_at_least(1), "seconds the build may take, e.g. 7200"),
+    "gpulab_kept_mib": (_kept_figures, "the MiB each kept service holds, a whole number >= 0 per keep pattern of "
+                                       "gpu_drain_keep, e.g. {\"whisper-asr\": 6144}"),
     "bench_concurrency": (_levels, "the concurrency levels, e.g. [1, 2, 4]"),
     "bench_requests_per_level": (_at_least(1), "requests per level, 1 or more, e.g. 8"),
     "bench_warmup_requests": (_at_least(0), "warm-up requests, e.g. 2"),
@@ -346,6 +355,13 @@ def _combination_problems(values, options):
         if known(first, longest) and get(longest) < get(first):
             problems.append((shown(longest), "is below %s: the longest restart delay cannot be below the "
                              "first; raise %s or lower %s." % (shown(first), longest, first)))
+    if isinstance(values.get("gpulab_kept_mib"), dict):
+        keep = values["gpu_drain_keep"] if "gpu_drain_keep" in values else options["gpu_drain_keep"]["spec"].get("default")
+        unknown = kept_room.not_kept(values["gpulab_kept_mib"], keep)
+        if unknown:
+            problems.append(("gpulab_kept_mib", "names %s, which gpu_drain_keep (%s) does not keep: a figure for no "
+                             "kept service; add the pattern to gpu_drain_keep or remove it."
+                             % (", ".join(unknown), ", ".join(keep or []) or "empty")))
     ctx, parallel = "llama_server_ctx_size", "llama_server_parallel"
     if known(ctx, parallel) and 0 < get(ctx) < get(parallel):
         problems.append((shown(ctx), "over %s leaves less than one token per slot: raise %s or lower %s."

@@ -63,7 +63,11 @@ options:
         or the programs that stand for them, whose GPU memory counts as available since a
         redeploy replaces them), C(drained) (host to
         the C(consumers) of M(gpulab.inference.gpu_drain) in check mode; what the drain will stop
-        before the servers start counts as available too).
+        before the servers start counts as available too), C(kept) (host to C(keep), the node's kept services'
+        patterns, C(history), the RV(gpulab.inference.gpu_residency#module:kept_history) read there, and C(stated),
+        the operator's C(gpulab_kept_mib)) - what each kept service held when last seen running, or the stated MiB,
+        is reserved on its GPUs whether it runs at plan time or not (the part it holds now is already out of the
+        free memory); RV(kept_room) and the table's last lines say what was reserved for which service and why.
       - Exactly one of O(devices) and O(nodes).
     type: dict
   tensor_split:
@@ -250,8 +254,18 @@ unchecked:
   returned: success
   type: list
   elements: str
+kept_room:
+  description:
+    - With C(kept) in O(nodes), C(reserved) (host to C(gpus), GPU index to C(reserved_mib) and C(why), and
+      C(unknown), the kept patterns without a figure) and C(lines), one per reservation, as the table ends with.
+  returned: success
+  type: dict
+  sample:
+    reserved: {node-b: {gpus: {"0": {reserved_mib: 6144, why: ["whisper-asr: 6144 MiB reserved on GPU 0 (...)"]}}, unknown: []}}
+    lines: ["node-b: whisper-asr: 6144 MiB reserved on GPU 0 (6144 MiB from the most it held when last seen running
+             (2026-12-07T11:02:03Z); not running now)"]
 table:
-  description: The per-device table as lines.
+  description: The per-device table as lines, then the kept services' reservations (RV(kept_room)).
   returned: success
   type: list
   elements: str
@@ -305,6 +319,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpulab.inference.plugins.module_utils.atomic_file import keep_file, nice_json
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf_plan
+from ansible_collections.gpulab.inference.plugins.module_utils import kept_room
 from ansible_collections.gpulab.inference.plugins.module_utils import layout_auto
 from ansible_collections.gpulab.inference.plugins.module_utils import llama_server
 
@@ -366,12 +381,14 @@ def main():
                        cuda_idle_context_mib=params["cuda_idle_context_mib"])
         model = gguf.read_gguf_model(params["path"])
         facts = gguf_plan.model_facts(model)
+        reserved = {}
         if params["nodes"] is not None:
             nodes = params["nodes"]
+            reserved = kept_room.reserve_on_nodes(nodes.get("kept"), nodes.get("residency"))
             devices = gguf_plan.devices_from_nodes(
                 nodes.get("head"), nodes.get("workers") or [], bool(nodes.get("cuda")), nodes.get("residency"),
                 nodes.get("servers"), nodes.get("own_units") or (),
-                nodes.get("drained"))
+                nodes.get("drained"), reserved)
         else:
             devices = params["devices"]
         choice = intent = None
@@ -394,9 +411,11 @@ def main():
             plan = gguf_plan.plan_layout(model, devices, split=params["tensor_split"], facts=facts, **options)
         smallest, _smallest_plan = gguf_plan.smallest_device_set(model, devices, facts=facts, **options)
         single = gguf_plan.single_node_fits(model, devices, facts=facts, **options)
-    except (gguf.GGUFError, gguf_plan.PlanError, llama_server.LlamaServerError, layout_auto.AutoError) as exc:
+    except (gguf.GGUFError, gguf_plan.PlanError, llama_server.LlamaServerError, layout_auto.AutoError,
+            kept_room.KeptRoomError) as exc:
         module.fail_json(msg=str(exc))
-    table = gguf_plan.format_table(plan)
+    kept_lines = kept_room.reserved_lines(reserved)
+    table = gguf_plan.format_table(plan) + kept_lines
     known = [fits for fits in single.values() if fits is not None]
     result = dict(
         changed=False,
@@ -408,6 +427,7 @@ def main():
         overflowing=plan["overflowing"],
         unchecked=plan["unchecked"],
         table=table,
+        kept_room={"reserved": reserved, "lines": kept_lines},
         tensor_split=plan["tensor_split"],
         n_gpu_layers=plan["n_gpu_layers"],
         kv_cells=plan["kv_cells"],

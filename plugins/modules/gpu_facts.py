@@ -22,7 +22,7 @@ description:
     C(Failed to initialize NVML: Driver/library version mismatch). The module does not fail
     then; it sets C(gpulab_gpu_driver.mismatch=true), an empty GPU list and a message, so that a
     later task (the C(gpulab.inference.gpu_preflight) role) can stop the play with a clear reason.
-  - Reads only; changes nothing.
+  - Reads only; changes nothing but its records (O(snapshot_file), O(kept_history_file)).
 author:
   - gpulab.inference contributors (@gpulab)
 options:
@@ -67,10 +67,12 @@ options:
         the caller refuses); the last record of a working driver stays.
     type: path
     default: ""
+extends_documentation_fragment:
+  - gpulab.inference.kept_history
 attributes:
   check_mode:
     support: full
-    description: Reads as in a real run; O(snapshot_file) is not written.
+    description: Reads as in a real run; O(snapshot_file) and O(kept_history_file) are not written.
   diff_mode:
     support: none
     description: No diff is returned.
@@ -98,6 +100,12 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+kept_history:
+  description:
+    - What M(gpulab.inference.gpu_residency) returns as its RV(gpulab.inference.gpu_residency#module:kept_history),
+      from the residency read in this run.
+  returned: when O(kept_history_file) is given and the residency was read
+  type: dict
 residency:
   description: What M(gpulab.inference.gpu_residency) returns as its RV(gpulab.inference.gpu_residency#module:residency).
   returned: when O(residency=true) and the node has GPUs and no driver mismatch
@@ -231,6 +239,7 @@ ansible_facts:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpulab.inference.plugins.module_utils.atomic_file import keep_file, nice_json
+from ansible_collections.gpulab.inference.plugins.module_utils.kept_history import KEPT_HISTORY_OPTIONS, keep_history
 from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi_runner import GpuFacts, GpuResidency
 
 
@@ -243,6 +252,7 @@ def build_module():
             timeout_s=dict(type='int', default=30),
             residency=dict(type='bool', default=False),
             snapshot_file=dict(type='path', default=''),
+            **KEPT_HISTORY_OPTIONS
         ),
         supports_check_mode=True,
     )
@@ -259,6 +269,8 @@ def main():
         residency = GpuResidency(module, params['nvidia_smi_path'], params['timeout_s'])
         residency.gather(gpus=facts.gpus)
         result['residency'] = residency.residency
+        if params['kept_history_file']:
+            result['kept_history'] = keep_history(module, residency.residency)
     result['snapshot_written'] = False
     # A driver upgraded without a reboot is refused by the caller: the last good record stays.
     if params['snapshot_file'] and not facts.driver['mismatch']:

@@ -18,7 +18,7 @@ description:
   - Names the systemd service each process runs in, read from C(/proc/PID/cgroup), and the
     supervisord program, read from C(SUPERVISOR_PROCESS_NAME) in C(/proc/PID/environ), so that a
     check can tell an RPC worker from a stray process under either manager.
-  - Reads only; changes nothing.
+  - Reads only, besides the kept services' history (O(kept_history_file)), a record of what it read.
 author:
   - gpulab.inference contributors (@gpulab)
 options:
@@ -46,7 +46,14 @@ options:
     type: path
     default: /proc
 extends_documentation_fragment:
-  - gpulab.inference.read_only
+  - gpulab.inference.kept_history
+attributes:
+  check_mode:
+    support: full
+    description: Reads as in a real run; O(kept_history_file) is not written.
+  diff_mode:
+    support: none
+    description: No diff is returned.
 notes:
   - A process that exits between the two queries is still listed, with RV(residency.processes[].exited=true).
   - Fails when C(nvidia-smi) is missing or refuses to start (for example after a driver upgrade
@@ -72,6 +79,13 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+kept_history:
+  description:
+    - The kept services' history after this look (O(kept_history_file)), per keep pattern C(gpus) (GPU index to the
+      most MiB its processes held there) and C(seen_at) (when last seen running, UTC).
+  returned: when O(kept_history_file) is given
+  type: dict
+  sample: {whisper-asr: {gpus: {"0": 6144}, seen_at: "2026-12-07T11:02:03Z"}}
 residency:
   description: Memory residency of the GPUs considered.
   returned: success
@@ -139,6 +153,7 @@ residency:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpulab.inference.plugins.module_utils.kept_history import KEPT_HISTORY_OPTIONS, keep_history
 from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi_runner import GpuResidency
 
 
@@ -149,6 +164,7 @@ def build_module():
             gpus=dict(type='list', elements='int'),
             timeout_s=dict(type='int', default=30),
             proc_root=dict(type='path', default='/proc'),
+            **KEPT_HISTORY_OPTIONS
         ),
         supports_check_mode=True,
     )
@@ -159,7 +175,10 @@ def main():
     residency = GpuResidency(module, module.params['nvidia_smi_path'], module.params['timeout_s'],
                              module.params['gpus'], module.params['proc_root'])
     residency.gather()
-    module.exit_json(**residency.result)
+    result = residency.result
+    if module.params['kept_history_file']:
+        result['kept_history'] = keep_history(module, residency.residency)
+    module.exit_json(**result)
 
 
 if __name__ == '__main__':

@@ -72,6 +72,14 @@ options:
   drained:
     description: Per node name, M(gpulab.inference.gpu_drain)'s C(consumers) in check mode; what it would stop counts as available.
     type: dict
+  kept:
+    description:
+      - With O(residency), per node name its kept services - C(keep) (the C(gpu_drain_keep) patterns), C(history)
+        (the RV(gpulab.inference.gpu_residency#module:kept_history) read there) and C(stated) (the operator's
+        C(gpulab_kept_mib)). What each kept service held when last seen running, or the stated MiB, counts as kept on
+        its GPUs whether it runs at plan time or not (what it holds now is already out of the free memory), so a kept
+        service that was down or still loading can start again beside vLLM; RV(kept_room) says what and why.
+    type: dict
   tensor_parallel_size:
     description:
       - C(--tensor-parallel-size), or V(auto).
@@ -358,6 +366,12 @@ estimate:
       C(concurrency_at_max_model_len), C(gpu_memory_gib).
   returned: success
   type: dict
+kept_room:
+  description:
+    - With O(kept), C(reserved) (node to C(gpus), GPU index to C(reserved_mib) and C(why), and C(unknown), the kept
+      patterns without a figure) and C(lines), one per reservation.
+  returned: success
+  type: dict
 choice:
   description:
     - How the layout was chosen, C(reason) (one sentence), C(rejected) (the first layouts turned
@@ -450,6 +464,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.gpulab.inference.plugins.module_utils import hf_checkpoint as hf
+from ansible_collections.gpulab.inference.plugins.module_utils import kept_room
 from ansible_collections.gpulab.inference.plugins.module_utils import layout_auto as la
 from ansible_collections.gpulab.inference.plugins.module_utils import vllm_plan as vp
 from ansible_collections.gpulab.inference.plugins.module_utils import vllm_service as vs
@@ -526,6 +541,7 @@ def build_module():
             residency=dict(type="dict"),
             own_units=dict(type="list", elements="str", default=[]),
             drained=dict(type="dict"),
+            kept=dict(type="dict"),
             pin_kv_cache=dict(type="bool", default=True),
             gpu_memory_utilization=dict(type="float", default=0.9),
             max_model_len=dict(type="int"),
@@ -587,8 +603,11 @@ def run(module):
         module.warn("the index names shard(s) missing from %s (%s): sizes are estimated from config.json"
                     % (p["model_path"], ", ".join(missing[:3]) + (" ..." if len(missing) > 3 else "")))
     nodes = p["nodes"] if p["nodes"] is not None else [{"name": "this node", "gpus": p["gpus"]}]
+    reserved = {}
     if p["residency"]:
-        nodes = la.nodes_with_kept(nodes, p["residency"], p["own_units"], p["drained"], p["gpu_memory_utilization"])
+        reserved = kept_room.reserve_on_nodes(p["kept"], p["residency"])
+        nodes = la.nodes_with_kept(nodes, p["residency"], p["own_units"], p["drained"], p["gpu_memory_utilization"],
+                                   reserved)
     given = layout_values(p)
     opts = {"gpu_memory_utilization": p["gpu_memory_utilization"], "max_model_len": p["max_model_len"],
             "kv_cache_dtype": p["kv_cache_dtype"], "reserve_mib": p["reserve_mib"]}
@@ -606,6 +625,7 @@ def run(module):
     result = vp.plan(config, tensors, source, nodes, layout, opts, p["reasoning_parser"], p["tool_call_parser"],
                      where=p["model_path"])
     result["choice"] = choice
+    result["kept_room"] = {"reserved": reserved, "lines": kept_room.reserved_lines(reserved)}
     result["kv_cache_memory_bytes"] = None
     if index_total:
         result["model"]["index_total_size"] = index_total
@@ -672,7 +692,7 @@ def main():
     module = build_module()
     try:
         result = run(module)
-    except (vp.VllmPlanError, hf.CheckpointError, la.AutoError) as exc:
+    except (vp.VllmPlanError, hf.CheckpointError, la.AutoError, kept_room.KeptRoomError) as exc:
         module.fail_json(msg=str(exc))
     for warning in result["warnings"]:
         module.warn(warning)

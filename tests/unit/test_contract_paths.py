@@ -14,6 +14,7 @@ CONTRACTS = {
     'gpulab_model_manifest': 'model.json',
     'gpulab_memory_plan_file': 'memory-plan.json',
     'gpulab_drain_state_file': 'drain-state.json',
+    'gpulab_kept_history_file': 'kept-room.json',
     'gpulab_rpc_manifest': 'servers.json',
     'gpulab_rpc_cache_file': 'rpc-cache.json',
     'gpulab_fabric_file': 'fabric.json',

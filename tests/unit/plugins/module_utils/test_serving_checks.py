@@ -320,6 +320,22 @@ def test_context_below_one_token_per_slot():
     assert one({"llama_server_ctx_size": 64, "llama_server_parallel": 64}) == []
 
 
+def test_kept_figures_name_kept_services_with_whole_mib():
+    assert one({"gpu_drain_keep": ["whisper-asr"], "gpulab_kept_mib": {"whisper-asr": 6144}}) == []
+    (problem,) = one({"gpu_drain_keep": ["whisper-asr"], "gpulab_kept_mib": {"whisper": 6144}})
+    assert problem == ("gpulab_kept_mib on node-a names whisper, which gpu_drain_keep (whisper-asr) does not keep: a "
+                       "figure for no kept service; add the pattern to gpu_drain_keep or remove it.")
+    # gpu_drain_keep left at its default keeps nothing
+    (problem,) = one({"gpulab_kept_mib": {"whisper-asr": 6144}})
+    assert problem.startswith("gpulab_kept_mib on node-a names whisper-asr, which gpu_drain_keep (empty) does not keep")
+    (problem,) = one({"gpu_drain_keep": ["whisper-asr"], "gpulab_kept_mib": {"whisper-asr": -1}})
+    assert problem == ("gpulab_kept_mib={'whisper-asr': -1} on node-a gives whisper-asr -1: set the MiB each kept "
+                       "service holds, a whole number >= 0 per keep pattern of gpu_drain_keep, e.g. "
+                       "{\"whisper-asr\": 6144}.")
+    (problem,) = one({"gpulab_kept_mib": [6144]})
+    assert problem.startswith("gpulab_kept_mib=[6144] on node-a: argument 'gpulab_kept_mib' is of type list")
+
+
 def test_a_combination_with_a_word_has_no_order():
     # a spec may allow a word (auto) where a number is usual: no combination can be judged then
     checked = {"node-a": {"llama_server_ctx_size": "auto", "llama_server_parallel": 8}}

@@ -234,3 +234,40 @@ def test_auto_split_and_context_are_chosen_and_recorded(split_model):
 def test_without_auto_there_is_no_choice(split_model):
     run = plan({"path": split_model.paths[0], "devices": DEVICES, "ctx_size": 2048, "parallel": 1})
     assert run.result["choice"] is None
+
+
+def test_a_kept_service_that_is_down_keeps_its_room_and_the_table_says_so(split_model):
+    """The H100 case on the lab: node-b's kept whisper-asr held 6144 MiB when last seen and is not
+    running at plan time; its MiB stay out of RPC0's free memory, and the table ends saying why."""
+    residency = {"node-b": {"gpus": [{"index": 0, "memory_total_mib": 97887, "memory_free_mib": 97248}],
+                            "processes": []}}
+    kept = {"node-b": {"keep": ["whisper-asr"], "stated": {},
+                       "history": {"whisper-asr": {"gpus": {"0": 6144}, "seen_at": "2026-12-07T10:00:00Z"}}}}
+    nodes = {"head": "node-a", "workers": ["node-b"], "cuda": True, "residency": residency, "kept": kept}
+    run = plan({"path": split_model.paths[0], "nodes": nodes, "ctx_size": 1024})
+    assert run.kind is ExitJson, run.result
+    assert [(d["name"], d["free_mib"]) for d in run.result["devices"]] == [("RPC0", 97248 - 6144)]
+    assert run.result["device_inputs"][0]["kept_reserved_mib"] == 6144
+    why = ("node-b: whisper-asr: 6144 MiB reserved on GPU 0 (6144 MiB from the most it held when last seen running "
+           "(2026-12-07T10:00:00Z); not running now)")
+    assert run.result["kept_room"]["lines"] == [why]
+    assert run.result["kept_room"]["reserved"]["node-b"]["gpus"]["0"]["reserved_mib"] == 6144
+    assert run.result["table"][-1] == why
+    # the operator's figure wins
+    stated = dict(nodes, kept={"node-b": dict(kept["node-b"], stated={"whisper-asr": 8192})})
+    assert plan({"path": split_model.paths[0], "nodes": stated, "ctx_size": 1024}).result["devices"][0][
+        "free_mib"] == 97248 - 8192
+    # without kept services nothing is reserved and the table has no such line
+    bare = plan({"path": split_model.paths[0], "nodes": dict(nodes, kept=None), "ctx_size": 1024})
+    assert bare.result["devices"][0]["free_mib"] == 97248 and bare.result["kept_room"]["lines"] == []
+
+
+def test_a_bad_operator_figure_fails_the_plan_naming_the_node_and_the_variable(split_model):
+    nodes = {"head": "node-a", "workers": ["node-b"], "cuda": True,
+             "residency": {"node-b": {"gpus": [{"index": 0, "memory_total_mib": 97887, "memory_free_mib": 97248}],
+                                      "processes": []}},
+             "kept": {"node-b": {"keep": ["whisper-asr"], "history": {}, "stated": {"whisper": 6144}}}}
+    run = plan({"path": split_model.paths[0], "nodes": nodes, "ctx_size": 1024})
+    assert run.kind is FailJson
+    assert run.result["msg"].startswith("node-b: gpulab_kept_mib names 'whisper', which is not a keep pattern "
+                                        "(gpu_drain_keep: whisper-asr)")

@@ -316,3 +316,21 @@ def test_a_driver_mismatch_leaves_the_last_snapshot_as_it_was(tmp_path):
     assert kind is ExitJson and result['ansible_facts']['gpulab_gpu_driver']['mismatch'] is True
     assert result['snapshot_written'] is False
     assert path.read_text() == '{"driver_version": "580.159.04"}\n'
+
+
+def test_the_preflight_s_look_keeps_the_kept_services_history(tmp_path):
+    """A kept service seen earlier and not running now keeps its figure in the file; the look is
+    no change."""
+    answers = dict(h200_answers())
+    answers[tuple(APPS_QUERY)] = ok((FIXTURES / 'h200-loaded' / 'query-compute-apps-idle.csv').read_text())
+    version_file = FIXTURES / 'h200-loaded' / 'proc-driver-nvidia-version'
+    history_file = tmp_path / 'kept-room.json'
+    earlier = {'asr': {'gpus': {'0': 40960}, 'seen_at': '2026-12-06T10:00:00Z'}}
+    history_file.write_text(json.dumps({'managed_by': 'gpulab.inference', 'services': earlier}))
+    kind, result, unused, unused_warnings = run_module(
+        {'driver_version_file': str(version_file), 'residency': True, 'keep': ['asr'],
+         'kept_history_file': str(history_file)}, answers)
+    assert kind is ExitJson, result
+    assert result['changed'] is False
+    assert result['kept_history'] == earlier
+    assert json.loads(history_file.read_text())['services'] == earlier

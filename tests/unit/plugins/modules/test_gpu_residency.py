@@ -221,3 +221,50 @@ def test_supervisord_program_read_from_the_environment(tmp_path):
     assert [(p['pid'], p['systemd_unit'], p['supervisor_program'], p['exited'])
             for p in result['residency']['processes']] == [
         (485, None, None, True), (484, None, 'gpulab-rpc-server-0', False)]
+
+
+def test_each_look_adds_to_the_kept_services_history(tmp_path):
+    """A kept service (here a user's llama-server.service, 9812 MiB on GPU 1) is written to the history
+    file with what it holds; a later look that does not see it keeps the figure; no change is reported."""
+    (tmp_path / 'proc').mkdir()
+    proc_root = fake_proc(tmp_path / 'proc', {4243: fixture('synthetic/cgroup-v2-user-service.txt')})
+    history_file = tmp_path / 'state' / 'kept-room.json'
+    args = {'proc_root': proc_root, 'keep': ['llama-server'], 'kept_history_file': str(history_file)}
+    kind, result, unused, unused_warnings = run_module(args, mig_answers())
+    assert kind is ExitJson, result
+    assert result['changed'] is False
+    assert result['kept_history']['llama-server']['gpus'] == {'1': 9812}
+    written = json.loads(history_file.read_text())
+    assert written['managed_by'] == 'gpulab.inference'
+    assert written['services'] == result['kept_history']
+    # the service is down at the next look: its figure stays
+    idle = {tuple(GPU_QUERY): (0, fixture('synthetic/query-gpu-mig-enabled.csv'), ''), tuple(APPS_QUERY): (0, '', '')}
+    kind, result, unused, unused_warnings = run_module(args, idle)
+    assert kind is ExitJson, result
+    assert result['kept_history']['llama-server']['gpus'] == {'1': 9812}
+    assert json.loads(history_file.read_text())['services']['llama-server']['gpus'] == {'1': 9812}
+
+
+def test_the_history_is_not_written_in_check_mode_nor_on_a_node_that_keeps_nothing(tmp_path):
+    proc_root = fake_proc(tmp_path, {4243: fixture('synthetic/cgroup-v2-user-service.txt')})
+    history_file = tmp_path / 'kept-room.json'
+    args = {'proc_root': proc_root, 'keep': ['llama-server'], 'kept_history_file': str(history_file),
+            '_ansible_check_mode': True}
+    kind, result, unused, unused_warnings = run_module(args, mig_answers())
+    assert kind is ExitJson, result
+    assert result['kept_history']['llama-server']['gpus'] == {'1': 9812}
+    assert not history_file.exists()
+    kind, result, unused, unused_warnings = run_module(dict(args, keep=[], _ansible_check_mode=False), mig_answers())
+    assert (kind, result['kept_history']) == (ExitJson, {})
+    assert not history_file.exists()
+
+
+def test_a_history_file_that_is_not_the_record_fails_naming_it(tmp_path):
+    proc_root = fake_proc(tmp_path, {4243: fixture('synthetic/cgroup-v2-user-service.txt')})
+    history_file = tmp_path / 'kept-room.json'
+    history_file.write_text('{"services": ')
+    kind, result, unused, unused_warnings = run_module(
+        {'proc_root': proc_root, 'keep': ['llama-server'], 'kept_history_file': str(history_file)}, mig_answers())
+    assert kind is FailJson
+    assert result['msg'].startswith('kept services history %s is not JSON' % history_file)
+    assert history_file.read_text() == '{"services": '

@@ -386,3 +386,30 @@ def test_a_second_deploy_plans_what_the_first_did(tmp_path):
     # a kept service that lowers the budget is still kept
     kept = plan_module(dict(args, residency=residency(600 + 40960, 0)))
     assert kept.result["hardware"]["kept_mib"] == 143771 - (143771 - 600 - 40960) // 256 * 256
+
+
+def test_a_kept_service_down_at_plan_time_still_counts_as_kept(tmp_path):
+    """The H100 case: the kept speech recognition (40960 MiB when last seen) restarts while vLLM plans;
+    its memory stays kept, and kept_room says so."""
+    model = str(tmp_path / "mm2")
+    write_model(model)
+    residency = {"node-a": {"gpus": [{"index": 0, "uuid": "GPU-a", "memory_total_mib": 143771,
+                                      "memory_free_mib": 143771 - 600}], "processes": []}}
+    kept = {"node-a": {"keep": ["asr"], "stated": {},
+                       "history": {"asr": {"gpus": {"0": 40960}, "seen_at": "2026-12-07T10:00:00Z"}}}}
+    args = {"model_path": model, "nodes": [{"name": "node-a", "gpus": H200}], "residency": residency}
+    down = plan_module(dict(args, kept=kept))
+    assert down.kind is ExitJson, down.result
+    assert down.result["hardware"]["kept_mib"] == 143771 - (143771 - 600 - 40960) // 256 * 256
+    assert down.result["kept_room"]["lines"] == [
+        "node-a: asr: 40960 MiB reserved on GPU 0 (40960 MiB from the most it held when last seen running "
+        "(2026-12-07T10:00:00Z); not running now)"]
+    # the same service running with its memory: the same kept figure, nothing more reserved
+    running = {"node-a": {"gpus": [{"index": 0, "uuid": "GPU-a", "memory_total_mib": 143771,
+                                    "memory_free_mib": 143771 - 600 - 40960}],
+                          "processes": [{"gpu_index": 0, "used_memory_mib": 40960, "systemd_unit": "asr.service"}]}}
+    up = plan_module(dict(args, residency=running, kept=kept))
+    assert up.result["hardware"]["kept_mib"] == down.result["hardware"]["kept_mib"]
+    assert up.result["kept_room"]["lines"] == []
+    # without the history the plan would hand the kept service's memory to vLLM
+    assert plan_module(args).result["hardware"]["kept_mib"] == 0
