@@ -101,12 +101,12 @@ def _stated(stated, keep):
     if stated is not None and not isinstance(stated, dict):
         raise KeptRoomError('gpulab_kept_mib is %r; give a dict of keep pattern (gpu_drain_keep) to the MiB that '
                             'service holds, e.g. {"whisper-asr": 6144}' % (stated,))
-    for pattern in not_kept(stated, keep):
+    unknown, bad = not_kept(stated, keep), bad_figures(stated)
+    if unknown:
         raise KeptRoomError('gpulab_kept_mib names %r, which is not a keep pattern (gpu_drain_keep: %s); '
-                            'add it there or remove it' % (pattern, ', '.join(keep) or 'none'))
-    for pattern, mib in bad_figures(stated):
-        raise KeptRoomError('gpulab_kept_mib[%r] is %r; give the MiB the service holds, a whole number >= 0'
-                            % (pattern, mib))
+                            'add it there or remove it' % (unknown[0], ', '.join(keep) or 'none'))
+    if bad:
+        raise KeptRoomError('gpulab_kept_mib[%r] is %r; give the MiB the service holds, a whole number >= 0' % bad[0])
     return dict(stated or {})
 
 

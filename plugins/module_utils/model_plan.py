@@ -24,10 +24,11 @@ MIB = gp.MIB
 HINT_CTX = 4096
 
 
-def nodes_from_residency(head, residency, own_units=()):
+def nodes_from_residency(head, residency, own_units=(), reserved=None):
     """The lab's nodes, the head first, from gpu_residency's answer per host: each GPU's memory,
     and as kept what neither is free nor held by the collection's own units (a redeploy replaces
-    those, gguf_plan.available_mib)."""
+    those, gguf_plan.available_mib), plus reserved ({host: {gpu index (str): MiB}}: what kept
+    services that are down or still loading will take again, kept_room.reserve_on_nodes)."""
     if head not in residency:
         raise gp.PlanError("the head %s did not report its GPUs (gpu_residency)" % head)
     nodes = []
@@ -40,8 +41,9 @@ def nodes_from_residency(head, residency, own_units=()):
             if total is None or available is None:
                 raise gp.PlanError("%s: GPU %s reports no memory (MIG mode?); plan it with -e plan_hardware=[...]"
                                    % (host, gpu.get("index")))
+            again = ((reserved or {}).get(host) or {}).get(str(gpu["index"]), 0)
             gpus.append({"index": int(gpu["index"]), "memory_total_mib": int(total),
-                         "kept_mib": max(0, int(total) - int(available))})
+                         "kept_mib": min(int(total), max(0, int(total) - int(available)) + again)})
         if gpus:
             nodes.append({"name": host, "gpus": gpus})
     if not nodes or nodes[0]["name"] != head:

@@ -61,6 +61,13 @@ options:
     type: list
     elements: str
     default: []
+  kept:
+    description:
+      - With O(residency), per host its kept services - C(keep) (the C(gpu_drain_keep) patterns), C(history) (the
+        RV(gpulab.inference.gpu_residency#module:kept_history) read there) and C(stated) (C(gpulab_kept_mib)). What a
+        kept service held when last seen running, or the stated MiB, counts as kept whether it runs now or not;
+        RV(lines) ends with what was reserved and why.
+    type: dict
   own_units:
     description: With O(residency), the collection's serving units (C(gpulab_own_unit_patterns)), whose memory counts as free.
     type: list
@@ -151,7 +158,7 @@ table:
   returned: success
   type: dict
 lines:
-  description: The table as lines for the play's output.
+  description: The table as lines for the play's output, then the kept services' reservations (O(kept)).
   returned: success
   type: list
   elements: str
@@ -178,6 +185,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpulab.inference.plugins.module_utils import engines as en
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf_plan as gp
 from ansible_collections.gpulab.inference.plugins.module_utils import layout_auto as la
+from ansible_collections.gpulab.inference.plugins.module_utils import kept_room
 from ansible_collections.gpulab.inference.plugins.module_utils import model_header as mh
 from ansible_collections.gpulab.inference.plugins.module_utils import model_plan as mp
 from ansible_collections.gpulab.inference.plugins.module_utils import model_transfer as mt
@@ -199,6 +207,7 @@ def build_module():
             head=dict(type="str"),
             vllm_nodes=dict(type="list", elements="str", default=[]),
             own_units=dict(type="list", elements="str", default=[]),
+            kept=dict(type="dict"),
             hardware_variable=dict(type="str", default="plan_hardware"),
             engine=dict(type="str", default="auto"),
             engines=dict(type="dict", required=True),
@@ -214,8 +223,13 @@ def build_module():
 
 
 def run(params):
+    kept_lines = []
     if params["residency"] is not None:
-        nodes = mp.nodes_from_residency(params["head"], params["residency"], params["own_units"])
+        reserved = kept_room.reserve_on_nodes(params["kept"], params["residency"])
+        kept_lines = kept_room.reserved_lines(reserved)
+        nodes = mp.nodes_from_residency(params["head"], params["residency"], params["own_units"], dict(
+            (host, dict((index, gpu["reserved_mib"]) for index, gpu in found["gpus"].items()))
+            for host, found in reserved.items()))
     else:
         nodes = mh.parse_hardware(params["hardware"], params["hardware_variable"])
     source = mh.Source(params["source"], params["hf_layout"], params["timeout_s"])
@@ -236,7 +250,7 @@ def run(params):
         "format": source.format,
         "engine": engine,
         "table": table,
-        "lines": mp.table_lines(table),
+        "lines": mp.table_lines(table) + kept_lines,
         "size_bytes": source.size_bytes,
         "bytes_read": source.counter.bytes_read,
         "requests": source.counter.requests,
@@ -248,7 +262,8 @@ def main():
     module = build_module()
     try:
         result = run(module.params)
-    except (mh.HeaderError, la.AutoError, en.EngineError, gp.PlanError, vp.VllmPlanError, mt.ModelTransferError) as exc:
+    except (mh.HeaderError, la.AutoError, en.EngineError, gp.PlanError, vp.VllmPlanError, mt.ModelTransferError,
+            kept_room.KeptRoomError) as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=False, **result)
 

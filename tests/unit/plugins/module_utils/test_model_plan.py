@@ -132,6 +132,15 @@ def test_the_labs_nodes_from_residency_count_what_others_hold_as_kept():
         {"name": "node-b", "gpus": [{"index": 0, "memory_total_mib": 97887, "kept_mib": 10887}]}]
 
 
+def test_a_kept_service_down_now_is_kept_with_what_it_last_held():
+    residency = {"node-a": {"gpus": [{"index": 0, "memory_total_mib": 97887, "memory_free_mib": 97000}],
+                            "processes": []}}
+    nodes = mp.nodes_from_residency("node-a", residency, (), {"node-a": {"0": 40960}})
+    assert nodes[0]["gpus"][0]["kept_mib"] == 887 + 40960
+    # never more than the card
+    assert mp.nodes_from_residency("node-a", residency, (), {"node-a": {"0": 99999}})[0]["gpus"][0]["kept_mib"] == 97887
+
+
 def test_a_head_without_gpus_is_named():
     with pytest.raises(mp.gp.PlanError, match="the head node-a has no GPU to plan on"):
         mp.nodes_from_residency("node-a", {"node-a": {"gpus": []}, "node-b": {"gpus": [

@@ -93,3 +93,17 @@ def test_a_checkpoint_on_the_lab_is_planned_over_the_head_and_the_vllm_nodes(mod
     assert run.result["lines"][0].startswith("vLLM on 1 node(s) x 2 GPUs")
     both = plan({"source": models["hf"], "residency": residency, "head": "node-a", "vllm_nodes": ["node-b"]})
     assert both.result["lines"][0].startswith("vLLM: the nodes have different GPU counts (node-a 2, node-b 1)")
+
+
+def test_the_preview_keeps_a_kept_service_s_room_and_says_so(models):
+    residency = {"node-a": {"gpus": [{"index": 0, "memory_total_mib": 81920, "memory_used_mib": 0,
+                                      "memory_free_mib": 81920}], "processes": []}}
+    kept = {"node-a": {"keep": ["asr"], "stated": {}, "history": {"asr": {"gpus": {"0": 40960}, "seen_at": "t"}}}}
+    run = plan({"source": models["gguf"], "residency": residency, "head": "node-a", "kept": kept})
+    assert run.kind is ExitJson, run.result
+    assert run.result["hardware"][0]["gpus"][0]["kept_mib"] == 40960
+    assert run.result["lines"][-1] == ("node-a: asr: 40960 MiB reserved on GPU 0 (40960 MiB from the most it held "
+                                       "when last seen running (t); not running now)")
+    bad = plan({"source": models["gguf"], "residency": residency, "head": "node-a",
+                "kept": {"node-a": dict(kept["node-a"], stated={"tts": 1})}})
+    assert bad.kind is FailJson and bad.result["msg"].startswith("node-a: gpulab_kept_mib names 'tts'")
