@@ -4,9 +4,12 @@ lab's fake nvidia-smi: residency, sampler, benchmark with progress, and the repo
 import json
 import stat
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
-from playbook_runner import LAB_FILES, local_host, run_in
+from playbook_runner import LAB_FILES, REPO, local_host, run_in
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from doubles.openai_stream_server import OpenAIDouble  # noqa: E402 pylint: disable=wrong-import-position
@@ -64,6 +67,8 @@ def test_bench_playbook_writes_the_report(tmp_path):
     assert abs(levels[0]['server']['decode_ratio'] - 1.0) < 0.05
     assert doc['headline']['aggregate_rises'] is True
     assert doc['memory_plan'] is None
+    # no Prometheus in this lab (gpulab_monitoring_enabled off): no section, and the report says why
+    assert doc['prometheus'] is None and '## From Prometheus' not in (report_dir / 'report.md').read_text()
     assert doc['rpc_cache'] == {'workers': [], 'note': "No RPC worker's weight cache was read: this run has no RPC workers."}
     # fresh prompts, sized on the text sent; the double's prompt cache finds the template's head only
     prompt = doc['benchmark']['prompt']
@@ -120,6 +125,71 @@ def test_a_deploy_that_changed_nothing_does_not_measure_again(tmp_path):
     assert 'benchmark settings changed' in tokens and sent_tokens > 0
     assert 'is gone' in gone['msg']
     assert len(first_reports) == 2
+
+
+class PrometheusDouble:
+    """Prometheus's /api/v1/query_range with its own answers (tests/unit/fixtures/prometheus, from Prometheus
+    2.42), each query's parameters recorded; the power query gets Prometheus's real bad_data answer (HTTP 400)."""
+
+    ANSWERS = {'gpulab_gpu_utilization_ratio': (200, 'utilisation'), 'gpulab_gpu_power_watts': (400, 'bad-data'),
+               'gpulab_gpu_memory_used_bytes / 1024^3': (200, 'memory')}
+
+    def __init__(self):
+        self.queries = []
+        double = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                url = urlsplit(self.path)
+                params = dict((key, values[0]) for key, values in parse_qs(url.query).items())
+                double.queries.append(dict(params, path=url.path))
+                status, name = double.ANSWERS.get(params.get('query'), (400, 'bad-data'))
+                body = (REPO / 'tests' / 'unit' / 'fixtures' / 'prometheus' / ('query_range-%s.json' % name)).read_bytes()
+                self.send_response(status)
+                self.send_header('Content-Type', 'application/json')
+                self.send_header('Content-Length', str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(('127.0.0.1', 0), Handler)
+        self.base_url = 'http://127.0.0.1:%d' % self.server.server_address[1]
+
+    def __enter__(self):
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_with_prometheus_the_report_holds_its_series_and_a_failed_query_fails_nothing(tmp_path):
+    (tmp_path / 'BUILD_INFO.json').write_text(json.dumps({'build_id': 'b8070-test', 'cuda': False}))
+    with OpenAIDouble(ttft_s=0.01, itl_s=0.005) as server, PrometheusDouble() as prometheus:
+        run = run_in(tmp_path / 'runner', 'playbooks/bench.yml', inventory(),
+                     bench_vars(tmp_path, server.base_url, bench_concurrency=[1], gpulab_monitoring_enabled=True,
+                                bench_prometheus_url=prometheus.base_url, bench_prometheus_step_s=5), envvars=ENV)
+    assert run.status == 'successful', run.failures
+    (report_dir,) = list((tmp_path / 'reports').iterdir())
+    doc = json.loads((report_dir / 'report.json').read_text())
+    window = doc['benchmark']['conditions']
+    # the dashboard's three expressions over the benchmark's own window, a point every 5 s
+    assert sorted(query['query'] for query in prometheus.queries) == sorted(PrometheusDouble.ANSWERS)
+    for query in prometheus.queries:
+        assert query['path'] == '/api/v1/query_range' and query['step'] == '5'
+        assert (float(query['start']), float(query['end'])) == (
+            round(window['window_start_epoch'], 3), round(window['window_end_epoch'], 3))
+    section = doc['prometheus']
+    assert section['source'] == '%s on localhost' % prometheus.base_url
+    assert section['errors'] == ['power (gpulab_gpu_power_watts): HTTP 400, bad_data: 1:24: parse error: '
+                                 'unexpected end of input inside braces']
+    assert [(g['node'], g['utilisation_peak'], g['memory_peak']) for g in section['gpus']] == [
+        ('node-a', 31.0, 20480.0), ('node-b', 25.0, 61440.0)]
+    text = (report_dir / 'report.md').read_text()
+    assert '## From Prometheus' in text and '**Prometheus did not give a series:** power' in text
 
 
 def test_concurrency_zero_stops_before_any_load(tmp_path):

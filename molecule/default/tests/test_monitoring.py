@@ -1,7 +1,8 @@
 """Monitoring on the deployed lab (converge.yml's Monitoring play, with the lab's short intervals):
 Prometheus on the head lists every target up, the GPU metrics of every node carry the fake
 nvidia-smi's answers (per process too, from a consumers file), the last benchmark's headline is
-exported, every dashboard panel's query returns a series, and stopping an RPC server of node-b
+exported, every dashboard panel's query returns a series, a benchmark's report holds the dashboard's GPU
+series from Prometheus for its minutes beside its own sampler's, and stopping an RPC server of node-b
 fires the worker-down alert within its bound (status.yml lists it) and resolves it after the
 restart. Prometheus binds to the head's loopback, so every query runs there."""
 
@@ -25,6 +26,10 @@ NODES = ("node-a", "node-b", "node-c")
 OTHER_ENGINE_METRICS = ("vllm:",)
 RPC_UNIT = "gpulab-rpc-server@0.service"  # node-b's first RPC server, which the alert test stops
 CONSUMER_MIB = 3210
+# The fake nvidia-smi's one-shot query (the collector's and the report's sampler's), and a short benchmark.
+GPU_FIELDS = "index,uuid,name,pci.bus_id,driver_version,compute_cap,memory.total,memory.used,memory.free,utilization.gpu"
+BENCH_RUN = {"gpulab_bench_profile": "short", "bench_concurrency": [1], "bench_requests_per_level": 2,
+             "bench_warmup_requests": 1, "bench_prompt_tokens": 128, "bench_max_tokens": 8, "bench_request_rates": []}
 
 
 def lab_settings():
@@ -138,6 +143,39 @@ def test_every_dashboard_panel_returns_a_series(head, consumer):
                 if not wait_for_or_none(lambda: query(head, target["expr"]), 20):
                     empty.append("%s: %s: %s" % (path.name, panel["title"], target["expr"]))
     assert empty == []
+
+
+def test_the_benchmark_report_holds_prometheus_series_beside_its_samplers(tmp_path):
+    # The scenario's inventory leaves gpulab_monitoring_enabled off (converge.yml runs the monitoring
+    # play itself); bench.yml with it on asks Prometheus, every scrape interval, for the run's minutes.
+    reports = tmp_path / "reports"
+    run = run_on_lab(tmp_path / "bench", "playbooks/bench.yml", extravars=dict(
+        BENCH_RUN, bench_report_dir=str(reports), gpulab_monitoring_enabled=True,
+        bench_prometheus_step_s=lab_settings()["monitoring_scrape_interval_s"]))
+    assert run.status == "successful", run.failures
+    (report_json,) = list(reports.glob("*/report.json"))
+    section = json.loads(report_json.read_text())["prometheus"]
+    assert section["errors"] == [] and section["source"] == "http://127.0.0.1:9090 on node-a"
+    rows = dict(((row["node"], row["gpu"]), row) for row in section["gpus"])
+    expected = {}
+    for node in NODES:
+        host = lab_host(node)
+        # the fake's live answer: a consumer of an earlier test is in its memory.used, as in Prometheus's
+        gpus = [line.split(", ") for line in host.check_output(
+            "nvidia-smi --query-gpu=%s --format=csv,noheader,nounits" % GPU_FIELDS).splitlines()]
+        sensors = [line.split(", ") for line in host.check_output("cat %s/query-gpu-sensors.csv" % SMI_DIR).splitlines()]
+        for gpu, sensor in zip(gpus, sensors):
+            expected[(node, gpu[0])] = {"memory_peak": float(gpu[7]), "power_peak": float(sensor[1]),
+                                        "utilisation_peak": float(gpu[9])}
+    assert sorted(rows) == sorted(expected)
+    for key, figures in expected.items():
+        row = rows[key]
+        assert row["points"] >= 1, row
+        assert dict((name, row[name]) for name in figures) == pytest.approx(figures, abs=0.01), key
+        # the report's own sampler read the same GPU through the same query: the two agree
+        assert row["sampler"] is not None and row["sampler"]["memory_peak"] == figures["memory_peak"], row
+    text = (report_json.parent / "report.md").read_text()
+    assert "## From Prometheus" in text and "Prometheus did not give a series" not in text
 
 
 def test_worker_down_fires_and_resolves_and_status_says_so(head, worker, tmp_path):
