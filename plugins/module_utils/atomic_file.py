@@ -133,3 +133,15 @@ def keep_file(path, text, check_mode=False, mode=0o644, directory_mode=0o755):
             os.makedirs(directory, directory_mode)
         atomic_write(path, text, mode=mode)
     return True
+
+
+def free_space_problem(directory, free_bytes, needed_bytes, reclaimable_bytes=0):
+    """The message when free space plus what stale temporary files hold cannot take a model written
+    whole beside the old one (both synthetic models), else None."""
+    if free_bytes + reclaimable_bytes >= needed_bytes:
+        return None
+    gib = float(1 << 30)
+    text = "%s has %.3f GiB free" % (directory, free_bytes / gib)
+    if reclaimable_bytes:
+        text += " (%.3f GiB more once the temporary files of an interrupted run are removed)" % (reclaimable_bytes / gib)
+    return "%s, the model needs %.3f GiB; free space or lower layers/experts" % (text, needed_bytes / gib)

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import math
 import random
-import re
-from urllib.parse import urlsplit
 
 from ansible_collections.gpulab.inference.plugins.module_utils.atomic_file import path_problem
+from ansible_collections.gpulab.inference.plugins.module_utils.endpoint_rule import parse_url
 
 # Common English words, most of them one token in the usual vocabularies: a prompt drawn from
 # them has about as many tokens as words, and 64 of them make two prompts share no first words.
@@ -107,28 +106,8 @@ def validate_options(concurrency, requests_per_level, warmup_requests, max_token
 
 
 def parse_base_url(base_url):
-    """(scheme, host, port, path prefix) of an OpenAI-compatible server's base URL.
-
-    The host may be an IPv6 address in brackets; the port defaults to the scheme's. A port out of
-    range, spaces, a query or credentials in the URL are refused with the value named.
-    """
-    if not isinstance(base_url, str) or not re.match(r'\A[!-~]+\Z', base_url):
-        raise BenchInputError('base_url %r has spaces, control characters or nothing in it; give http://HOST:PORT'
-                              % (base_url,))
-    parts = urlsplit(base_url)
-    if parts.scheme not in ('http', 'https') or not parts.hostname:
-        raise BenchInputError('base_url must look like http://HOST:PORT, got %r' % base_url)
-    if parts.query or parts.fragment or parts.username is not None:
-        raise BenchInputError('base_url %r has a query, a fragment or credentials; give http://HOST:PORT '
-                              '(the API key goes in api_key)' % base_url)
-    try:
-        port = parts.port
-    except ValueError:
-        port = -1
-    if port is not None and not 0 < port < 65536:
-        raise BenchInputError('base_url %r has a port that is not a number in 1-65535; give http://HOST:PORT, '
-                              'e.g. http://127.0.0.1:8080' % base_url)
-    return parts.scheme, parts.hostname, port, parts.path.rstrip('/')
+    """(scheme, host, port, path prefix) of a server's base URL: endpoint_rule.parse_url, the one URL parser."""
+    return parse_url(base_url, 'base_url', BenchInputError)
 
 
 def requests_at_level(level, requests_per_level):

@@ -2,7 +2,8 @@
 # Copyright: (c) 2026, gpulab.inference contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The collection's one endpoint rule: which hosts and ports a server may listen on or be reached at,
-and how host:port and a client's URL are written (an IPv6 address in brackets).
+and how host:port and a client's URL are written (an IPv6 address in brackets); with it the value
+parsers every layer above uses: the one whole-number parser, the one port parser, the one URL parser.
 
 llama.cpp's head and RPC servers, vLLM and the filters endpoint and server_url all use it, so a fix
 lands once. Pure functions; errors name the option they were given (`what`) and are raised as
@@ -16,6 +17,8 @@ __metaclass__ = type
 
 import ipaddress
 import re
+
+from urllib.parse import urlsplit
 
 
 class EndpointError(ValueError):
@@ -55,6 +58,19 @@ def listen_address(value, what, error=EndpointError):
         raise error("%s %r is neither an IP address nor a host name (letters, digits, - and . only); "
                     "give e.g. 127.0.0.1, the node's fabric address or its DNS name" % (what, value))
     return value
+
+
+def whole_number(value, what, error=EndpointError):
+    """A whole number >= 0 from an int or a decimal string; what names it in the error."""
+    if isinstance(value, bool):
+        raise error("%s %r is not a whole number" % (what, value))
+    try:
+        number = int(str(value).strip())
+    except (TypeError, ValueError):
+        raise error("%s %r is not a whole number" % (what, value))
+    if number < 0:
+        raise error("%s %r is negative" % (what, value))
+    return number
 
 
 def port_number(value, what, error=EndpointError):
@@ -97,3 +113,27 @@ def client_url(host, port, scheme="http"):
     if address in ("0.0.0.0", "::"):
         address = "127.0.0.1"
     return "%s://%s" % (scheme, format_endpoint(address, port_number(port, "server port")))
+
+
+def parse_url(url, what="base_url", error=EndpointError):
+    """(scheme, host, port, path prefix) of a server's http(s) URL, e.g. an OpenAI-compatible base URL.
+
+    The host may be an IPv6 address in brackets; the port defaults to the scheme's (None). A port out
+    of range, spaces, a query or credentials in the URL are refused with the value named.
+    """
+    if not isinstance(url, str) or not re.match(r'\A[!-~]+\Z', url):
+        raise error('%s %r has spaces, control characters or nothing in it; give http://HOST:PORT' % (what, url))
+    parts = urlsplit(url)
+    if parts.scheme not in ('http', 'https') or not parts.hostname:
+        raise error('%s must look like http://HOST:PORT, got %r' % (what, url))
+    if parts.query or parts.fragment or parts.username is not None:
+        raise error('%s %r has a query, a fragment or credentials; give http://HOST:PORT '
+                    '(the API key goes in api_key)' % (what, url))
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if port is not None and not 0 < port < 65536:
+        raise error('%s %r has a port that is not a number in 1-65535; give http://HOST:PORT, '
+                    'e.g. http://127.0.0.1:8080' % (what, url))
+    return parts.scheme, parts.hostname, port, parts.path.rstrip('/')

@@ -13,7 +13,8 @@ Two mistakes an operator can make with one `-e` lock them out or open the lab:
 The listeners come from the kernel's socket tables (/proc/net/tcp and tcp6); no `ss` is needed
 (GPU containers often lack iproute2). Everything here but `read_node_listeners`, which reads procfs
 for the modules `node_exposure` and `llama_rpc_server_plan`, is a pure function on plain data, so
-tests feed captured tables.
+tests feed captured tables. The head's connections to its workers are read the same way from the
+`ss` lines module `llama_rpc_reachability` hands in (established_peers).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -23,7 +24,10 @@ __metaclass__ = type
 import ipaddress
 import os
 import pwd
+import re
 import socket
+
+from ansible_collections.gpulab.inference.plugins.module_utils.endpoint_rule import format_endpoint, port_number
 
 TCP_LISTEN = "0A"
 DEFAULT_SSH_PORT = 22
@@ -147,28 +151,38 @@ def read_node_listeners(proc_root="/proc"):
     return listeners(sockets, _socket_holders(proc_root), _user_names(set(s["uid"] for s in sockets)))
 
 
+def established_peers(ss_text):
+    """Peer endpoints of `ss -Htn state established` (columns Recv-Q Send-Q Local Peer), in order.
+
+    With a state filter ss prints no State column; IPv6 peers come as [addr]:port, the same
+    form as format_endpoint. IPv4-mapped IPv6 peers ([::ffff:10.0.0.2]:port) are given as IPv4.
+    """
+    peers = []
+    for number, line in enumerate(str(ss_text or "").splitlines(), 1):
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) < 4:
+            raise ExposureError("ss line %d has %d columns, expected Recv-Q Send-Q Local Peer: %r"
+                                % (number, len(fields), line))
+        peer = fields[3]
+        mapped = re.match(r"\A\[::ffff:([0-9.]+)\]:([0-9]+)\Z", peer)
+        if mapped:
+            peer = format_endpoint(*mapped.groups())
+        if peer not in peers:
+            peers.append(peer)
+    return peers
+
+
 def ssh_ports(node_listeners, ansible_port=None):
     """The ports the controller may reach this node's SSH on: ansible_port (22 when unset) and
     every port sshd listens on, sorted."""
-    ports = set([DEFAULT_SSH_PORT if ansible_port in (None, "") else whole_port(ansible_port, "ansible_port")])
+    ports = set([DEFAULT_SSH_PORT if ansible_port in (None, "") else port_number(ansible_port, "ansible_port", ExposureError)])
     ports.update(entry["port"] for entry in node_listeners if entry.get("process") in SSHD_NAMES)
     return sorted(ports)
 
 
 # --- the ports the collection takes on a node ------------------------------------------------------
-
-def whole_port(value, variable):
-    """A port setting as an int, or ExposureError naming the variable."""
-    if isinstance(value, bool):
-        raise ExposureError("%s=%r is not a port: set a whole number from 1 to 65535" % (variable, value))
-    try:
-        port = int(str(value).strip())
-    except ValueError:
-        raise ExposureError("%s=%r is not a port: set a whole number from 1 to 65535" % (variable, value))
-    if not 1 <= port <= 65535:
-        raise ExposureError("%s=%r is not a port: set a whole number from 1 to 65535" % (variable, value))
-    return port
-
 
 def planned_ports(node, settings, engine_ports=()):
     """What the collection will listen on this node: [{'variable', 'ports', 'what'}].
@@ -184,7 +198,7 @@ def planned_ports(node, settings, engine_ports=()):
     planned = []
 
     def add(variable, count, what, value=None):
-        base = whole_port(settings.get(variable) if value is None else value, variable)
+        base = port_number(settings.get(variable) if value is None else value, variable, ExposureError)
         last = base + count - 1
         if last > 65535:
             raise ExposureError("%s=%d leaves no room for %d ports (the last would be %d): set it to %d or below"

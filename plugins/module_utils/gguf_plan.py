@@ -42,8 +42,7 @@ import struct
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf
 from ansible_collections.gpulab.inference.plugins.module_utils import kept_room
 from ansible_collections.gpulab.inference.plugins.module_utils import model_family
-from ansible_collections.gpulab.inference.plugins.module_utils.gpu_drain import matching_pattern
-from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import program_units
+from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import matching_pattern, program_units
 
 MIB = 1024 * 1024
 

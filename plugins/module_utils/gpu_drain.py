@@ -13,7 +13,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import fnmatch
 import json
 import re
 
@@ -23,6 +22,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.service_status im
 from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import (  # noqa: F401 (re-exported)
     SUPERVISORCTL_STATUS_RCS,
     active_programs,
+    matching_pattern,
     parse_supervisorctl_states,
     program_units,
     supervisorctl_argv,
@@ -335,15 +335,6 @@ def consumer_names(consumer):
     if consumer.get('id'):
         names.append(consumer['id'])
     return names
-
-
-def matching_pattern(patterns, names):
-    """The first fnmatch pattern (case-sensitive) that matches one of names, or None."""
-    for pattern in patterns:
-        for name in names:
-            if fnmatch.fnmatchcase(name, pattern):
-                return pattern
-    return None
 
 
 def decide(consumer, keep, own_units, kill_unmanaged, unit=None):

@@ -2,12 +2,11 @@
 # Copyright: (c) 2026, gpulab.inference contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Pure functions behind the llama_server role, the head: the workers' manifests and their lockstep,
-llama.cpp's device order and split, the model's shards and access, the deployed build, and
+llama.cpp's device order and split, the model's shards and access, and
 llama-server's command line and memory options.
 
 The RPC worker is in rpc_worker.py, the services' wrapper and unit lines in llama_service.py and
-the endpoint rule in endpoint_rule.py. Nothing here runs a command, and only read_deployed_build
-reads a file: the modules stat the model files and hand sizes and texts in, so every rule is
+the endpoint rule in endpoint_rule.py. Nothing here runs a command or reads a file: the modules stat the model files and hand sizes and texts in, so every rule is
 unit-tested with plain values.
 """
 
@@ -16,20 +15,19 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import ipaddress
-import json
 import math
-import os
 import re
 
-from ansible_collections.gpulab.inference.plugins.module_utils.llama_cpp import (
+from ansible_collections.gpulab.inference.plugins.module_utils.llama_build_info import (
+    BUILD_ID_PATTERN,
     LlamaCppError,
     check_lockstep_summary,
     lockstep_problem,
-    lockstep_summary,
 )
 # --cache-type-k/-v values llama.cpp accepts (common/arg.cpp kv_cache_types), one table for both plans
 from ansible_collections.gpulab.inference.plugins.module_utils.gguf_plan import CACHE_TYPES
-from ansible_collections.gpulab.inference.plugins.module_utils.endpoint_rule import format_endpoint, port_number
+from ansible_collections.gpulab.inference.plugins.module_utils.endpoint_rule import format_endpoint, port_number, whole_number
+from ansible_collections.gpulab.inference.plugins.module_utils.llama_service import LlamaServerError
 
 # llama.cpp's llama_max_devices() is 16 and common/arg.cpp rejects a --tensor-split
 # with `split_arg.size() >= llama_max_devices()`, so at most 15 entries are accepted.
@@ -42,23 +40,6 @@ SHARD_PATTERN = re.compile(r"\A(?P<stem>.+)-(?P<index>[0-9]{5})-of-(?P<count>[0-
 MIB = 1024 * 1024
 
 
-class LlamaServerError(ValueError):
-    """Bad input: the message names the offending value and what to do."""
-
-
-def non_negative_int(value, what):
-    """A whole number >= 0 from an int or a decimal string; what names it in the error."""
-    if isinstance(value, bool):
-        raise LlamaServerError("%s %r is not a whole number" % (what, value))
-    try:
-        number = int(str(value).strip())
-    except (TypeError, ValueError):
-        raise LlamaServerError("%s %r is not a whole number" % (what, value))
-    if number < 0:
-        raise LlamaServerError("%s %r is negative" % (what, value))
-    return number
-
-
 # --- Head side ---------------------------------------------------------------
 
 # What a worker's servers.json may hold. The head renders these values into its wrapper script
@@ -67,10 +48,8 @@ def non_negative_int(value, what):
 # of its own in the head's script (a comment line, where quoting does not help).
 DEVICE_PATTERN = re.compile(r"\A[A-Za-z][A-Za-z0-9_]{0,31}\Z")
 UNIT_PATTERN = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
-BUILD_ID_PATTERN = re.compile(r"\A[0-9a-f]{12}\Z")
 # An inventory host name: a DNS name or an IP address (IPv6 with its colons, a zone after %).
 HOST_PATTERN = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_.:%-]{0,252}\Z")
-FILE_NAME_PATTERN = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,254}\Z")
 
 
 def worker_manifest(manifest, source="a worker"):
@@ -117,13 +96,14 @@ def worker_manifest(manifest, source="a worker"):
         if not isinstance(item, dict):
             raise LlamaServerError("%s: endpoints entry %d is not an object" % (where, position))
         port = port_number(item.get("port"), "%s: endpoints entry %d port" % (where, position), LlamaServerError)
-        instance = non_negative_int(item.get("instance", position), "%s: endpoints entry %d instance" % (where, position))
+        instance = whole_number(item.get("instance", position), "%s: endpoints entry %d instance" % (where, position),
+                                LlamaServerError)
         device = item.get("device") or ""
         if not isinstance(device, str) or not DEVICE_PATTERN.match(device):
             raise LlamaServerError("%s: endpoints entry %d device %r is not a ggml device name" % (where, position, device))
         memory = item.get("memory_mib")
         if memory is not None:
-            memory = non_negative_int(memory, "%s: endpoints entry %d memory_mib" % (where, position))
+            memory = whole_number(memory, "%s: endpoints entry %d memory_mib" % (where, position), LlamaServerError)
         endpoints.append({"instance": instance, "port": port, "device": device, "memory_mib": memory})
     return {"host": host, "address": address, "unit": unit, "build_id": build_id, "build_info": build_info,
             "endpoints": endpoints}
@@ -133,7 +113,7 @@ def lockstep_problems(head_build, workers):
     """Messages for every worker that may not serve beside the head's build ([] = in lockstep).
 
     head_build: deployed_build of the head (its `lockstep` summary); workers: checked manifests.
-    The rule is the collection's one lockstep rule, llama_cpp.lockstep_problem, which distribution
+    The rule is the collection's one lockstep rule, llama_build_info.lockstep_problem, which distribution
     applies too: the same build id, or a local build from the same source that had to be local.
     A manifest without build_info (written by an older llama_rpc_server) passes only with the
     head's build id.
@@ -348,78 +328,7 @@ def gguf_magic_problem(path, head_bytes):
     return None
 
 
-# --- Deployed build ------------------------------------------------------------
-
-def deployed_build(link, target, build_info_text):
-    """What the serving roles need of the deployed build, read once for both.
-
-    link: the `current` link (or a build directory); target: where it resolves; build_info_text:
-    the bytes or text of its BUILD_INFO.json. Returns build_id, build_dir, cuda and the
-    rpc_server_binary name (ggml-rpc-server in current llama.cpp, rpc-server in older ones).
-    """
-    if isinstance(build_info_text, bytes):
-        try:
-            build_info_text = build_info_text.decode("utf-8")
-        except UnicodeDecodeError:
-            raise LlamaServerError("%s/BUILD_INFO.json is not UTF-8 text; rebuild or redeploy the build" % link)
-    try:
-        info = json.loads(build_info_text)
-    except ValueError as exc:
-        raise LlamaServerError("%s/BUILD_INFO.json is not valid JSON (%s); rebuild or redeploy the build" % (link, exc))
-    if not isinstance(info, dict):
-        raise LlamaServerError("%s/BUILD_INFO.json must hold a JSON object" % link)
-    build_id = info.get("build_id")
-    if not isinstance(build_id, str) or not BUILD_ID_PATTERN.match(build_id):
-        raise LlamaServerError("%s/BUILD_INFO.json build_id %r is not a 12-digit hex build id" % (link, build_id))
-    binary = info.get("rpc_server_binary") or "rpc-server"
-    if not isinstance(binary, str) or not FILE_NAME_PATTERN.match(binary):
-        raise LlamaServerError("%s/BUILD_INFO.json rpc_server_binary %r is not a file name" % (link, binary))
-    return {"build_id": build_id, "build_dir": str(target), "cuda": bool(info.get("cuda")),
-            "rpc_server_binary": binary, "lockstep": lockstep_summary(info)}
-
-
-def read_deployed_build(link):
-    """deployed_build of the build behind link (the `current` link), read from disk.
-
-    The one place both serving modules read the deployed build from; raises LlamaServerError
-    naming the path when it is missing or unreadable.
-    """
-    info_path = os.path.join(link, "BUILD_INFO.json")
-    if not os.path.exists(link):
-        raise LlamaServerError("%s does not exist: deploy a llama.cpp build first (roles llama_cpp_build and "
-                               "llama_cpp_distribute)" % link)
-    try:
-        with open(info_path, "rb") as handle:
-            text = handle.read()
-    except (IOError, OSError) as exc:
-        raise LlamaServerError("cannot read %s (%s): redeploy the build" % (info_path, exc.strerror or exc))
-    return deployed_build(link, os.path.realpath(link), text)
-
-
 # --- The head's connections and the model's access -------------------------------
-
-def established_peers(ss_text):
-    """Peer endpoints of `ss -Htn state established` (columns Recv-Q Send-Q Local Peer), in order.
-
-    With a state filter ss prints no State column; IPv6 peers come as [addr]:port, the same
-    form as format_endpoint. IPv4-mapped IPv6 peers ([::ffff:10.0.0.2]:port) are given as IPv4.
-    """
-    peers = []
-    for number, line in enumerate(str(ss_text or "").splitlines(), 1):
-        fields = line.split()
-        if not fields:
-            continue
-        if len(fields) < 4:
-            raise LlamaServerError("ss line %d has %d columns, expected Recv-Q Send-Q Local Peer: %r"
-                                   % (number, len(fields), line))
-        peer = fields[3]
-        mapped = re.match(r"\A\[::ffff:([0-9.]+)\]:([0-9]+)\Z", peer)
-        if mapped:
-            peer = format_endpoint(*mapped.groups())
-        if peer not in peers:
-            peers.append(peer)
-    return peers
-
 
 # Directories a unit with these hardening settings does not see (systemd.exec(5)): ProtectHome=yes
 # makes /home, /root and /run/user inaccessible, PrivateTmp=yes gives the service its own /tmp, /var/tmp.

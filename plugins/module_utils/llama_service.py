@@ -1,19 +1,78 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, gpulab.inference contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What the services of llama.cpp (the head and the RPC servers) share beyond service_files: the
-exports every wrapper gets (CUDA order, RDMA), the head's wrapper and sandbox lines, the restart
-directives the installed systemd knows, and reading a unit's state while the head loads.
+"""What the services of llama.cpp (the head and the RPC servers) share beyond service_files: their
+error, the deployed build both serve, the exports every wrapper gets (CUDA order, RDMA), the head's
+wrapper and sandbox lines, and the restart directives the installed systemd knows.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
+import os
+import re
 
 from ansible_collections.gpulab.inference.plugins.module_utils import service_files
-from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import LlamaServerError
-from ansible_collections.gpulab.inference.plugins.module_utils.service_status import show_properties
+from ansible_collections.gpulab.inference.plugins.module_utils.llama_build_info import BUILD_ID_PATTERN, lockstep_summary
+
+# What a deployed build's BUILD_INFO.json may name as its RPC server binary.
+FILE_NAME_PATTERN = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,254}\Z")
+
+
+class LlamaServerError(ValueError):
+    """Bad input: the message names the offending value and what to do."""
+
+
+# --- The deployed build --------------------------------------------------------
+
+def deployed_build(link, target, build_info_text):
+    """What the serving roles need of the deployed build, read once for both.
+
+    link: the `current` link (or a build directory); target: where it resolves; build_info_text:
+    the bytes or text of its BUILD_INFO.json. Returns build_id, build_dir, cuda and the
+    rpc_server_binary name (ggml-rpc-server in current llama.cpp, rpc-server in older ones).
+    """
+    if isinstance(build_info_text, bytes):
+        try:
+            build_info_text = build_info_text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise LlamaServerError("%s/BUILD_INFO.json is not UTF-8 text; rebuild or redeploy the build" % link)
+    try:
+        info = json.loads(build_info_text)
+    except ValueError as exc:
+        raise LlamaServerError("%s/BUILD_INFO.json is not valid JSON (%s); rebuild or redeploy the build" % (link, exc))
+    if not isinstance(info, dict):
+        raise LlamaServerError("%s/BUILD_INFO.json must hold a JSON object" % link)
+    build_id = info.get("build_id")
+    if not isinstance(build_id, str) or not BUILD_ID_PATTERN.match(build_id):
+        raise LlamaServerError("%s/BUILD_INFO.json build_id %r is not a 12-digit hex build id" % (link, build_id))
+    binary = info.get("rpc_server_binary") or "rpc-server"
+    if not isinstance(binary, str) or not FILE_NAME_PATTERN.match(binary):
+        raise LlamaServerError("%s/BUILD_INFO.json rpc_server_binary %r is not a file name" % (link, binary))
+    return {"build_id": build_id, "build_dir": str(target), "cuda": bool(info.get("cuda")),
+            "rpc_server_binary": binary, "lockstep": lockstep_summary(info)}
+
+
+def read_deployed_build(link):
+    """deployed_build of the build behind link (the `current` link), read from disk.
+
+    The one place both serving modules read the deployed build from; raises LlamaServerError
+    naming the path when it is missing or unreadable.
+    """
+    info_path = os.path.join(link, "BUILD_INFO.json")
+    if not os.path.exists(link):
+        raise LlamaServerError("%s does not exist: deploy a llama.cpp build first (roles llama_cpp_build and "
+                               "llama_cpp_distribute)" % link)
+    try:
+        with open(info_path, "rb") as handle:
+            text = handle.read()
+    except (IOError, OSError) as exc:
+        raise LlamaServerError("cannot read %s (%s): redeploy the build" % (info_path, exc.strerror or exc))
+    return deployed_build(link, os.path.realpath(link), text)
+
+
 
 
 # --- Wrappers and units ----------------------------------------------------------
@@ -81,31 +140,3 @@ def restart_directives(systemd_version, restart_sec, max_delay_s, steps=5):
     if systemd_version >= RESTART_BACKOFF_SYSTEMD and max_delay_s > restart_sec:
         service += [("RestartSteps", str(steps)), ("RestartMaxDelaySec", str(max_delay_s))]
     return unit, service
-
-
-# A unit's properties as systemd shows them (-p A -p B) -> {A: value, B: value}: service_status's one parser of them.
-parse_unit_properties = show_properties
-
-
-def unit_failure(props, restarts_before=0):
-    """Why a unit that should be loading a model is not, or None while it may still come up.
-
-    props: parse_unit_properties of ActiveState, SubState, NRestarts, Result, ExecMainStatus.
-    A unit that failed, sits in auto-restart, or restarted since the wait began has failed.
-    """
-    state = props.get("ActiveState", "")
-    sub = props.get("SubState", "")
-    try:
-        restarts = int(props.get("NRestarts") or 0)
-    except ValueError:
-        restarts = 0
-    detail = "result %s, exit status %s" % (props.get("Result", "?"), props.get("ExecMainStatus", "?"))
-    if state == "failed":
-        return "the unit failed (%s)" % detail
-    if sub == "auto-restart":
-        return "the service exited and waits to be restarted (%s)" % detail
-    if restarts > restarts_before:
-        return "the service was restarted %d time(s) while loading (%s)" % (restarts - restarts_before, detail)
-    if state in ("inactive", "deactivating"):
-        return "the unit is %s (%s)" % (state, detail)
-    return None

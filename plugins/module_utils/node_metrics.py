@@ -26,7 +26,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 
@@ -38,12 +37,13 @@ except ImportError:  # pragma: no cover
 
 from ansible_collections.gpulab.inference.plugins.module_utils import exposure, nvidia_smi, rpc_cache
 from ansible_collections.gpulab.inference.plugins.module_utils.metrics_text import family, render, write_atomic
+# The guard's bounded runner: a command that does not finish in its limit is rc 124.
+from ansible_collections.gpulab.inference.plugins.module_utils.rpc_guard import run
 
 # The sensors no gpu_facts query reads. nvidia-smi --help-query-gpu: power.draw in W (a float),
 # temperature.gpu in degrees C, clocks.sm and clocks.mem in MHz (the current clocks).
 SENSOR_QUERY_FIELDS = ('index', 'power.draw', 'temperature.gpu', 'clocks.sm', 'clocks.mem')
 SENSOR_QUERY_ARGS = ['--query-gpu=' + ','.join(SENSOR_QUERY_FIELDS), nvidia_smi.CSV_FORMAT_ARG]
-COMMAND_LIMIT_S = 10
 HEALTH_LIMIT_S = 3
 DEFAULT_INTERVAL_S = 15
 GPU_FILE = 'gpulab-gpu.prom'
@@ -283,18 +283,6 @@ def bench_families(last_run_text):
 
 
 # ---- on the node -----------------------------------------------------------------------------
-
-def run(argv):
-    """(rc, stdout, stderr); a command that does not finish in COMMAND_LIMIT_S is rc 124."""
-    try:
-        done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                              timeout=COMMAND_LIMIT_S, check=False)
-    except subprocess.TimeoutExpired:
-        return 124, '', '%s did not finish within %d s' % (' '.join(argv), COMMAND_LIMIT_S)
-    except OSError as exc:
-        return 127, '', '%s: %s' % (argv[0], exc)
-    return done.returncode, done.stdout, done.stderr
-
 
 def read_text(path):
     """A file's text, or None when there is none (or no path)."""

@@ -15,6 +15,8 @@ __metaclass__ = type
 import json
 import re
 
+from ansible_collections.gpulab.inference.plugins.module_utils.cuda import CudaError, compute_cap_arch
+
 # The command lines the modules issue; the fake nvidia-smi of the container lab answers
 # exactly these, so change them together (tests/unit/.../test_nvidia_smi.py runs both).
 GPU_QUERY_FIELDS = (
@@ -44,7 +46,6 @@ NVML_MISMATCH_RC = 18
 MIB_PER_GIB = 1024
 
 _NOT_AVAILABLE_RE = re.compile(r'^(N/A|\[[A-Za-z][A-Za-z ./-]*\])\Z')
-_COMPUTE_CAP_RE = re.compile(r'^(\d+)\.(\d+)\Z')
 _VERSION_RE = re.compile(r'^\d+(\.\d+)+\Z')
 _KERNEL_MODULE_RE = re.compile(
     r'^NVRM version:.*?Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)(?:\s|$)')
@@ -101,20 +102,6 @@ def _data_lines(output):
     return [line for line in output.splitlines() if line.strip()]
 
 
-def cuda_arch_from_compute_cap(compute_cap):
-    """Map nvidia-smi's compute_cap ("9.0", "12.0") to the CUDA architecture number ("90", "120").
-
-    None stays None (a driver that cannot read the capability). Anything else raises.
-    """
-    if compute_cap is None:
-        return None
-    match = _COMPUTE_CAP_RE.match(compute_cap.strip())
-    if not match:
-        raise NvidiaSmiParseError(
-            'compute_cap %r is not MAJOR.MINOR (such as 9.0 or 12.0)' % (compute_cap,))
-    return '%d%s' % (int(match.group(1)), match.group(2))
-
-
 def _gpu_query_row(line, field_names):
     """One --query-gpu CSV line as {field name: text}; a wrong field count names the fields."""
     fields = [field.strip() for field in line.split(',')]
@@ -135,8 +122,8 @@ def parse_gpu_query(output):
             raise NvidiaSmiParseError('nvidia-smi field index is N/A in line: %r' % (line,))
         compute_cap = None if is_not_available(row['compute_cap']) else row['compute_cap']
         try:
-            cuda_arch = cuda_arch_from_compute_cap(compute_cap)
-        except NvidiaSmiParseError:
+            cuda_arch = None if compute_cap is None else compute_cap_arch(compute_cap)
+        except CudaError:
             raise NvidiaSmiParseError(
                 'nvidia-smi field compute_cap is %r, expected MAJOR.MINOR such as 9.0, in line: %r'
                 % (compute_cap, line)) from None

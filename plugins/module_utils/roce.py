@@ -23,6 +23,8 @@ import os
 import re
 import shlex
 
+from ansible_collections.gpulab.inference.plugins.module_utils.endpoint_rule import port_number
+
 SYSFS_INFINIBAND = os.path.join('class', 'infiniband')
 SYSFS_NET = os.path.join('class', 'net')
 
@@ -674,8 +676,7 @@ def check_ib_write_bw_options(device, gid_index, tcp_port, duration_s, rate_gbps
         raise RoceError('device %r is not an RDMA device name (e.g. mlx5_0)' % (device,))
     if gid_index < 0:
         raise RoceError('gid_index %d is negative; give the GID index roce_facts selected' % gid_index)
-    if not 0 < tcp_port < 65536:
-        raise RoceError('tcp_port %d is out of range (1-65535)' % tcp_port)
+    port_number(tcp_port, 'tcp_port', RoceError)
     if duration_s < 1:
         raise RoceError('duration_s %d must be 1 or more' % duration_s)
     if not rate_gbps >= 0:

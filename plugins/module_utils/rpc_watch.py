@@ -41,7 +41,6 @@ import os
 import signal
 import socket
 import struct
-import subprocess
 import tempfile
 import time
 
@@ -57,7 +56,6 @@ DEFAULT_HANG_AFTER_S = 5.0
 # head sends RPC_CMD_GRAPH_COMPUTE, which has no reply, and its next command waits unread until the
 # graph is done. Those signs must last this long; a stopped process needs only DEFAULT_HANG_AFTER_S.
 DEFAULT_STALL_AFTER_S = 30.0
-COMMAND_LIMIT_S = 10
 
 # /proc/net/tcp's st column (include/net/tcp_states.h)
 TCP_ESTABLISHED = '01'
@@ -381,15 +379,3 @@ class Watch(object):
         state['looked_at'] = time.time()
         write_state(self.state_file, state)
         return state
-
-
-def run_command(argv):
-    """(rc, stdout, stderr), bounded by COMMAND_LIMIT_S (rc 124 when it runs longer)."""
-    try:
-        done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                              timeout=COMMAND_LIMIT_S, check=False)
-    except subprocess.TimeoutExpired:
-        return 124, '', '%s did not finish within %d s' % (' '.join(argv), COMMAND_LIMIT_S)
-    except OSError as exc:
-        return 127, '', '%s: %s' % (argv[0], exc)
-    return done.returncode, done.stdout, done.stderr

@@ -15,9 +15,8 @@ import ipaddress
 import re
 
 from ansible_collections.gpulab.inference.plugins.module_utils import service_files
-from ansible_collections.gpulab.inference.plugins.module_utils.endpoint_rule import endpoint, refuse_unbindable
-from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import LlamaServerError, non_negative_int
-from ansible_collections.gpulab.inference.plugins.module_utils.llama_service import CUDA_ORDER_WHY, rdma_exports
+from ansible_collections.gpulab.inference.plugins.module_utils.endpoint_rule import endpoint, refuse_unbindable, whole_number
+from ansible_collections.gpulab.inference.plugins.module_utils.llama_service import CUDA_ORDER_WHY, LlamaServerError, rdma_exports
 from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import ServiceManagerError, service_names
 
 
@@ -28,7 +27,7 @@ def _gpu_index(gpu, position):
     if not isinstance(gpu, dict) or "index" not in gpu:
         raise LlamaServerError(
             "gpus entry %d (%r) has no index; pass the gpulab_gpus facts of gpu_preflight" % (position, gpu))
-    return non_negative_int(gpu["index"], "gpus entry %d index" % position)
+    return whole_number(gpu["index"], "gpus entry %d index" % position, LlamaServerError)
 
 
 def rpc_devices(cuda, gpus, gpu_indices=None):
@@ -54,7 +53,7 @@ def rpc_devices(cuda, gpus, gpu_indices=None):
             "the llama.cpp build has CUDA but no GPU was found on this node (gpulab_gpus is empty); "
             "run gpu_preflight first or deploy a CPU build here")
     if gpu_indices:
-        selected = [non_negative_int(i, "llama_rpc_server_gpu_indices entry") for i in gpu_indices]
+        selected = [whole_number(i, "llama_rpc_server_gpu_indices entry", LlamaServerError) for i in gpu_indices]
         twice = sorted(set(i for i in selected if selected.count(i) > 1))
         if twice:
             raise LlamaServerError(
@@ -82,7 +81,7 @@ def memory_mib(value, what):
     """A memory figure in MiB: None (unknown) or a whole number >= 0; a negative or odd one is refused."""
     if value is None:
         return None
-    return non_negative_int(value, what)
+    return whole_number(value, what, LlamaServerError)
 
 
 def meminfo_total_mib(text):
@@ -180,7 +179,7 @@ def rpc_server_wrapper(server, build, address, settings, rdma_environment=None):
     unit = service_files.checked(settings["unit"], "llama_rpc_server_unit_name", error)
     bin_dir = service_files.checked(settings["bin_dir"], "llama_rpc_server_bin_dir", error)
     cache_dir = service_files.checked(settings.get("cache_dir"), "llama_rpc_server_cache_dir", error)
-    threads = non_negative_int(settings.get("threads") or 0, "llama_rpc_server_threads")
+    threads = whole_number(settings.get("threads") or 0, "llama_rpc_server_threads", LlamaServerError)
     host = service_files.checked(settings.get("host") or "this node", "inventory_hostname", error)
     instance = server["instance"]
     gpu = "" if server["gpu_index"] is None else " = nvidia-smi GPU %s" % server["gpu_index"]

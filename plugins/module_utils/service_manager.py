@@ -170,6 +170,16 @@ def program_units(program):
     return names
 
 
+def matching_pattern(patterns, names):
+    """The first fnmatch pattern (case-sensitive) that matches one of names, or None: how the drain
+    and the GGUF plan match unit patterns (gpulab_own_unit_patterns, keep) against units and programs."""
+    for pattern in patterns:
+        for name in names:
+            if fnmatch.fnmatchcase(name, pattern):
+                return pattern
+    return None
+
+
 def _ordered_matches(names, patterns, aliases):
     ordered = []
     for pattern in patterns:
@@ -243,7 +253,7 @@ def active_programs(states):
 
 def program_failure(state, pid_before=None):
     """Why a supervisord program that should be loading a model is not, or None while it may still
-    come up (llama_service.unit_failure's counterpart under supervisor).
+    come up (service_status.unit_failure's counterpart under supervisor).
 
     state: parse_supervisorctl_states's entry for the program, or None when supervisord does not
     know it. A program that gave up (FATAL), exited, waits to be started again (BACKOFF), is stopped,

@@ -137,6 +137,30 @@ def show_properties(text):
     return properties
 
 
+def unit_failure(props, restarts_before=0):
+    """Why a unit that should be loading a model is not, or None while it may still come up.
+
+    props: show_properties of ActiveState, SubState, NRestarts, Result, ExecMainStatus.
+    A unit that failed, sits in auto-restart, or restarted since the wait began has failed.
+    """
+    state = props.get("ActiveState", "")
+    sub = props.get("SubState", "")
+    try:
+        restarts = int(props.get("NRestarts") or 0)
+    except ValueError:
+        restarts = 0
+    detail = "result %s, exit status %s" % (props.get("Result", "?"), props.get("ExecMainStatus", "?"))
+    if state == "failed":
+        return "the unit failed (%s)" % detail
+    if sub == "auto-restart":
+        return "the service exited and waits to be restarted (%s)" % detail
+    if restarts > restarts_before:
+        return "the service was restarted %d time(s) while loading (%s)" % (restarts - restarts_before, detail)
+    if state in ("inactive", "deactivating"):
+        return "the unit is %s (%s)" % (state, detail)
+    return None
+
+
 def parse_systemctl_show(text):
     """{unit: status} from `systemctl show --property=...` of several units (blocks separated by an
     empty line, each with Id=). Start time: when the unit last became active (empty: never)."""

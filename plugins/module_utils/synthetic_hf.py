@@ -31,8 +31,7 @@ import random
 import struct
 
 from ansible_collections.gpulab.inference.plugins.module_utils import hf_checkpoint as hf
-from ansible_collections.gpulab.inference.plugins.module_utils.atomic_file import atomic_write
-from ansible_collections.gpulab.inference.plugins.module_utils.synthetic_model import free_space_problem
+from ansible_collections.gpulab.inference.plugins.module_utils.atomic_file import atomic_write, free_space_problem
 
 # bump when the bytes written for the same options change
 GENERATOR_REVISION = 1

@@ -803,23 +803,12 @@ def existing_directory(path):
     return path
 
 
-def free_space_problem(directory, free_bytes, needed_bytes, reclaimable_bytes=0):
-    """The message when free space plus what stale temporary files hold cannot take the model, else None."""
-    if free_bytes + reclaimable_bytes >= needed_bytes:
-        return None
-    gib = float(1 << 30)
-    text = "%s has %.3f GiB free" % (directory, free_bytes / gib)
-    if reclaimable_bytes:
-        text += " (%.3f GiB more once the temporary files of an interrupted run are removed)" % (reclaimable_bytes / gib)
-    return "%s, the model needs %.3f GiB; free space or lower layers/experts" % (text, needed_bytes / gib)
-
-
 def check_free_space(directory, needed_bytes, reclaimable_bytes=0):
     """Fail before writing when the filesystem cannot hold the new files (written beside the
     old ones, which are replaced only at the end); reclaimable_bytes are held by stale
     temporary files that are removed first."""
     stat = os.statvfs(directory)
-    problem = free_space_problem(directory, stat.f_bavail * stat.f_frsize, needed_bytes, reclaimable_bytes)
+    problem = atomic_file.free_space_problem(directory, stat.f_bavail * stat.f_frsize, needed_bytes, reclaimable_bytes)
     if problem:
         raise SyntheticModelError(problem)
 

@@ -93,7 +93,7 @@ current:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpulab.inference.plugins.module_utils.llama_cpp import (
+from ansible_collections.gpulab.inference.plugins.module_utils.llama_build_info import (
     LlamaCppError,
     check_lockstep_summary,
     checksum_mismatches,

@@ -69,7 +69,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.endpoint_rule imp
     listen_address,
     port_number,
 )
-from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import LlamaServerError, established_peers
+from ansible_collections.gpulab.inference.plugins.module_utils.exposure import ExposureError, established_peers
 
 
 def connects(address, port, timeout_s):
@@ -105,7 +105,7 @@ def main():
             port = port_number(item.get("port"), "endpoints entry %d port" % position)
             address = listen_address(item.get("address"), "endpoints entry %d address" % position)
             targets.append((str(item.get("host") or address), address, port, format_endpoint(address, port)))
-    except (LlamaServerError, EndpointError) as exc:
+    except (ExposureError, EndpointError) as exc:
         module.fail_json(msg=str(exc))
     attached, probed, unreachable = [], [], []
     for host, address, port, endpoint in targets:

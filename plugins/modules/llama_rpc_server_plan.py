@@ -331,8 +331,11 @@ from ansible_collections.gpulab.inference.plugins.module_utils.exposure import (
     ssh_ports,
 )
 from ansible_collections.gpulab.inference.plugins.module_utils.roce import RoceError, rpc_rdma_settings
-from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import LlamaServerError, read_deployed_build
-from ansible_collections.gpulab.inference.plugins.module_utils.llama_service import restart_directives
+from ansible_collections.gpulab.inference.plugins.module_utils.llama_service import (
+    LlamaServerError,
+    read_deployed_build,
+    restart_directives,
+)
 from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import systemd_booted
 from ansible_collections.gpulab.inference.plugins.module_utils.service_status import (
     ServiceStatusError,

@@ -92,12 +92,9 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
-from ansible_collections.gpulab.inference.plugins.module_utils.bench_stats import BenchInputError, parse_base_url
 from ansible_collections.gpulab.inference.plugins.module_utils.bounded_command import BoundedRunner, timed_out
-from ansible_collections.gpulab.inference.plugins.module_utils.llama_service import (
-    parse_unit_properties,
-    unit_failure,
-)
+from ansible_collections.gpulab.inference.plugins.module_utils.endpoint_rule import EndpointError, parse_url
+from ansible_collections.gpulab.inference.plugins.module_utils.service_status import show_properties, unit_failure
 from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import (
     SUPERVISORCTL_STATUS_RCS,
     parse_supervisorctl_states,
@@ -124,7 +121,7 @@ class SystemdWatch:
         rc, out, err = self.runner.run(command)
         if rc != 0:
             self.module.fail_json(msg="systemctl show %s failed: %s" % (self.params["unit"], err.strip()), rc=rc)
-        return parse_unit_properties(out)
+        return show_properties(out)
 
     def begin(self):
         try:
@@ -241,9 +238,9 @@ def main():
             module.fail_json(msg="%s is %d; give a number > 0" % (name, module.params[name]))
     # A URL that cannot be opened would only time out after timeout_s: refuse it at once.
     try:
-        parse_base_url(module.params["url"])
-    except BenchInputError as exc:
-        module.fail_json(msg=str(exc).replace("base_url", "url", 1))
+        parse_url(module.params["url"], "url")
+    except EndpointError as exc:
+        module.fail_json(msg=str(exc))
     if module.check_mode:
         module.exit_json(changed=False, waited_s=0)
     waited = HealthWait(module).run()

@@ -301,7 +301,6 @@ from ansible_collections.gpulab.inference.plugins.module_utils.llama_server impo
     lockstep_problems,
     missing_shards,
     model_shards,
-    read_deployed_build,
     rpc_endpoints,
     sandbox_problem,
     tensor_split,
@@ -310,6 +309,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.llama_server impo
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_service import (
     head_unit_sandbox,
     head_wrapper_lines,
+    read_deployed_build,
     restart_directives,
 )
 

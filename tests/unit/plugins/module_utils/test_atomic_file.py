@@ -152,3 +152,11 @@ def test_keep_file_writes_only_what_moved_and_makes_its_directory(tmp_path):
     assert af.keep_file(str(path), af.nice_json({'a': 2})) is True
     assert path.read_text() == '{\n    "a": 2\n}\n'
     assert sorted(p.name for p in path.parent.iterdir()) == ['record.json']
+
+
+def test_free_space_counts_what_stale_temp_files_hold():
+    assert af.free_space_problem("/m", 10, 15, reclaimable_bytes=5) is None
+    problem = af.free_space_problem("/m", 10 << 30, 20 << 30, reclaimable_bytes=5 << 30)
+    assert problem == ("/m has 10.000 GiB free (5.000 GiB more once the temporary files of an interrupted run "
+                       "are removed), the model needs 20.000 GiB; free space or lower layers/experts")
+    assert af.free_space_problem("/m", 0, 1) == "/m has 0.000 GiB free, the model needs 0.000 GiB; free space or lower layers/experts"

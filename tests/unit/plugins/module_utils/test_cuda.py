@@ -127,3 +127,24 @@ def test_compiled_arch_runs_on(arch, cap, runs):
 @pytest.mark.parametrize("version, parsed", [("12.8.93", (12, 8)), ("13.0", (13, 0)), ("", None), (None, None), ("v12", None)])
 def test_major_minor(version, parsed):
     assert cuda.major_minor(version) == parsed
+
+
+# One compute-capability parser for gpu_facts, nvidia-smi's answers and the build's architectures.
+@pytest.mark.parametrize("cap, arch", [
+    ("12.0", "120"),   # Blackwell workstation (RTX PRO 6000)
+    ("10.0", "100"),   # Blackwell datacenter
+    ("9.0", "90"),     # Hopper (H200)
+    ("8.9", "89"),     # Ada
+    ("8.6", "86"),     # Ampere consumer
+    ("7.5", "75"),     # Turing
+    ("12.1", "121"),
+    (" 12.1 ", "121"),
+])
+def test_compute_cap_maps_to_cmake_arch(cap, arch):
+    assert cuda.compute_cap_arch(cap) == arch
+
+
+@pytest.mark.parametrize("cap", ["12", "sm_120", "", "12.0.1", "twelve", "9", "x.y", None])
+def test_malformed_compute_cap_is_rejected(cap):
+    with pytest.raises(cuda.CudaError, match="compute capability .* MAJOR.MINOR"):
+        cuda.compute_cap_arch(cap)

@@ -10,6 +10,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.exposure import (
     api_exposure,
     clear_of_ssh,
     engine_apis,
+    established_peers,
     is_loopback,
     listeners,
     listening_sockets,
@@ -87,7 +88,7 @@ def test_ssh_ports_from_ansible_port_and_sshd():
     assert ssh_ports(node_listeners()) == [22]
     assert ssh_ports(node_listeners(), "2222") == [22, 2222]
     assert ssh_ports([], None) == [22]
-    with pytest.raises(ExposureError, match="ansible_port='ssh' is not a port"):
+    with pytest.raises(ExposureError, match="ansible_port 'ssh' is not a port number"):
         ssh_ports([], "ssh")
 
 
@@ -115,7 +116,7 @@ def test_a_port_of_an_unknown_place_is_named():
 
 @pytest.mark.parametrize("value", ["http", 0, 65536, True, None])
 def test_a_value_that_is_not_a_port_is_named(value):
-    with pytest.raises(ExposureError, match="llama_server_port=.* is not a port"):
+    with pytest.raises(ExposureError, match=r"llama_server_port .*(not a port number|out of range) \(1-65535\)"):
         planned({"head": True}, ["llama_cpp"], dict(SETTINGS, llama_server_port=value))
 
 
@@ -209,3 +210,24 @@ def test_every_port_variable_on_another_services_port_is_refused_naming_it(varia
     problems = port_problems("node-a", planned(EVERY_PORT, ["llama_cpp", "vllm"], settings), node_listeners(), [22], OWN)
     assert [p for p in problems if p.startswith("%s=3306 on node-a: " % variable)
             and "taken by mysqld (pid 120, user mysql)" in p], problems
+
+
+# `ss -Htn state established` of iproute2 6.1 (Debian 12): the two first lines as a lab head prints
+# them while llama-server holds both workers; the last two in ss's form for IPv4-mapped and IPv6 peers.
+SS_ESTABLISHED = """\
+0      0          10.231.77.10:41862    10.231.77.11:50052
+0      0          10.231.77.10:57120    10.231.77.12:50052
+0      0     [::ffff:127.0.0.1]:8080  [::ffff:127.0.0.1]:40312
+0      0              [fd00::10]:40000        [fd00::11]:50052
+"""
+
+
+def test_established_peers():
+    assert established_peers(SS_ESTABLISHED) == [
+        "10.231.77.11:50052", "10.231.77.12:50052", "127.0.0.1:40312", "[fd00::11]:50052"]
+    assert established_peers("") == []
+
+
+def test_established_peers_short_line_is_named():
+    with pytest.raises(ExposureError, match="ss line 2 has 2 columns"):
+        established_peers("0 0 a:1 b:2\n0 0\n")

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from ansible_collections.gpulab.inference.plugins.module_utils import llama_build_info as bi
 from ansible_collections.gpulab.inference.plugins.module_utils import llama_cpp as lc
 
 PINNED_CUDA_ID = "2fad4334d9e2"
@@ -14,27 +15,6 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "llama_cpp"
 
 def fixture(name):
     return (FIXTURES / name).read_text()
-
-
-# --- architecture mapping ----------------------------------------------------
-
-@pytest.mark.parametrize("cap, arch", [
-    ("12.0", "120"),   # Blackwell workstation (RTX PRO 6000)
-    ("10.0", "100"),   # Blackwell datacenter
-    ("9.0", "90"),     # Hopper (H200)
-    ("8.9", "89"),     # Ada
-    ("8.6", "86"),     # Ampere consumer
-    ("7.5", "75"),     # Turing
-    (" 12.1 ", "121"),
-])
-def test_compute_cap_maps_to_cmake_arch(cap, arch):
-    assert lc.compute_cap_to_cuda_arch(cap) == arch
-
-
-@pytest.mark.parametrize("cap", ["12", "sm_120", "", "12.0.1", "twelve"])
-def test_malformed_compute_cap_is_rejected(cap):
-    with pytest.raises(lc.LlamaCppError, match="compute capability"):
-        lc.compute_cap_to_cuda_arch(cap)
 
 
 def test_architectures_from_gpus_unique_and_sorted():
@@ -266,7 +246,7 @@ INFO = {
 
 
 def test_build_info_round_trip():
-    assert lc.parse_build_info(json.dumps(INFO)) == INFO
+    assert bi.parse_build_info(json.dumps(INFO)) == INFO
 
 
 @pytest.mark.parametrize("text, message", [
@@ -289,12 +269,7 @@ def test_build_info_round_trip():
 ])
 def test_bad_build_info(text, message):
     with pytest.raises(lc.LlamaCppError, match=message):
-        lc.parse_build_info(text)
-
-
-def test_checksum_mismatches():
-    assert lc.checksum_mismatches({"a": "1", "b": "2"}, {"a": "1", "b": "2"}) == []
-    assert lc.checksum_mismatches({"a": "1", "b": "2", "c": "3"}, {"a": "9", "b": "2"}) == ["a", "c"]
+        bi.parse_build_info(text)
 
 
 # --- compatibility ------------------------------------------------------------------------
@@ -390,8 +365,8 @@ def test_cmake_cache_with_a_strange_architecture_is_named():
 
 def test_non_utf8_build_info_is_named():
     with pytest.raises(lc.LlamaCppError, match="not UTF-8"):
-        lc.parse_build_info(b'{"build_id": "\xff\xfe"}')
-    assert lc.parse_build_info(json.dumps(INFO).encode()) == INFO
+        bi.parse_build_info(b'{"build_id": "\xff\xfe"}')
+    assert bi.parse_build_info(json.dumps(INFO).encode()) == INFO
 
 
 # --- BUILD_INFO.json composition -------------------------------------------------------------------
@@ -409,7 +384,7 @@ def test_build_info_records_architectures_as_compiled():
     assert info["cuda_architectures"] == ["90-real", "120a-real"]
     assert (info["build_id"], info["commit"], info["build_number"]) == ("0123456789ab", "0c1e570", "0")
     assert info["nvcc_version"] == "12.8.93"
-    assert lc.parse_build_info(json.dumps(info))["binaries"] == {"llama-server": "a" * 64}
+    assert bi.parse_build_info(json.dumps(info))["binaries"] == {"llama-server": "a" * 64}
 
 
 def test_cpu_build_info_has_no_toolkit():
@@ -507,32 +482,6 @@ def test_override_too_new_for_the_toolkit_is_refused():
 
 # --- the one lockstep rule (distribution and the head) -----------------------------------------------
 
-REF = dict(INFO, source={"kind": "archive", "id": "archive:sha256:00"})
-
-
-@pytest.mark.parametrize("change, expected", [
-    ({}, None),
-    # Local builds that had to be: another CPU, an older glibc, an older CUDA major.
-    ({"build_id": "bbbbbbbbbbbb", "cpu_arch": "aarch64"}, None),
-    ({"build_id": "bbbbbbbbbbbb", "glibc_version": "2.31"}, None),
-    ({"build_id": "bbbbbbbbbbbb", "nvcc_version": "11.8.89"}, None),
-    # Another id that the node could have shared: not in lockstep.
-    ({"build_id": "bbbbbbbbbbbb"}, "could run the cluster's build 0123456789ab"),
-    ({"build_id": "bbbbbbbbbbbb", "glibc_version": "2.39"}, "could run the cluster's build"),
-    # Another source: another RPC protocol.
-    ({"build_id": "bbbbbbbbbbbb", "cpu_arch": "aarch64", "source": {"id": "git:x@1"}}, "same source on every node"),
-])
-def test_lockstep_rule(change, expected):
-    problem = lc.lockstep_problem(REF, dict(REF, **change), "node-b")
-    if expected is None:
-        assert problem is None
-    else:
-        assert "node-b" in problem and expected in problem
-
-
-def test_lockstep_without_a_build_names_the_node():
-    assert "node-c has no valid llama.cpp build (expected 0123456789ab)" == lc.lockstep_problem(REF, {}, "node-c")
-
 
 # --- pruning -----------------------------------------------------------------------------------------
 
@@ -565,15 +514,6 @@ def test_referenced_build_ids_are_read_from_wrappers_and_units():
              "/opt/gpulab/llama.cpp/abcdefabcdef0/bin (13 digits: not a build id)\n"
              "/other/llama.cpp/fedcba987654/bin\n"]
     assert lc.referenced_build_ids(texts, "/opt/gpulab/llama.cpp/") == ["0123456789ab"]
-
-
-def test_lockstep_summary_is_enough_for_the_rule():
-    summary = lc.lockstep_summary(dict(REF, build_id="bbbbbbbbbbbb", cpu_arch="aarch64"))
-    assert sorted(summary) == sorted(lc.LOCKSTEP_FIELDS)
-    assert lc.lockstep_problem(REF, summary, "node-b") is None
-    # A manifest that carries only a build id: the same id passes, another one is refused.
-    assert lc.lockstep_problem(REF, {"build_id": REF["build_id"]}, "node-b") is None
-    assert "same source" in lc.lockstep_problem(REF, {"build_id": "bbbbbbbbbbbb"}, "node-b")
 
 
 @pytest.mark.parametrize("current", ["aaaaaaaaaaa9", "", None, "aaaaaaaaaaa4\n", 12])

@@ -11,11 +11,8 @@ from ansible_collections.gpulab.inference.plugins.module_utils.llama_server impo
     LlamaServerError,
     access_problem,
     check_health_settings,
-    deployed_build,
-    established_peers,
     gguf_magic_problem,
     lockstep_problems,
-    read_deployed_build,
     sandbox_problem,
     worker_manifest,
     device_order,
@@ -352,75 +349,6 @@ def test_manifest_build_info_as_llama_rpc_server_writes_it_passes():
 def test_manifest_build_info_must_be_an_object():
     with pytest.raises(LlamaServerError, match="build_info must be an object"):
         worker_manifest(dict(MANIFEST, build_info="0123456789ab"))
-
-
-# --- deployed build --------------------------------------------------------------
-
-def test_deployed_build_reads_what_serving_needs():
-    text = b'{"build_id": "0123456789ab", "cuda": true, "rpc_server_binary": "ggml-rpc-server", "compiler": "gcc 12"}'
-    assert deployed_build("/opt/gpulab/llama.cpp/current", "/opt/gpulab/llama.cpp/0123456789ab", text) == {
-        "build_id": "0123456789ab", "build_dir": "/opt/gpulab/llama.cpp/0123456789ab", "cuda": True,
-        "rpc_server_binary": "ggml-rpc-server",
-        "lockstep": {"build_id": "0123456789ab", "source": None, "cpu_arch": None, "glibc_version": None, "cuda": True,
-                     "nvcc_version": None}}
-
-
-def test_deployed_build_of_older_llama_cpp_names_rpc_server():
-    assert deployed_build("/b", "/b", '{"build_id": "0123456789ab"}')["rpc_server_binary"] == "rpc-server"
-
-
-@pytest.mark.parametrize("text, message", [
-    (b'{"build_id": "0123456789ab", "compiler": "\xe9"}', "BUILD_INFO.json is not UTF-8 text"),
-    (b"{", "BUILD_INFO.json is not valid JSON"),
-    (b"[]", "BUILD_INFO.json must hold a JSON object"),
-    (b'{"build_id": "current"}', "build_id 'current' is not a 12-digit hex build id"),
-    (b'{"build_id": "0123456789ab", "rpc_server_binary": "../sh"}', "rpc_server_binary '../sh' is not a file name"),
-    (b'{"build_id": "0123456789ab\\n"}', "build_id '0123456789ab\\n' is not a 12-digit hex build id"),
-    (b'{"build_id": 123456789012}', "build_id 123456789012 is not a 12-digit hex build id"),
-    (b'{"build_id": "0123456789ab", "rpc_server_binary": "rpc-server\\nid"}', "is not a file name"),
-    (b'{"build_id": "0123456789ab", "rpc_server_binary": ["rpc-server"]}', "is not a file name"),
-])
-def test_deployed_build_refuses_bad_build_info(text, message):
-    with pytest.raises(LlamaServerError, match=re.escape("/b/BUILD_INFO.json")):
-        deployed_build("/b", "/b", text)
-    with pytest.raises(LlamaServerError, match=re.escape(message)):
-        deployed_build("/b", "/b", text)
-
-
-def test_read_deployed_build_follows_the_link(tmp_path):
-    target = tmp_path / "0123456789ab"
-    target.mkdir()
-    (target / "BUILD_INFO.json").write_text('{"build_id": "0123456789ab", "cuda": false}')
-    (tmp_path / "current").symlink_to(target)
-    assert read_deployed_build(str(tmp_path / "current"))["build_dir"] == str(target)
-
-
-def test_read_deployed_build_names_what_is_missing(tmp_path):
-    with pytest.raises(LlamaServerError, match="current does not exist: deploy a llama.cpp build first"):
-        read_deployed_build(str(tmp_path / "current"))
-    with pytest.raises(LlamaServerError, match=re.escape("cannot read %s/BUILD_INFO.json" % tmp_path)):
-        read_deployed_build(str(tmp_path))
-
-
-# `ss -Htn state established` of iproute2 6.1 (Debian 12): the two first lines as a lab head prints
-# them while llama-server holds both workers; the last two in ss's form for IPv4-mapped and IPv6 peers.
-SS_ESTABLISHED = """\
-0      0          10.231.77.10:41862    10.231.77.11:50052
-0      0          10.231.77.10:57120    10.231.77.12:50052
-0      0     [::ffff:127.0.0.1]:8080  [::ffff:127.0.0.1]:40312
-0      0              [fd00::10]:40000        [fd00::11]:50052
-"""
-
-
-def test_established_peers():
-    assert established_peers(SS_ESTABLISHED) == [
-        "10.231.77.11:50052", "10.231.77.12:50052", "127.0.0.1:40312", "[fd00::11]:50052"]
-    assert established_peers("") == []
-
-
-def test_established_peers_short_line_is_named():
-    with pytest.raises(LlamaServerError, match="ss line 2 has 2 columns"):
-        established_peers("0 0 a:1 b:2\n0 0\n")
 
 
 # --- fail fast -------------------------------------------------------------------

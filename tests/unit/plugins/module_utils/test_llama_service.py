@@ -1,20 +1,20 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to gpulab.inference
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What llama.cpp's services share (llama_service): the head's wrapper and sandbox lines, the restart
-directives per systemd version, and a unit's state while the head loads."""
+"""What llama.cpp's services share (llama_service): the deployed build, the head's wrapper and sandbox
+lines, and the restart directives per systemd version."""
 
 import re
 
 import pytest
 
-from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import LlamaServerError
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_service import (
+    LlamaServerError,
+    deployed_build,
     head_unit_sandbox,
     head_wrapper_lines,
-    parse_unit_properties,
+    read_deployed_build,
     restart_directives,
-    unit_failure,
 )
 from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import parse_version
 
@@ -85,25 +85,49 @@ def test_restart_settings_refused():
         restart_directives(252, 5, 2)
 
 
-SHOW_RUNNING = "ActiveState=active\nSubState=running\nNRestarts=2\nResult=success\nExecMainStatus=0\n"
+# --- deployed build --------------------------------------------------------------
+
+def test_deployed_build_reads_what_serving_needs():
+    text = b'{"build_id": "0123456789ab", "cuda": true, "rpc_server_binary": "ggml-rpc-server", "compiler": "gcc 12"}'
+    assert deployed_build("/opt/gpulab/llama.cpp/current", "/opt/gpulab/llama.cpp/0123456789ab", text) == {
+        "build_id": "0123456789ab", "build_dir": "/opt/gpulab/llama.cpp/0123456789ab", "cuda": True,
+        "rpc_server_binary": "ggml-rpc-server",
+        "lockstep": {"build_id": "0123456789ab", "source": None, "cpu_arch": None, "glibc_version": None, "cuda": True,
+                     "nvcc_version": None}}
 
 
-def test_unit_properties():
-    assert parse_unit_properties(SHOW_RUNNING)["NRestarts"] == "2"
+def test_deployed_build_of_older_llama_cpp_names_rpc_server():
+    assert deployed_build("/b", "/b", '{"build_id": "0123456789ab"}')["rpc_server_binary"] == "rpc-server"
 
 
-@pytest.mark.parametrize("text, restarts_before, reason", [
-    (SHOW_RUNNING, 2, None),
-    ("ActiveState=activating\nSubState=auto-restart\nNRestarts=2\nResult=exit-code\nExecMainStatus=69", 2,
-     "the service exited and waits to be restarted (result exit-code, exit status 69)"),
-    ("ActiveState=failed\nSubState=failed\nNRestarts=0\nResult=exit-code\nExecMainStatus=1", 0,
-     "the unit failed (result exit-code, exit status 1)"),
-    (SHOW_RUNNING, 1, "the service was restarted 1 time(s) while loading"),
-    ("ActiveState=inactive\nSubState=dead\nNRestarts=0", 0, "the unit is inactive"),
+@pytest.mark.parametrize("text, message", [
+    (b'{"build_id": "0123456789ab", "compiler": "\xe9"}', "BUILD_INFO.json is not UTF-8 text"),
+    (b"{", "BUILD_INFO.json is not valid JSON"),
+    (b"[]", "BUILD_INFO.json must hold a JSON object"),
+    (b'{"build_id": "current"}', "build_id 'current' is not a 12-digit hex build id"),
+    (b'{"build_id": "0123456789ab", "rpc_server_binary": "../sh"}', "rpc_server_binary '../sh' is not a file name"),
+    (b'{"build_id": "0123456789ab\\n"}', "build_id '0123456789ab\\n' is not a 12-digit hex build id"),
+    (b'{"build_id": 123456789012}', "build_id 123456789012 is not a 12-digit hex build id"),
+    (b'{"build_id": "0123456789ab", "rpc_server_binary": "rpc-server\\nid"}', "is not a file name"),
+    (b'{"build_id": "0123456789ab", "rpc_server_binary": ["rpc-server"]}', "is not a file name"),
 ])
-def test_unit_failure(text, restarts_before, reason):
-    found = unit_failure(parse_unit_properties(text), restarts_before)
-    if reason is None:
-        assert found is None
-    else:
-        assert found.startswith(reason)
+def test_deployed_build_refuses_bad_build_info(text, message):
+    with pytest.raises(LlamaServerError, match=re.escape("/b/BUILD_INFO.json")):
+        deployed_build("/b", "/b", text)
+    with pytest.raises(LlamaServerError, match=re.escape(message)):
+        deployed_build("/b", "/b", text)
+
+
+def test_read_deployed_build_follows_the_link(tmp_path):
+    target = tmp_path / "0123456789ab"
+    target.mkdir()
+    (target / "BUILD_INFO.json").write_text('{"build_id": "0123456789ab", "cuda": false}')
+    (tmp_path / "current").symlink_to(target)
+    assert read_deployed_build(str(tmp_path / "current"))["build_dir"] == str(target)
+
+
+def test_read_deployed_build_names_what_is_missing(tmp_path):
+    with pytest.raises(LlamaServerError, match="current does not exist: deploy a llama.cpp build first"):
+        read_deployed_build(str(tmp_path / "current"))
+    with pytest.raises(LlamaServerError, match=re.escape("cannot read %s/BUILD_INFO.json" % tmp_path)):
+        read_deployed_build(str(tmp_path))

@@ -8,8 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ansible_collections.gpulab.inference.plugins.module_utils import node_metrics, nvidia_smi
+from module_utils_closure import closure
 from ansible_collections.gpulab.inference.plugins.module_utils.metrics_text import render
 from ansible_collections.gpulab.inference.plugins.module_utils.node_metrics import (
     NodeMetricsError,
@@ -28,6 +30,9 @@ from ansible_collections.gpulab.inference.plugins.module_utils.node_metrics impo
 REPO_ROOT = Path(__file__).resolve().parents[4]
 FAKE_NVIDIA_SMI = REPO_ROOT / 'molecule' / 'lab' / 'files' / 'fake-nvidia-smi'
 H200 = REPO_ROOT / 'molecule' / 'lab' / 'files' / 'nvidia-smi' / 'h200'
+# The files role monitoring installs for the collector.
+COLLECTOR_FILES = yaml.safe_load((REPO_ROOT / 'roles' / 'monitoring' / 'vars' / 'main.yml').read_text())[
+    '__monitoring_collector_modules']
 GPU_QUERY = (
     '0, GPU-aaaa, NVIDIA H200, 00000000:00:06.0, 580.159.04, 9.0, 143771, 81920, 61851, 31\n'
     '1, GPU-bbbb, NVIDIA H200, 00000000:00:07.0, 580.159.04, 9.0, 143771, 0, 143156, [N/A]\n')
@@ -196,7 +201,7 @@ def test_one_pass_on_a_node_with_the_fake_nvidia_smi(tmp_path):
     lib = tmp_path / 'lib' / 'ansible_collections' / 'gpulab' / 'inference' / 'plugins' / 'module_utils'
     lib.mkdir(parents=True)
     source = REPO_ROOT / 'plugins' / 'module_utils'
-    for name in ('node_metrics.py', 'metrics_text.py', 'nvidia_smi.py', 'rpc_cache.py', 'exposure.py'):
+    for name in COLLECTOR_FILES:
         (lib / name).write_text((source / name).read_text())
     textfiles = tmp_path / 'textfile'
     textfiles.mkdir()
@@ -272,3 +277,7 @@ def test_healthy_reads_the_status_of_one_get():
         server.shutdown()
         server.server_close()
     assert _healthy(base + '/health') is False
+
+
+def test_the_role_installs_what_the_collector_imports():
+    assert sorted(COLLECTOR_FILES) == sorted(name + '.py' for name in closure(['node_metrics']))

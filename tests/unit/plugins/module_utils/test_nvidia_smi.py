@@ -12,7 +12,6 @@ from ansible_collections.gpulab.inference.plugins.module_utils import nvidia_smi
 from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi import (
     NvidiaSmiParseError,
     build_residency,
-    cuda_arch_from_compute_cap,
     driver_facts,
     is_nvml_mismatch,
     merge_mig_modes,
@@ -135,19 +134,6 @@ def test_gpu_query_na_uuid_is_an_error():
     line = '0, [N/A], NVIDIA H200, 00000000:00:06.0, 580.159.04, 9.0, 143771, 0, 143156, 0'
     with pytest.raises(NvidiaSmiParseError, match='uuid is empty or N/A'):
         parse_gpu_query(line)
-
-
-@pytest.mark.parametrize('compute_cap, cuda_arch', [
-    ('12.0', '120'), ('10.0', '100'), ('9.0', '90'), ('8.9', '89'), ('8.6', '86'), ('12.1', '121'), (None, None),
-])
-def test_cuda_arch_from_compute_cap(compute_cap, cuda_arch):
-    assert cuda_arch_from_compute_cap(compute_cap) == cuda_arch
-
-
-@pytest.mark.parametrize('compute_cap', ['9', '9.0.1', 'x.y', ''])
-def test_cuda_arch_rejects_malformed(compute_cap):
-    with pytest.raises(NvidiaSmiParseError, match='MAJOR.MINOR'):
-        cuda_arch_from_compute_cap(compute_cap)
 
 
 # --- MIG mode --------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from ansible_collections.gpulab.inference.plugins.module_utils.llama_server import LlamaServerError
+from ansible_collections.gpulab.inference.plugins.module_utils.llama_service import LlamaServerError
 from ansible_collections.gpulab.inference.plugins.module_utils.rpc_worker import (
     meminfo_total_mib,
     check_bind_address,

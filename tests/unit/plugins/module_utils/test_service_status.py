@@ -156,14 +156,13 @@ def test_show_blocks_keep_the_units_order_and_list_units_asks_for_every_state():
 
 
 def test_one_units_properties_and_one_parser_per_systemctl_answer():
-    from ansible_collections.gpulab.inference.plugins.module_utils import gpu_drain, llama_service, service_status
+    from ansible_collections.gpulab.inference.plugins.module_utils import gpu_drain, service_status
     text = "ActiveState=active\nSubState=running\nExecStart={ path=/x ; argv[]=/x --a=b }\n\n"
     assert service_status.show_properties(text) == {
         "ActiveState": "active", "SubState": "running", "ExecStart": "{ path=/x ; argv[]=/x --a=b }"}
     assert service_status.show_properties(None) == {}
     # the drain and the health wait read systemctl show and list-units with service_status's parsers
     assert gpu_drain.parse_systemctl_show is service_status.show_properties
-    assert llama_service.parse_unit_properties is service_status.show_properties
     listed = "\u25cf ollama.service loaded active running Ollama\ncron.service loaded active running cron\n"
     assert gpu_drain.parse_active_units(listed) == ["ollama.service", "cron.service"]
 
@@ -199,3 +198,27 @@ def test_active_units_reads_one_state_per_name():
     assert asked == [["is-active", "firewalld.service", "ufw.service", "x.service"]]
     assert ss.active_units(run, []) == [] and len(asked) == 1
     assert ss.active_units(lambda args: None, ["ufw.service"]) == []
+
+
+SHOW_RUNNING = "ActiveState=active\nSubState=running\nNRestarts=2\nResult=success\nExecMainStatus=0\n"
+
+
+def test_unit_properties():
+    assert ss.show_properties(SHOW_RUNNING)["NRestarts"] == "2"
+
+
+@pytest.mark.parametrize("text, restarts_before, reason", [
+    (SHOW_RUNNING, 2, None),
+    ("ActiveState=activating\nSubState=auto-restart\nNRestarts=2\nResult=exit-code\nExecMainStatus=69", 2,
+     "the service exited and waits to be restarted (result exit-code, exit status 69)"),
+    ("ActiveState=failed\nSubState=failed\nNRestarts=0\nResult=exit-code\nExecMainStatus=1", 0,
+     "the unit failed (result exit-code, exit status 1)"),
+    (SHOW_RUNNING, 1, "the service was restarted 1 time(s) while loading"),
+    ("ActiveState=inactive\nSubState=dead\nNRestarts=0", 0, "the unit is inactive"),
+])
+def test_unit_failure(text, restarts_before, reason):
+    found = ss.unit_failure(ss.show_properties(text), restarts_before)
+    if reason is None:
+        assert found is None
+    else:
+        assert found.startswith(reason)

@@ -237,14 +237,6 @@ def test_stale_temp_files_are_found_with_their_size(tmp_path):
     assert sm.stale_temp_files([str(tmp_path / "absent" / "m.gguf")]) == []
 
 
-def test_free_space_counts_what_stale_temp_files_hold():
-    assert sm.free_space_problem("/m", 10, 15, reclaimable_bytes=5) is None
-    problem = sm.free_space_problem("/m", 10 << 30, 20 << 30, reclaimable_bytes=5 << 30)
-    assert problem == ("/m has 10.000 GiB free (5.000 GiB more once the temporary files of an interrupted run "
-                       "are removed), the model needs 20.000 GiB; free space or lower layers/experts")
-    assert sm.free_space_problem("/m", 0, 1) == "/m has 0.000 GiB free, the model needs 0.000 GiB; free space or lower layers/experts"
-
-
 def test_existing_directory_walks_up(tmp_path):
     assert sm.existing_directory(str(tmp_path / "a" / "b")) == str(tmp_path)
     assert sm.existing_directory(str(tmp_path)) == str(tmp_path)

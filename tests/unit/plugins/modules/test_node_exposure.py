@@ -77,7 +77,7 @@ def test_an_opted_in_open_api_is_a_warning(tmp_path):
 def test_a_bad_port_fails_naming_the_variable(tmp_path):
     result = run(tmp_path, head=True, settings=dict(SETTINGS, llama_server_port="http"))
     assert result.kind is FailJson
-    assert result.result["msg"].startswith("llama_server_port='http' is not a port")
+    assert result.result["msg"].startswith("llama_server_port 'http' is not a port number")
 
 
 def test_the_other_engines_open_bind_address_is_not_checked(tmp_path):
