@@ -78,6 +78,16 @@ def not_modelled(family, reason):
             "state_r_values": 0, "state_s_values": 0}
 
 
+def modelled(family, attention, kinds, k_per_layer, v_per_layer, window=0, r_values=0, s_values=0):
+    """The structure of a family whose cache is sized: K and V values per token of each attention
+    layer (FULL, SLIDING; k_per_layer and v_per_layer give one figure per layer), 0 elsewhere."""
+    cached = [kind in (FULL, SLIDING) for kind in kinds]
+    return {"family": family, "modelled": True, "attention": attention, "reason": None, "layer_kinds": kinds,
+            "k_values": [k if c else 0 for c, k in zip(cached, k_per_layer)],
+            "v_values": [v if c else 0 for c, v in zip(cached, v_per_layer)],
+            "window": window, "state_r_values": r_values, "state_s_values": s_values}
+
+
 def not_modelled_message(structure):
     """The line a plan prints for a family it cannot size the cache of."""
     return "family %s is not modelled: weights only (%s)" % (structure["family"], structure["reason"])
@@ -113,9 +123,7 @@ def gguf_structure(arch, meta):
     # src/llama-hparams.cpp is_mla(): key_length_mla and value_length_mla both set (deepseek2 GGUFs
     # converted with the split wk_b / wv_b); the cache then holds only K: kv_lora_rank + n_rot values
     mla = arch == "deepseek2" and bool(meta("attention.key_length_mla", 0)) and bool(meta("attention.value_length_mla", 0))
-    kinds = []
-    for il in range(n_all):
-        kinds.append(FULL if il < n_trunk else None)
+    kinds = [FULL if il < n_trunk else None for il in range(n_all)]
     window = 0
     r_values = s_values = 0
     attention = MLA if mla else GQA
@@ -152,33 +160,18 @@ def gguf_structure(arch, meta):
         r_values = max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state)
         s_values = d_state * d_inner
         attention = HYBRID
-    k_values, v_values = [], []
-    for il, kind in enumerate(kinds):
-        if kind in (FULL, SLIDING) and heads_kv[il]:
-            k_values.append(key_len * heads_kv[il])
-            v_values.append(0 if mla else value_len * heads_kv[il])
-        else:
-            k_values.append(0)
-            v_values.append(0)
     experts = _count(meta("expert_count", 0), arch + ".expert_count")
-    return {
-        "family": family,
-        "modelled": True,
-        "attention": attention,
-        "reason": None,
-        "layer_kinds": kinds,
-        "k_values": k_values,
-        "v_values": v_values,
-        "window": window,
-        "state_r_values": r_values,
-        "state_s_values": s_values,
+    structure = modelled(family, attention, kinds, [key_len * h for h in heads_kv],
+                         [0 if mla else value_len * h for h in heads_kv], window, r_values, s_values)
+    structure.update({
         "mtp_layers": nextn,
         "experts": experts,
         "experts_used": _count(meta("expert_used_count", 0), arch + ".expert_used_count") if experts else 0,
         "shared_experts": _count(meta("expert_shared_count", 0), arch + ".expert_shared_count"),
         # src/models/deepseek2.cpp, glm4-moe.cpp: layers below leading_dense_block_count have a dense FFN
         "dense_leading": _count(meta("leading_dense_block_count", 0), arch + ".leading_dense_block_count"),
-    }
+    })
+    return structure
 
 
 def layer_summary(structure):
@@ -278,20 +271,7 @@ def hf_structure(config, architecture, layers, kv_heads, head_dim):
         v_dim = _cfg_int(config, "linear_value_head_dim", None, 1)
         r_values = (conv - 1) * (2 * k_heads * k_dim + v_heads * v_dim)
         s_values = v_heads * k_dim * v_dim
-    k_values = [k_per if k in (FULL, SLIDING) else 0 for k in kinds]
-    v_values = [v_per if k in (FULL, SLIDING) else 0 for k in kinds]
-    return {
-        "family": architecture,
-        "modelled": True,
-        "attention": attention,
-        "reason": None,
-        "layer_kinds": kinds,
-        "k_values": k_values,
-        "v_values": v_values,
-        "window": window,
-        "state_r_values": r_values,
-        "state_s_values": s_values,
-    }
+    return modelled(architecture, attention, kinds, [k_per] * layers, [v_per] * layers, window, r_values, s_values)
 
 
 def vllm_group_layers(structure):
