@@ -1,6 +1,8 @@
 """A stand-in ggml RPC server: answers HELLO as rpc_serve_client does (size 28, protocol 7.0.0, zero
-capabilities), then one reply per command, one client at a time (listen backlog 1). With a third
-argument N it stops reading after N commands without being stopped (the watch's stall path)."""
+capabilities), then one reply per command, one client at a time (listen backlog 1). It prints the port
+it listens on (port 0: one the kernel picks, as the unit tests of rpc_watch run it). With a third
+argument N it stops reading after N commands without being stopped (the watch's stall path).
+  python3 fake_rpc.py ADDRESS PORT [N]"""
 import socket
 import struct
 import sys
@@ -11,6 +13,7 @@ server = socket.socket()
 server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 server.bind((sys.argv[1], int(sys.argv[2])))
 server.listen(1)
+print(server.getsockname()[1], flush=True)
 while True:
     client, dummy = server.accept()
     data = b""

@@ -37,29 +37,10 @@ from ansible_collections.gpulab.inference.plugins.module_utils.rpc_watch import 
 # What rpc_serve_client reads first: cmd byte, the request's size, rpc_msg_hello_req (24 bytes of caps)
 HELLO_REPLY = struct.pack('<Q', 28) + bytes([7, 0, 0, 0]) + b'\0' * 24
 
-# A fake RPC server as a program (stdlib only): answers HELLO like rpc_serve_client, then serves
-# the client until it leaves (one client at a time, listen backlog 1, as ggml_backend_rpc_start_server).
-FAKE_SERVER = r'''
-import socket, struct, sys
-server = socket.socket()
-server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-server.bind(("127.0.0.1", 0))
-server.listen(1)
-print(server.getsockname()[1], flush=True)
-while True:
-    client, _ = server.accept()
-    data = b""
-    while len(data) < 33:
-        chunk = client.recv(33 - len(data))
-        if not chunk:
-            break
-        data += chunk
-    if len(data) == 33 and data[0] == 14 and struct.unpack("<Q", data[1:9])[0] == 24:
-        client.sendall(struct.pack("<Q", 28) + bytes([7, 0, 0, 0]) + bytes(24))
-        while client.recv(4096):
-            pass
-    client.close()
-'''
+# A fake RPC server as a program (stdlib only; the one the fault runs on a lab use): answers HELLO
+# like rpc_serve_client, then serves the client until it leaves (one client at a time, listen backlog
+# 1, as ggml_backend_rpc_start_server).
+FAKE_RPC = Path(__file__).resolve().parents[4] / 'scripts' / 'faults_watch' / 'fake_rpc.py'
 
 
 def _listener(handler):
@@ -276,7 +257,8 @@ def test_endpoints():
 
 @pytest.fixture
 def fake_rpc_server():
-    process = subprocess.Popen([sys.executable, '-c', FAKE_SERVER], stdout=subprocess.PIPE, universal_newlines=True)
+    process = subprocess.Popen([sys.executable, str(FAKE_RPC), '127.0.0.1', '0'], stdout=subprocess.PIPE,
+                               universal_newlines=True)
     port = int(process.stdout.readline())
     yield process, port
     if process.poll() is None:
