@@ -16,6 +16,8 @@ import json
 import re
 
 from ansible_collections.gpulab.inference.plugins.module_utils.cuda import CudaError, compute_cap_arch
+from ansible_collections.gpulab.inference.plugins.module_utils.service_process import (
+    supervisor_program_from_environ, systemd_unit_from_cgroup)
 
 # The command lines the modules issue; the fake nvidia-smi of the container lab answers
 # exactly these, so change them together (tests/unit/.../test_nvidia_smi.py runs both).
@@ -269,43 +271,6 @@ def driver_facts(gpus, smi_version, kernel_module_version):
     }
 
 
-def systemd_unit_from_cgroup(text):
-    """The systemd service a process runs in, from the text of /proc/PID/cgroup, or None.
-
-    Reads cgroup v2 ("0::/system.slice/gpulab-rpc.service") and the v1 name=systemd
-    hierarchy. The innermost *.service wins, so a user service under user@1000.service
-    is named, not the user manager.
-    """
-    paths = []
-    for line in text.splitlines():
-        parts = line.strip().split(':', 2)
-        if len(parts) != 3:
-            continue
-        hierarchy_id, controllers, path = parts
-        if (hierarchy_id == '0' and controllers == '') or controllers == 'name=systemd':
-            paths.append(path)
-    for path in paths:
-        services = [part for part in path.split('/') if part.endswith('.service')]
-        if services:
-            return services[-1]
-    return None
-
-
-# supervisord sets it in every child's environment (supervisor/process.py Subprocess._spawn), which a
-# wrapper script's exec keeps: the program a GPU process runs under, where no systemd unit names it.
-SUPERVISOR_PROCESS_VARIABLE = 'SUPERVISOR_PROCESS_NAME'
-
-
-def supervisor_program_from_environ(text):
-    """The supervisord program a process runs under, from the text of /proc/PID/environ
-    (NUL-separated NAME=value entries), or None."""
-    prefix = SUPERVISOR_PROCESS_VARIABLE + '='
-    for entry in text.split('\0'):
-        if entry.startswith(prefix):
-            return entry[len(prefix):] or None
-    return None
-
-
 def mib_to_gib(mib):
     """MiB to GiB, rounded to 2 decimals."""
     return round(mib / MIB_PER_GIB, 2)
@@ -335,7 +300,7 @@ def build_residency(gpus, processes, indices=None, cgroups=None, environs=None):
     gpus: parse_gpu_query's list; processes: parse_compute_apps_query's list; indices: the GPU
     indices to consider (None: all); cgroups: {pid: text of /proc/PID/cgroup or None when the
     process has exited since the query}; environs: {pid: text of /proc/PID/environ, or None when
-    it cannot be read}, for the supervisord program.
+    it cannot be read}, for the unit or program it runs under (module_utils/service_process.py).
     A process on a GPU uuid that the GPU query did not list is kept (gpu_index None) only when
     all GPUs are considered; the caller may warn about it. A pid missing from cgroups counts
     as exited.

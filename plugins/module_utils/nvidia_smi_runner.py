@@ -200,8 +200,9 @@ class GpuFacts:
 
 
 class GpuResidency:
-    """Runs the two nvidia-smi queries and reads the processes' cgroups and supervisord programs
-    (modules gpu_residency, and gpu_facts with residency=true)."""
+    """Runs the two nvidia-smi queries and reads the processes' cgroups and environments, for the
+    unit or program each runs under (module_utils/service_process.py); modules gpu_residency, and
+    gpu_facts with residency=true."""
 
     def __init__(self, module, nvidia_smi_path='nvidia-smi', timeout_s=DEFAULT_TIMEOUT_S, indices=None, proc_root='/proc'):
         self.module = module

@@ -16,8 +16,9 @@ description:
   - Runs C(nvidia-smi) twice (GPUs, then compute processes) and reports memory used per GPU
     and per process, the total and the imbalance between GPUs.
   - Names the systemd service each process runs in, read from C(/proc/PID/cgroup), and the
-    supervisord program, read from C(SUPERVISOR_PROCESS_NAME) in C(/proc/PID/environ), so that a
-    check can tell an RPC worker from a stray process under either manager.
+    program it runs under with the manager C(supervisor), read from C(SUPERVISOR_PROCESS_NAME) in
+    C(/proc/PID/environ) (module_utils/service_process.py), so that a check can tell an RPC worker
+    from a stray process under either manager.
   - Reads only, besides the kept services' history (O(kept_history_file)), a record of what it read.
 author:
   - gpulab.inference contributors (@gpulab)
@@ -133,8 +134,8 @@ residency:
           sample: gpulab-rpc-server@0.service
         supervisor_program:
           description:
-            - The supervisord program the process runs under (its C(SUPERVISOR_PROCESS_NAME)), or V(null) when it
-              runs under none or its environment cannot be read (another user's process without root).
+            - The program the process runs under with the manager C(supervisor) (its C(SUPERVISOR_PROCESS_NAME)), or
+              V(null) when it runs under none or its environment cannot be read (another user's process without root).
           type: str
           sample: gpulab-rpc-server-0
         exited:

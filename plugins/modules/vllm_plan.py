@@ -453,7 +453,7 @@ unit_file:
   returned: when O(service) is given and the layout is valid
   type: dict
 program_user:
-  description: The account supervisord runs the program as; empty inside a container (root there).
+  description: The account the program runs as under the manager C(supervisor); empty inside a container (root there).
   returned: when O(service) is given and the layout is valid
   type: str
 """

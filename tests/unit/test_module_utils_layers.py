@@ -18,9 +18,10 @@ LAYERS = [
     # errors, value parsers (the one whole-number, port and URL parser: endpoint_rule) and the tools
     # every layer uses: files written whole, commands bounded, text formats, tables of CUDA and models
     # and the service role's names and values (service_manager: pure, and the one file that names the
-    # managers' commands, tests/unit/test_seam_service_manager.py)
+    # managers' commands, tests/unit/test_seam_service_manager.py), and service_process beside it: the unit or
+    # program a process runs under, parsed from /proc texts the readers hand it
     ('base', ['endpoint_rule', 'atomic_file', 'bounded_command', 'metrics_text', 'sse', 'service_files', 'cuda',
-              'model_family', 'service_manager']),
+              'model_family', 'service_manager', 'service_process']),
     # what a node or a file says: systemd and supervisord, nvidia-smi, procfs and sockets, RDMA, nftables,
     # GGUF and safetensors headers, model files on disk, a llama.cpp build's BUILD_INFO.json
     ('readers', ['service_status', 'systemd_units', 'service_account', 'nvidia_smi',

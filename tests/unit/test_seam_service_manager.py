@@ -38,6 +38,9 @@ ALLOWED = {
     # names and values role service hands each manager, behind its filters.
     "plugins/modules/service_manager.py": "the one rule for gpulab_service_manager auto",
     "plugins/module_utils/service_manager.py": "that rule, and the unit and program names of role service's filters",
+    # The node's process-to-service mapping, beside that rule: the unit or program a GPU process runs
+    # under, from its /proc cgroup and environment (gpu_residency, gpu_facts and the metrics collector).
+    "plugins/module_utils/service_process.py": "which unit or program a process runs under, read from /proc",
 }
 
 
@@ -98,24 +101,18 @@ def test_role_service_runs_the_plugins_it_owns():
 
 # Still to move behind role service (issue 50), each a file that names a manager today; the list
 # only shrinks: a file not listed here fails the test. 32 files at bc3595e by this test's rule, 22
-# before role service's entry points firewall and guard and its neutral restart policy, 10 now.
-# - the serving roles' options that only supervisord reads (start attempts, more environment), named
-#   and documented in its terms;
-# - vLLM's plan and its rules, which say the program's account and environment in supervisord's words;
-# - supervisord's shared paths in role common, read by roles service, supervisor and gpu_drain;
-# - the node's own process-to-service mapping (gpu_residency and nvidia_smi read a program's
-#   SUPERVISOR_PROCESS_NAME).
+# before role service's entry points firewall and guard and its neutral restart policy, 10 before the
+# process-to-service mapping moved to module_utils/service_process.py and the serving roles' options
+# and vllm_plan's result were described in role service's terms, 3 now.
+# - supervisord's shared paths in role common (gpulab_supervisorctl, gpulab_supervisor_config), read by
+#   roles service, supervisor, gpu_drain and llama_rpc_server: the option's name itself names the
+#   command, and inventories may set it;
+# - vLLM's service rules, which write the environment file's comments in supervisord's words (moving
+#   them changes the rendered file, and so restarts vLLM once, on every node).
 STILL_TO_MOVE = frozenset("""
 roles/common/defaults/main/service-manager.yml
 roles/common/meta/argument_specs.yml
-roles/llama_server/defaults/main.yml
-roles/llama_server/meta/argument_specs.yml
-roles/vllm_server/meta/argument_specs.yml
-plugins/module_utils/nvidia_smi.py
-plugins/module_utils/nvidia_smi_runner.py
 plugins/module_utils/vllm_service.py
-plugins/modules/gpu_residency.py
-plugins/modules/vllm_plan.py
 """.split())
 # Task files per manager outside role service: none left (the RPC firewall and guard pair moved to
 # role service's entry points firewall and guard).

@@ -22,7 +22,6 @@ from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi import
     parse_mig_query,
     parse_nvml_library_version,
     parse_smi_version,
-    systemd_unit_from_cgroup,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[4]
@@ -270,24 +269,6 @@ def test_driver_facts_mismatch_and_fallback():
 
 # --- cgroups and residency -------------------------------------------------------------------
 
-@pytest.mark.parametrize('name, unit', [
-    ('cgroup-v2-system-service.txt', 'gpulab-rpc-server@0.service'),
-    ('cgroup-v2-user-service.txt', 'llama-server.service'),
-    ('cgroup-v1-hybrid-service.txt', 'gpulab-llama-server.service'),
-    ('cgroup-v2-session-scope.txt', None),
-])
-def test_systemd_unit_from_cgroup(name, unit):
-    assert systemd_unit_from_cgroup(fixture('synthetic/' + name)) == unit
-
-
-def test_systemd_unit_from_captured_container_cgroup():
-    assert systemd_unit_from_cgroup(fixture('h200-loaded/cgroup-container.txt')) is None
-
-
-def test_systemd_unit_v1_only():
-    assert systemd_unit_from_cgroup('4:memory:/x\n1:name=systemd:/system.slice/a.service\n') == 'a.service'
-
-
 def _mig_residency(indices=None, cgroups=None):
     gpus = parse_gpu_query(fixture('synthetic/query-gpu-mig-enabled.csv'))
     processes = parse_compute_apps_query(fixture('synthetic/query-compute-apps-mig.csv'))
@@ -513,15 +494,6 @@ def test_parse_inventory_names_what_is_wrong(text, message):
         parse_inventory(text, '/var/lib/gpulab/gpu-inventory.json')
     assert str(error.value).startswith('/var/lib/gpulab/gpu-inventory.json ' + message)
     assert str(error.value).endswith('; run gpu_preflight on the node again (it rewrites the file)')
-
-
-def test_supervisor_program_from_environ():
-    environ = fixture('synthetic/environ-supervisord-rpc-server.txt')
-    assert nvidia_smi.supervisor_program_from_environ(environ) == 'gpulab-rpc-server-0'
-    # not the group's name, nor a variable that only ends in the name
-    assert nvidia_smi.supervisor_program_from_environ('XSUPERVISOR_PROCESS_NAME=a\0SUPERVISOR_GROUP_NAME=g\0') is None
-    assert nvidia_smi.supervisor_program_from_environ('SUPERVISOR_PROCESS_NAME=\0') is None
-    assert nvidia_smi.supervisor_program_from_environ('') is None
 
 
 def test_residency_names_the_supervisord_program_of_a_process():
