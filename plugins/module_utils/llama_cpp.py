@@ -41,6 +41,7 @@ CUDA_ARCH_PATTERN = re.compile(r"\A(?P<base>[1-9][0-9]{1,2})(?P<suffix>[af]?)(?P
 BUILD_DIR_REF = r"/(?P<id>[0-9a-f]{%d})(?![0-9a-f])" % BUILD_ID_LENGTH
 MIN_KEEP_BUILDS = 2
 
+
 # --- GPU architectures -------------------------------------------------------
 
 def _arch_sort_key(arch):

@@ -6,8 +6,8 @@ llama.cpp's device order and split, the model's shards and access, and
 llama-server's command line and memory options.
 
 The RPC worker is in rpc_worker.py, the services' wrapper and unit lines in llama_service.py and
-the endpoint rule in endpoint_rule.py. Nothing here runs a command or reads a file: the modules stat the model files and hand sizes and texts in, so every rule is
-unit-tested with plain values.
+the endpoint rule in endpoint_rule.py. Nothing here runs a command or reads a file: the modules stat
+the model files and hand sizes and texts in, so every rule is unit-tested with plain values.
 """
 
 from __future__ import absolute_import, division, print_function

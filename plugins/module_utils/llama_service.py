@@ -73,8 +73,6 @@ def read_deployed_build(link):
     return deployed_build(link, os.path.realpath(link), text)
 
 
-
-
 # --- Wrappers and units ----------------------------------------------------------
 
 CUDA_ORDER_WHY = "nvidia-smi numbers GPUs by PCI bus; make CUDA use the same order."
