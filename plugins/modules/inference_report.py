@@ -125,7 +125,7 @@ options:
         M(ansible.builtin.uri) registered for each query, in order. The report's section From Prometheus gives per
         GPU the utilisation, power and memory Prometheus recorded over the run (peak, median, the share of points at
         0 %) beside the sampler's fingerprint, and says each query that failed; a failed query never fails the
-        report. Left out where Prometheus is not deployed: the report says so and has no such section.
+        report. Left out where Prometheus is not deployed; the report then says so and has no such section.
     type: dict
   engine_labels:
     description:
