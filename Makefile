@@ -90,7 +90,7 @@ demo: lab llama-cpp-archive ## Deploy on the container lab and print what it ser
 	$(call step,deploy.yml on the container lab: build on node-a, ship, RPC workers, head, smoke request)
 	@ansible-playbook -i inventory/demo deploy.yml
 	$(call step,the lab serves an OpenAI-compatible API on node-a: podman exec gpulab-node-a curl -s 127.0.0.1:8080/v1/models)
-	@report=$$(ls -td reports/$${GPULAB_LAB_NAME:-gpulab}-*/ 2>/dev/null | head -n 1); \
+	@report=$$(ls -td reports/$${GPULAB_LAB_NAME:-gpulab}-[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]T[0-9]*Z/ 2>/dev/null | head -n 1); \
 	  test -n "$$report" || { echo "no report under reports/ (gpulab_bench_enabled false?)"; exit 1; }; \
 	  echo "==> report: $${report}report.md"; \
 	  sed -n '/^## Summary/,/^## GPU memory residency/{/^|/p}' "$${report}report.md"

@@ -65,7 +65,8 @@ def test_benchmark_and_report_ran_against_vllm():
     from pathlib import Path
 
     repo = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[3]))
-    reports = sorted((repo / "reports").glob("%s-*/report.json" % LAB), key=lambda path: path.stat().st_mtime)
+    reports = sorted((repo / "reports").glob("%s-%sT%sZ/report.json" % (LAB, "[0-9]" * 8, "[0-9]" * 6)),
+                     key=lambda path: path.stat().st_mtime)
     assert reports, "no report under %s/reports/%s-*" % (repo, LAB)
     report = json.loads(reports[-1].read_text())
     levels = report["benchmark"]["levels"]
