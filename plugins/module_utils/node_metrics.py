@@ -31,11 +31,10 @@ import time
 
 try:  # Python 3 on the nodes; the import sanity test loads this module under Python 3 too
     from http.client import HTTPConnection, HTTPException
-    from urllib.parse import urlsplit
 except ImportError:  # pragma: no cover
-    HTTPConnection = HTTPException = urlsplit = None
+    HTTPConnection = HTTPException = None
 
-from ansible_collections.gpulab.inference.plugins.module_utils import exposure, nvidia_smi, rpc_cache
+from ansible_collections.gpulab.inference.plugins.module_utils import endpoint_rule, exposure, nvidia_smi, rpc_cache
 from ansible_collections.gpulab.inference.plugins.module_utils.metrics_text import family, render, write_atomic
 # The guard's bounded runner: a command that does not finish in its limit is rc 124.
 from ansible_collections.gpulab.inference.plugins.module_utils.rpc_guard import run
@@ -349,12 +348,12 @@ def _healthy(url):
     http.client, not urllib: this runs as the collector's own program, without ansible-core's
     module_utils.urls, and a health check wants no redirects or proxies from the environment."""
     try:
-        parts = urlsplit(url)
-        if parts.scheme != 'http' or not parts.hostname:
+        scheme, host, port, path = endpoint_rule.parse_url(url, 'health_url')
+        if scheme != 'http':
             return False
-        connection = HTTPConnection(parts.hostname, parts.port or 80, timeout=HEALTH_LIMIT_S)
+        connection = HTTPConnection(host, port or 80, timeout=HEALTH_LIMIT_S)
         try:
-            connection.request('GET', parts.path or '/')
+            connection.request('GET', path or '/')
             return connection.getresponse().status == 200
         finally:
             connection.close()
