@@ -28,6 +28,16 @@ class ServiceManagerError(ValueError):
     """A value the service manager cannot take; the message names it."""
 
 
+def runs_it_as(manager, user, unit, env_file, by_hand):
+    """The lines a service's files carry for the operator: who runs it under which manager, and how
+    to run it by hand instead (the same command the manager starts)."""
+    if manager == "supervisor":
+        return ["supervisord runs it as %s (program %s) with the environment of %s;" % (user, unit, env_file),
+                "to run it by hand, stop the program and: " + by_hand]
+    return ["systemd runs it as %s (%s.service) with %s;" % (user, unit, env_file),
+            "to run it by hand, stop the unit and: " + by_hand]
+
+
 def _check_name(name, what):
     if not isinstance(name, str) or not _NAME.match(name):
         raise ServiceManagerError("%s %r is not a unit or program name (letters, digits, '_', '.', '-')" % (what, name))

@@ -12,7 +12,7 @@ __metaclass__ = type
 
 from ansible_collections.gpulab.inference.plugins.module_utils import service_files
 from ansible_collections.gpulab.inference.plugins.module_utils.endpoint_rule import EndpointError, endpoint, port_number
-from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import MANAGERS
+from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import MANAGERS, runs_it_as
 from ansible_collections.gpulab.inference.plugins.module_utils.vllm_plan import VllmPlanError
 
 
@@ -29,7 +29,7 @@ def _service_value(service, key, variable):
 def service_environment(service):
     """The service's environment, in the environment file's order: the fixed settings, HOME (the cache
     directory, /root inside the container), VLLM_HOST_IP (the node's fabric address, where it has one),
-    then vllm_server_environment sorted by name. systemd reads it from the file, supervisord from the
+    then vllm_server_environment sorted by name. The service manager reads it from the file or from the
     program (later entries win there, as in the file)."""
     error = VllmPlanError
     home = "/root" if service["install"] == "container" else _service_value(service, "cache_dir", "vllm_server_cache_dir")
@@ -73,12 +73,7 @@ def service_wrapper(service, plan_info, node_role, serve_args):
         % (estimate.get("weights_gib"), estimate.get("kv_cache_gib"), estimate.get("kv_tokens_per_gpu")),
     ]
     by_hand = "sudo -u %s env $(grep -v '^#' %s) %s/%s" % (user, env_file, bin_dir, unit)
-    if service["service_manager"] == "supervisor":
-        comments += ["supervisord runs it as %s (program %s) with the environment of %s;" % (user, unit, env_file),
-                     "to run it by hand, stop the program and: " + by_hand]
-    else:
-        comments += ["systemd runs it as %s (%s.service) with %s;" % (user, unit, env_file),
-                     "to run it by hand, stop the unit and: " + by_hand]
+    comments += runs_it_as(service["service_manager"], user, unit, env_file, by_hand)
     secrets = [{"name": "VLLM_API_KEY", "path": key_file, "why": ""}] if key_file else []
     preludes = []
     ray_port = str(port_number(service.get("ray_port"), "vllm_server_ray_port"))
@@ -142,7 +137,7 @@ def service_unit(service, plan_info, node_role):
 
 def service_files_of(service, plan_info, node_role, serve_args):
     """Everything the role renders for this node's service: wrapper, environment (file and program),
-    unit, and the account supervisord runs the program as (none inside the container: root there)."""
+    unit, and the account the program runs as under the service manager (none inside the container: root there)."""
     if service.get("service_manager") not in MANAGERS:
         raise VllmPlanError("vllm_server_service_manager is %r; use systemd or supervisor" % (service.get("service_manager"),))
     if service.get("install") not in INSTALLS:

@@ -112,7 +112,6 @@ def test_role_service_runs_the_plugins_it_owns():
 STILL_TO_MOVE = frozenset("""
 roles/common/defaults/main/service-manager.yml
 roles/common/meta/argument_specs.yml
-plugins/module_utils/vllm_service.py
 """.split())
 # Task files per manager outside role service: none left (the RPC firewall and guard pair moved to
 # role service's entry points firewall and guard).
