@@ -58,6 +58,13 @@ options:
     type: list
     elements: dict
     default: []
+  reverify:
+    description:
+      - With O(state=plan), trust no record of O(manifest) - every file of the right size is read back and
+        compared with the sha256 of O(files), so a file changed on disk with its size and mtime kept
+        (a corrupted sector, a tool that restores times) is found and fetched again. Reads the whole model.
+    type: bool
+    default: false
   host:
     description: The node's name in the refusal (its inventory name); empty - the host name.
     type: str
@@ -220,6 +227,7 @@ def main():
             verified=dict(type="list", elements="dict", default=[]),
             free_bytes=dict(type="int", default=-1),
             host=dict(type="str", default=""),
+            reverify=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -230,7 +238,7 @@ def main():
         module.fail_json(msg="model_files: %s" % error)
     records = read_records(module.params["manifest"])
     if module.params["state"] == "plan":
-        plan(module, path, files, records)
+        plan(module, path, files, {} if module.params["reverify"] else records)
     verify(module, path, files, records)
 
 

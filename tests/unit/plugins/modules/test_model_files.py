@@ -87,3 +87,23 @@ def test_verify_fails_naming_each_wrong_file(tmp_path, capsys):
 def test_bad_files_are_refused(tmp_path, capsys):
     failed, result = run(model_files.main, args(tmp_path, files=[{'name': '../x', 'size_bytes': 1}]), capsys)
     assert failed and 'must be a plain path inside the model directory' in result['msg']
+
+
+def test_reverify_reads_back_a_file_changed_with_its_size_and_mtime_kept(tmp_path, capsys):
+    (tmp_path / 'm').mkdir()
+    (tmp_path / 'm' / 'a.bin').write_bytes(A)
+    (tmp_path / 'm' / 'b.bin').write_bytes(B)
+    failed, result = run(model_files.main, args(tmp_path, state='verify'), capsys)
+    (tmp_path / 'model.json').write_text(json.dumps({'managed_by': 'gpulab.inference', 'path': '/x', 'files': result['records']}))
+    target = tmp_path / 'm' / 'a.bin'
+    kept = os.stat(str(target))
+    target.write_bytes(b'x' + A[1:])
+    os.utime(str(target), ns=(kept.st_atime_ns, kept.st_mtime_ns))
+    # The manifest's record still matches size and mtime: trusted without reading.
+    failed, result = run(model_files.main, args(tmp_path), capsys)
+    assert not failed and [s['action'] for s in result['plan']] == ['keep', 'keep'] and result['hashed_bytes'] == 0
+    # Asked to verify: both read back, the changed one fetched again from the start.
+    failed, result = run(model_files.main, args(tmp_path, reverify=True), capsys)
+    assert not failed and result['hashed_bytes'] == 150
+    assert [(s['name'], s['action'], s['offset']) for s in result['plan']] == [('a.bin', 'fetch', 0), ('b.bin', 'keep', 0)]
+    assert result['fetch_bytes'] == 100
