@@ -104,12 +104,14 @@ facts: deps ## GPU facts table of an inventory: make facts INVENTORY=inventory/l
 FAULTS_LAB ?= gpulab-flt
 FAULTS_FABRIC_PREFIX ?= 10.231.83
 FAULTS_CASES ?=
+# A small disk on every node for the model cases (model-corrupt, disk-full: scripts/faults.py MODEL_DIR).
+FAULTS_LAB_TMPFS := {"lab_tmpfs": {"/srv/flt-disk": "rw,size=192m,mode=0755"}}
 .PHONY: faults
 faults: export GPULAB_LAB_NAME := $(FAULTS_LAB)
 faults: export GPULAB_LAB_FABRIC_PREFIX := $(FAULTS_FABRIC_PREFIX)
 faults: deps llama-cpp-archive lab-images ## Fault matrix on the container lab (FAULTS_LAB): figures for docs/faults.md
 	$(call step,lab $(FAULTS_LAB): create and deploy)
-	@ansible-playbook -i inventory/demo molecule/lab/create.yml
+	@ansible-playbook -i inventory/demo molecule/lab/create.yml -e '$(FAULTS_LAB_TMPFS)'
 	@ansible-playbook -i inventory/demo deploy.yml
 	$(call step,fault matrix: $(or $(FAULTS_CASES),every case))
 	@python scripts/faults.py --lab $(FAULTS_LAB) $(if $(FAULTS_CASES),--cases $(FAULTS_CASES))

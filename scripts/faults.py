@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -25,6 +26,7 @@ sys.path.insert(0, str(REPO / '.build' / 'collections'))
 from ansible_collections.gpulab.inference.plugins.module_utils import fault_matrix  # noqa: E402 pylint: disable=wrong-import-position
 
 HEAD, WORKER, OTHER = 'node-a', 'node-b', 'node-c'
+NODES = (HEAD, WORKER, OTHER)
 RPC_UNIT = 'gpulab-rpc-server@0.service'
 HEAD_UNIT = 'gpulab-llama-server.service'
 LOAD_LOG = '/tmp/faults-load.jsonl'
@@ -107,13 +109,16 @@ def wait_serving(lab, bound_s=SERVING_BOUND_S):
     return wait_for(lab.chat_ok, bound_s, step_s=1)
 
 
-def deploy(lab, private):
-    """deploy.yml with ansible-runner; 'changed=N/N/N' (node-a/b/c) or where it failed."""
+def lab_env(lab):
+    return {'ANSIBLE_CONFIG': str(REPO / 'ansible.cfg'), 'GPULAB_LAB_NAME': lab.name,
+            'GPULAB_LAB_FABRIC_PREFIX': os.environ.get('GPULAB_LAB_FABRIC_PREFIX', '10.231.83')}
+
+
+def deploy(lab, private, playbook='deploy.yml', extravars=None):
+    """deploy.yml (or another playbook) with ansible-runner; 'changed=N/N/N' (node-a/b/c) or where it failed."""
     from playbook_runner import run_in  # pylint: disable=import-outside-toplevel
-    env = {'ANSIBLE_CONFIG': str(REPO / 'ansible.cfg'), 'GPULAB_LAB_NAME': lab.name,
-           'GPULAB_LAB_FABRIC_PREFIX': os.environ.get('GPULAB_LAB_FABRIC_PREFIX', '10.231.83')}
     began = time.time()
-    run = run_in(private, 'deploy.yml', str(REPO / 'inventory' / 'demo'), envvars=env)
+    run = run_in(private, playbook, str(REPO / 'inventory' / 'demo'), extravars=extravars, envvars=lab_env(lab))
     text = fault_matrix.recap_text(run.stats)
     if run.failures:
         text += ' (%s)' % '; '.join('%s: %s' % (host, message.splitlines()[0][:160] if message else task)
@@ -134,7 +139,9 @@ def figures(lab, row, fault_at, detected_s, deploys, private):
         row['serving_again_s'] = None
     row['sent'], row['failed'] = fault_matrix.failed_during(requests, fault_at, until)
     if deploys:
-        row['deploy_1'], took_1 = deploy(lab, private / ('%s-1' % row['id']))
+        took_1 = row.pop('deploy_1_s', None)
+        if 'deploy_1' not in row:
+            row['deploy_1'], took_1 = deploy(lab, private / ('%s-1' % row['id']))
         row['deploy_2'], took_2 = deploy(lab, private / ('%s-2' % row['id']))
         row['notes'] = (row.get('notes', '') + ' deploy.yml took %d s, then %d s.' % (took_1, took_2)).strip()
     return row
@@ -232,6 +239,205 @@ def nvidia_smi(mode):
     return case
 
 
+# --- the controller killed in deploy.yml's drain and serving play ------------------------------
+
+DRAINED_UNIT = 'gpu-embed.service'
+DRAINED_STOP_S = 15
+DRAIN_STATE = '/var/lib/gpulab/drain-state.json'
+GPU_QUERY = ('--query-gpu=index,uuid,name,pci.bus_id,driver_version,compute_cap,memory.total,memory.used,'
+             'memory.free,utilization.gpu --format=csv,noheader,nounits')
+
+
+def install_drained_service(lab):
+    """On every node a GPU service the drain stops (a test double, as in molecule drain): 1024 MiB on
+    GPU 0 of the fake nvidia-smi while it runs, 15 s to stop (its SIGTERM handler sleeps), so the
+    controller can be killed while the drain waits for it. Started and enabled."""
+    unit = Path(args_tmp()) / DRAINED_UNIT
+    unit.write_text('# TEST DOUBLE for scripts/faults.py: a GPU service the drain stops\n[Unit]\n'
+                    'Description=GPU consumer (test double)\n[Service]\n'
+                    'ExecStart=/bin/bash -c \'trap "sleep %d; exit 0" TERM; while :; do sleep 1; done\'\n'
+                    '[Install]\nWantedBy=multi-user.target\n' % DRAINED_STOP_S)
+    for node in NODES:
+        subprocess.run(['podman', 'cp', str(unit), '%s-%s:/etc/systemd/system/%s' % (lab.name, node, DRAINED_UNIT)], check=True)
+        uuid = lab.sh(node, "nvidia-smi %s | head -n 1 | cut -d, -f2 | tr -d ' '" % GPU_QUERY)[1]
+        lab.sh(node, "f=/etc/gpulab-fake-nvidia-smi/consumers; touch $f; grep -q '^%s,' $f || echo '%s,%s,1024' >> $f; "
+                     'systemctl daemon-reload && systemctl enable --now %s' % (DRAINED_UNIT, DRAINED_UNIT, uuid, DRAINED_UNIT),
+               check=True)
+
+
+def active_units(lab, unit):
+    return dict((node, [unit] if lab.sh(node, 'systemctl is-active %s' % unit)[1] == 'active' else []) for node in NODES)
+
+
+def controller_kill(signame, phase):
+    """deploy.yml killed (its whole process group: SIGINT as Ctrl-C sends it, or SIGKILL) while the
+    drain waits for a stopping GPU service ('drain'), or once the engine's serve step began after the
+    drain ('serve'); then the state files, playbooks/restore.yml, and two deploy.yml runs."""
+    def case(lab, row):
+        install_drained_service(lab)
+        before = active_units(lab, DRAINED_UNIT)
+        log = Path(args_tmp()) / ('%s.log' % row['id'])
+        env = dict(os.environ, ANSIBLE_NOCOLOR='1', PYTHONUNBUFFERED='1', ANSIBLE_COLLECTIONS_PATH=str(REPO / '.build' / 'collections'), **lab_env(lab))
+        with open(str(log), 'w') as out:
+            proc = subprocess.Popen([str(Path(sys.executable).parent / 'ansible-playbook'), '-i', str(REPO / 'inventory' / 'demo'),
+                                     str(REPO / 'deploy.yml')], cwd=str(REPO), stdout=out, stderr=subprocess.STDOUT, env=env,
+                                    start_new_session=True)
+        if phase == 'drain':
+            def reached():
+                return lab.sh(WORKER, 'systemctl is-active %s' % DRAINED_UNIT)[1] == 'deactivating'
+        else:
+            def reached():
+                return fault_matrix.task_started_after(log.read_text(), 'Show what was stopped, kept and freed')
+        wait_for(lambda: reached() or proc.poll() is not None, 1200, step_s=0.2)
+        if proc.poll() is not None:
+            raise RuntimeError('deploy.yml ended (rc %s) before the kill point %s; see %s' % (proc.returncode, phase, log))
+        fault_at = time.time()
+        os.killpg(proc.pid, signal.SIGINT if signame == 'SIGINT' else signal.SIGKILL)
+        try:
+            proc.wait(120)
+            exited = 'exited %s' % proc.returncode
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            exited = 'still running 120 s after the signal, then SIGKILL'
+        tasks = fault_matrix.TASK_LINE.findall(log.read_text())
+        time.sleep(DRAINED_STOP_S + 3)
+        recorded = []
+        for node in NODES:
+            phase_, names = fault_matrix.drain_recorded(lab.sh(node, 'cat %s 2>/dev/null' % DRAIN_STATE)[1])
+            recorded.append('%s %s %s (%s)' % (node, phase_ or 'no file', ','.join(names) or '-',
+                                               lab.sh(node, 'systemctl is-active %s' % DRAINED_UNIT)[1]))
+        restored, took = deploy(lab, row['private'] / ('%s-restore' % row['id']), 'playbooks/restore.yml')
+        row['lost'] = fault_matrix.lost_services(before, active_units(lab, DRAINED_UNIT))
+        row['deploy_1'], row['deploy_1_s'] = deploy(lab, row['private'] / ('%s-1' % row['id']))
+        row['notes'] = ('%s to the process group during task "%s" (ansible-playbook %s); state file, unit: %s; '
+                        'restore.yml %s in %d s, %s active again on every node: %s.' % (
+                            signame, tasks[-1] if tasks else '-', exited, '; '.join(recorded), restored, took, DRAINED_UNIT,
+                            'yes' if row['lost'] == 'nothing' else 'no'))
+        return fault_at, None
+    return case
+
+
+# --- the model: a file corrupted with size and mtime kept, a disk filled during the copy -------
+
+MODEL_DIR = '/srv/flt-disk/flt'  # a 192 MiB tmpfs on every node (the lab made with lab_tmpfs)
+MODEL_MANIFEST = '/etc/gpulab/model-flt.json'
+MODEL_MIB = 24
+
+
+def mirror_model(lab):
+    """A 24 MiB file with its SHA256SUMS on the lab's mirror (.build/lab-mirror/<lab>/flt/)."""
+    directory = REPO / '.build' / 'lab-mirror' / lab.name / 'flt'
+    directory.mkdir(parents=True, exist_ok=True)
+    blob = directory / 'blob.gguf'
+    if not blob.exists() or blob.stat().st_size != MODEL_MIB << 20:
+        blob.write_bytes(os.urandom(MODEL_MIB << 20))
+    subprocess.run('sha256sum blob.gguf > SHA256SUMS && chmod 0755 . && chmod 0644 blob.gguf SHA256SUMS', shell=True,
+                   cwd=str(directory), check=True)
+    return blob
+
+
+def model_vars(lab, slow=False, verify=False):
+    """model.yml onto the head and node-b (fetched once onto the head, copied to node-b over the fabric),
+    apart from what is served: vLLM's model step, since llama.cpp's workers read no model file."""
+    prefix = os.environ.get('GPULAB_LAB_FABRIC_PREFIX', '10.231.83')
+    return {'gpulab_engine': 'vllm', 'model_source': 'http://%s.5/%sflt/blob.gguf' % (prefix, 'slow/' if slow else ''), 'model_dir': MODEL_DIR,
+            'model_manifest_path': MODEL_MANIFEST, 'model_nodes': [HEAD, WORKER], 'model_verify': verify}
+
+
+def model_sha(lab, node):
+    return lab.sh(node, 'sha256sum %s/blob.gguf 2>/dev/null | cut -d" " -f1' % MODEL_DIR, timeout=120)[1]
+
+
+def model_corrupt(lab, row):
+    """node-b's copy changed in one byte, size and mtime kept; model.yml, then model.yml -e model_verify=true."""
+    blob = mirror_model(lab)
+    want = subprocess.run(['sha256sum', str(blob)], stdout=subprocess.PIPE, universal_newlines=True, check=True).stdout.split()[0]
+    first, dummy = deploy(lab, row['private'] / ('%s-0' % row['id']), 'playbooks/model.yml', model_vars(lab))
+    lab.sh(WORKER, "python3 -c \"import os; p='%s/blob.gguf'; s=os.stat(p); f=open(p,'r+b'); f.seek(%d); b=f.read(1); f.seek(%d); "
+                   "f.write(bytes([b[0] ^ 255])); f.close(); os.utime(p, ns=(s.st_atime_ns, s.st_mtime_ns))\"" % (
+                       MODEL_DIR, 12 << 20, 12 << 20), check=True)
+    fault_at = time.time()
+    plain, took_plain = deploy(lab, row['private'] / ('%s-plain' % row['id']), 'playbooks/model.yml', model_vars(lab))
+    still_bad = model_sha(lab, WORKER) != want
+    row['deploy_1'], took_1 = deploy(lab, row['private'] / ('%s-1' % row['id']), 'playbooks/model.yml', model_vars(lab, verify=True))
+    fixed = model_sha(lab, WORKER) == want
+    row['deploy_2'], took_2 = deploy(lab, row['private'] / ('%s-2' % row['id']), 'playbooks/model.yml', model_vars(lab, verify=True))
+    row['deploy_1'] = 'model.yml -e model_verify=true: ' + row['deploy_1']
+    row['deploy_2'] = 'again: ' + row['deploy_2']
+    row['lost'] = 'nothing' if fixed else 'node-b keeps a corrupted %s/blob.gguf' % MODEL_DIR
+    row['notes'] = ('a %d MiB model (SHA256SUMS on the mirror) on node-a and node-b (model_nodes, copied node to node), '
+                    'first model.yml %s; one byte of node-b\'s copy flipped at 12 MiB, size and mtime kept; model.yml without '
+                    'model_verify: %s in %d s, the corrupted copy %s; with model_verify=true node-b\'s copy fetched again and '
+                    'right: %s (detected after: that run\'s length, %d s; then %d s). The served model was not touched.' % (
+                        MODEL_MIB, first, plain, took_plain, 'kept (not read back)' if still_bad else 'replaced',
+                        'yes' if fixed else 'no', took_1, took_2))
+    return fault_at, took_1
+
+
+def disk_full(lab, row):
+    """node-b's model filesystem filled while node-a fetches the model from the mirror's /slow/ (1 MiB/s),
+    before node-b's copy: the copy fails, names the node and path, leaves no file under its final name;
+    the next run resumes the .part."""
+    mirror_model(lab)
+    for node in (HEAD, WORKER):
+        lab.sh(node, 'rm -rf %s %s /srv/flt-disk/filler' % (MODEL_DIR, MODEL_MANIFEST), check=True)
+    log = Path(args_tmp()) / ('%s.log' % row['id'])
+    env = dict(os.environ, ANSIBLE_NOCOLOR='1', PYTHONUNBUFFERED='1', ANSIBLE_COLLECTIONS_PATH=str(REPO / '.build' / 'collections'), **lab_env(lab))
+    with open(str(log), 'w') as out:
+        proc = subprocess.Popen([str(Path(sys.executable).parent / 'ansible-playbook'), '-i', str(REPO / 'inventory' / 'demo'),
+                                 str(REPO / 'playbooks' / 'model.yml'), '-e', json.dumps(model_vars(lab, slow=True))],
+                                cwd=str(REPO), stdout=out, stderr=subprocess.STDOUT, env=env)
+    wait_for(lambda: lab.sh(HEAD, 'test -e %s/blob.gguf.part' % MODEL_DIR)[0] == 0 or proc.poll() is not None, 600, step_s=0.5)
+    # Leave node-b room for half the file.
+    lab.sh(WORKER, 'mkdir -p %s && free=$(df -B1 --output=avail /srv/flt-disk | tail -n 1) && '
+                   'fallocate -l $((free - %d)) /srv/flt-disk/filler' % (MODEL_DIR, (MODEL_MIB << 20) // 2), check=True)
+    fault_at = time.time()
+    rc = proc.wait()
+    text = log.read_text()
+    failures = [line for line in text.splitlines() if line.startswith(('fatal:', 'failed:')) or '"msg"' in line]
+    message = ' '.join(failures)
+    detected = time.time() - fault_at
+    final = lab.sh(WORKER, 'test -e %s/blob.gguf' % MODEL_DIR)[0] == 0
+    part = lab.sh(WORKER, 'stat -c %%s %s/blob.gguf.part 2>/dev/null' % MODEL_DIR)[1]
+    lab.sh(WORKER, 'rm -f /srv/flt-disk/filler', check=True)
+    row['deploy_1'], took_1 = deploy(lab, row['private'] / ('%s-1' % row['id']), 'playbooks/model.yml', model_vars(lab))
+    resumed = [line for line in (row['private'] / ('%s-1' % row['id']) / 'artifacts').glob('*/stdout')]
+    resumed_text = ' '.join(line.read_text() for line in resumed)
+    row['deploy_2'], took_2 = deploy(lab, row['private'] / ('%s-2' % row['id']), 'playbooks/model.yml', model_vars(lab))
+    row['deploy_1'] = 'model.yml: ' + row['deploy_1']
+    right = model_sha(lab, WORKER) == model_sha(lab, HEAD) != ''
+    row['lost'] = 'nothing' if right else 'node-b has no whole model after the next run'
+    missing = fault_matrix.missing_from(message, [WORKER, MODEL_DIR])
+    row['notes'] = ('model.yml rc %d; its error: "%s" (names node-b and %s: %s); file under its final name on node-b: %s; '
+                    '.part left: %s bytes; the next run (filler removed): %s in %d s, resumed: %s, node-b\'s copy right: %s; '
+                    'then %d s.' % (
+                        rc, message[:400], MODEL_DIR, 'yes' if not missing else 'no, lacks %s' % ', '.join(missing),
+                        'yes' if final else 'no', part or 'none', row['deploy_1'], took_1,
+                        'yes' if 'resumed' in resumed_text else 'not said', 'yes' if right else 'no', took_2))
+    return fault_at, detected
+
+
+# --- the OOM killer's kill of the head -----------------------------------------------------------
+
+def head_oom(lab, row):
+    """The OOM killer's kill of llama-server, simulated: the lab's containers see cgroup v1 read-only
+    (no unit memory limit can be set inside them), so SIGKILL of the process as the kernel sends it,
+    and the kernel's record of it written to the node's journal (priority err, identifier kernel)."""
+    pid = lab.sh(HEAD, 'pgrep -x llama-server')[1].split()[0]
+    rss_kb = lab.sh(HEAD, 'ps -o rss= -p %s' % pid)[1].strip() or '0'
+    fault_at = time.time()
+    lab.sh(HEAD, 'kill -KILL %s; logger -p kern.err -t kernel "Out of memory: Killed process %s (llama-server) '
+                 'total-vm:0kB, anon-rss:%skB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:0kB oom_score_adj:0 '
+                 '(simulated by scripts/faults.py)"' % (pid, pid, rss_kb))
+    detected = wait_for(lambda: lab.sh(HEAD, 'pgrep -x llama-server')[1] not in ('', pid) or lab.health() != '200', 60)
+    record = lab.sh(HEAD, 'journalctl -t kernel --since "-2min" --no-pager -o cat | grep -m 1 "Out of memory"')[1]
+    row['notes'] = ('simulated: SIGKILL of llama-server (pid %s, RSS %s kB) and the kernel\'s record in the journal '
+                    '("%s"); a real OOM cannot be provoked in the lab: the containers see cgroup v1 read-only, so no '
+                    'unit memory limit can be set inside them. Nothing in the collection reads the record: the head '
+                    'heals as from any SIGKILL.' % (pid, rss_kb, record[:120]))
+    return fault_at, detected
+
 CASES = {
     'rpc-sigkill': ('SIGKILL of the RPC server', WORKER, rpc_sigkill),
     'head-sigkill': ('SIGKILL of the head (llama-server)', HEAD, head_sigkill),
@@ -242,7 +448,18 @@ CASES = {
     'cut-60': ('fabric cut head-worker (drop rules) 60 s', WORKER, fabric_cut(60)),
     'smi-fail': ('nvidia-smi exits 1, then deploy.yml', OTHER, nvidia_smi('fail')),
     'smi-hang': ('nvidia-smi hangs, then deploy.yml', OTHER, nvidia_smi('hang')),
+    'ctl-sigkill-drain': ('controller killed (SIGKILL) in the drain', 'controller', controller_kill('SIGKILL', 'drain')),
+    'ctl-sigint-drain': ('controller interrupted (SIGINT) in the drain', 'controller', controller_kill('SIGINT', 'drain')),
+    'ctl-sigkill-serve': ('controller killed (SIGKILL) in the serve step', 'controller', controller_kill('SIGKILL', 'serve')),
+    'ctl-sigint-serve': ('controller interrupted (SIGINT) in the serve step', 'controller', controller_kill('SIGINT', 'serve')),
+    'model-corrupt': ('model file corrupted, size and mtime kept', WORKER, model_corrupt),
+    'disk-full': ('disk filled during the model copy', WORKER, disk_full),
+    'head-oom': ('OOM killer kills the head (simulated: SIGKILL and its record)', HEAD, head_oom),
+    'hang-300': ('RPC server hung (SIGSTOP) 300 s', WORKER, hang(300)),
+    'cut-300': ('fabric cut head-worker (drop rules) 300 s', WORKER, fabric_cut(300)),
 }
+# Cases that run their own playbooks instead of the two deploy.yml runs after the fault.
+OWN_RUNS = ('smi-', 'model-', 'disk-')
 
 
 def service_memory(lab):
@@ -323,7 +540,7 @@ def main():
             time.sleep(5)
             row = {'id': case_id, 'case': title, 'node': node, 'manager': 'systemd', 'private': private}
             fault_at, detected = inject(lab, row)
-            row = figures(lab, row, fault_at, detected, not args.no_deploys and not case_id.startswith('smi-'), private)
+            row = figures(lab, row, fault_at, detected, not args.no_deploys and not case_id.startswith(OWN_RUNS), private)
             row.pop('private')
             row['at'] = time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(fault_at))
             print('    %s' % json.dumps(row), flush=True)

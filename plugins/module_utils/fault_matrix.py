@@ -13,6 +13,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
 import re
 
 
@@ -97,3 +98,42 @@ def table(rows):
                  row.get('deploy_1') or '-', row.get('deploy_2') or '-', row.get('notes', '')]
         lines.append('| ' + ' | '.join(str(c).replace('|', '\\|').replace('\n', ' ') for c in cells) + ' |')
     return '\n'.join(lines)
+
+
+# --- the controller killed, the disk filled -----------------------------------------------------
+
+def drain_recorded(text):
+    """(phase, [names]) of a drain state file's text (gpu_drain: phase stopping or drained, entries
+    with name or key); (None, []) when there is no file or it cannot be read."""
+    try:
+        state = json.loads(text) if text and text.strip() else None
+    except ValueError:
+        return None, []
+    if not isinstance(state, dict):
+        return None, []
+    names = [entry.get('name') or entry.get('key') for entry in state.get('entries') or [] if isinstance(entry, dict)]
+    return state.get('phase'), names
+
+
+def lost_services(expected, active):
+    """What a fault lost: expected {node: [unit]} that ran before it, active {node: [unit]} running
+    after the recovery; 'nothing', or 'unit on node, ...' for each one not running again."""
+    lost = ['%s on %s' % (unit, node) for node in sorted(expected) for unit in expected[node]
+            if unit not in set(active.get(node) or [])]
+    return ', '.join(lost) if lost else 'nothing'
+
+
+TASK_LINE = re.compile(r'^TASK \[(?P<name>[^\]]*)\]', re.M)
+
+
+def task_started_after(output, marker):
+    """Whether ansible-playbook's output shows a task started after the last task whose banner
+    contains marker (the kill of the controller 'during the next step')."""
+    names = [m.group('name') for m in TASK_LINE.finditer(output)]
+    seen = [i for i, name in enumerate(names) if marker in name]
+    return bool(seen) and seen[-1] < len(names) - 1
+
+
+def missing_from(message, needles):
+    """The needles (node, path) a failure message does not name; [] when it names them all."""
+    return [needle for needle in needles if needle not in (message or '')]

@@ -3,12 +3,16 @@
 import pytest
 
 from ansible_collections.gpulab.inference.plugins.module_utils.fault_matrix import (
+    drain_recorded,
     failed_during,
     failed_outside,
+    lost_services,
+    missing_from,
     percentile,
     recap_text,
     serving_again_after,
     table,
+    task_started_after,
 )
 
 
@@ -62,3 +66,36 @@ def test_table_rows():
     assert lines[2] == ('| SIGKILL of the RPC server | node-b | systemd | 1.0 | 12.0 | 3 / 40 | nothing | changed=0/0/0 '
                         '| changed=0/0/0 | a \\| b |')
     assert '| not within the case |' in table([{'case': 'c', 'node': 'n', 'manager': 'm', 'serving_again_s': None}])
+
+
+def test_drain_recorded_reads_phase_and_names_and_tolerates_no_file():
+    text = ('{"schema": 1, "phase": "stopping", "entries": [{"key": "systemd:gpu-embed.service", '
+            '"name": "gpu-embed.service"}, {"key": "pid:41"}], "killed": []}')
+    assert drain_recorded(text) == ('stopping', ['gpu-embed.service', 'pid:41'])
+    assert drain_recorded('') == (None, [])
+    assert drain_recorded('{"phase": "dr') == (None, [])
+    assert drain_recorded('[1]') == (None, [])
+
+
+def test_lost_services_names_each_unit_not_running_again():
+    expected = {'node-b': ['gpu-embed.service'], 'node-c': ['gpu-embed.service', 'asr.service']}
+    assert lost_services(expected, {'node-b': ['gpu-embed.service', 'x'], 'node-c': ['asr.service', 'gpu-embed.service']}) == 'nothing'
+    assert lost_services(expected, {'node-b': [], 'node-c': ['asr.service']}) == \
+        'gpu-embed.service on node-b, gpu-embed.service on node-c'
+    assert lost_services({}, {}) == 'nothing'
+
+
+def test_task_started_after_the_marked_task():
+    output = ('PLAY [x]\nTASK [gpulab.inference.gpu_drain : Drain the GPUs (state file first)] ***\nok: [node-a]\n'
+              'TASK [gpulab.inference.gpu_drain : Show what was stopped, kept and freed] ***\n')
+    assert not task_started_after(output, 'Show what was stopped')
+    assert task_started_after(output + 'TASK [gpulab.inference.llama_rpc_server : Install the unit] ***\n', 'Show what was stopped')
+    assert task_started_after(output, 'Drain the GPUs')
+    assert not task_started_after('', 'Drain the GPUs')
+
+
+def test_missing_from_names_what_the_message_leaves_out():
+    message = 'node-b: /srv/flt-disk/m/blob.gguf.part: [Errno 28] No space left on device'
+    assert missing_from(message, ['node-b', '/srv/flt-disk/m']) == []
+    assert missing_from(message, ['node-c', '/srv/flt-disk/m']) == ['node-c']
+    assert missing_from(None, ['node-b']) == ['node-b']
