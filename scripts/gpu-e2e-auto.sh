@@ -50,22 +50,9 @@ llama_auto=(GPULAB_E2E_ENGINES=llama_cpp GPULAB_E2E_LAYOUTS=auto GPULAB_E2E_CTX_
   'GPULAB_E2E_LLAMA_EXTRA={"gpu_drain_keep": ["asr"]}')
 
 # The kept service: not the collection's, so the drain leaves it and the plan counts its memory.
-start_kept_service() {
-  mkdir -p /var/log/gpulab /etc/gpulab/supervisor.d
-  cat >/etc/gpulab/supervisor.d/asr.conf <<CONF
-[program:asr]
-command=$python -c "import time, torch; held = torch.empty($kept_gib << 30, dtype=torch.uint8, device='cuda'); torch.cuda.synchronize(); time.sleep(10 ** 9)"
-environment=CUDA_VISIBLE_DEVICES="0"
-autostart=true
-autorestart=true
-startsecs=10
-stdout_logfile=/var/log/gpulab/asr.log
-redirect_stderr=true
-CONF
-  sup update >>"$out/progress.log" 2>&1
-  sleep 12
-  log "kept service: $(sup status asr 2>&1 | tr -s ' '); $(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader | tr '\n' ';')"
-}
+# shellcheck source=scripts/gpu-e2e-programs.sh
+. "$repo/scripts/gpu-e2e-programs.sh"
+start_kept_service() { gpu_program asr "$kept_gib" 0; }
 
 # The tools the llama.cpp part's harness installed (scripts/gpu-e2e.sh).
 harness() {

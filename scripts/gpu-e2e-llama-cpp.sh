@@ -57,6 +57,17 @@ json.dump(inventory, open(path, "w"), indent=2)
 PY
 }
 
+# nvidia-smi indices: the n-th GPU, and the GPUs a layout gives to RPC servers.
+gpu_index() { "$python" -c 'import json,sys; print(sorted(g["index"] for g in json.load(open(sys.argv[1]))["ansible_facts"]["gpulab_gpus"])[int(sys.argv[2])])' "$out/gpu_facts.json" "$1"; }
+rpc_gpus() {
+  case $1 in
+    local) ;;
+    split) gpu_index 0 ;;
+    rpc) for ((n = 1; n < gpus; n++)); do gpu_index "$n"; done ;;
+    auto) if [ "$gpus" -gt 1 ]; then rpc_gpus rpc; else rpc_gpus split; fi ;;
+  esac
+}
+
 for layout in $layouts; do
   mkdir -p "$out/$layout"
   write_inventory "$layout" "${ctx_sizes[0]}" "$out/$layout/hosts.json"
@@ -133,17 +144,6 @@ bench_cpp() { # LAYOUT OUTFILE
 import json, sys
 for r in json.load(open(sys.argv[1])):
     print("pp%d tg%d %.1f tok/s (+- %.1f)" % (r["n_prompt"], r["n_gen"], r["avg_ts"], r["stddev_ts"]))' "$2" 2>/dev/null | while read -r line; do log "  llama-bench $layout: $line"; done || true
-}
-
-# nvidia-smi indices: the n-th GPU, and the GPUs a layout gives to RPC servers.
-gpu_index() { "$python" -c 'import json,sys; print(sorted(g["index"] for g in json.load(open(sys.argv[1]))["ansible_facts"]["gpulab_gpus"])[int(sys.argv[2])])' "$out/gpu_facts.json" "$1"; }
-rpc_gpus() {
-  case $1 in
-    local) ;;
-    split) gpu_index 0 ;;
-    rpc) for ((n = 1; n < gpus; n++)); do gpu_index "$n"; done ;;
-    auto) if [ "$gpus" -gt 1 ]; then rpc_gpus rpc; else rpc_gpus split; fi ;;
-  esac
 }
 
 # ---- build and model, then llama-bench per layout (no services needed) ------------------------
