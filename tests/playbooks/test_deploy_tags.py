@@ -51,3 +51,26 @@ def plays_with_tasks(tags):
 @pytest.mark.parametrize("tag", sorted(EXPECTED))
 def test_a_tag_runs_the_preflight_and_its_plays(tag):
     assert plays_with_tasks(tag) == EXPECTED[tag]
+
+
+MONITORING = "Monitoring (Prometheus, node exporters, GPU and state metrics, alert rules)"
+
+
+def hosts_of_play(play, *extra):
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS), ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+               ANSIBLE_NOCOLOR="1")
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    listed = subprocess.run(["ansible-playbook", "deploy.yml", "-i", "inventory/demo", "--list-hosts"] + list(extra),
+                            cwd=str(REPO), env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert listed.returncode == 0, listed.stderr
+    blocks = re.split(r"^  play #[0-9]+ \([^)]*\): ", listed.stdout, flags=re.M)
+    block = [b for b in blocks if b.startswith(play + "\t")]
+    assert len(block) == 1, listed.stdout
+    return int(re.search(r"hosts \(([0-9]+)\)", block[0]).group(1))
+
+
+def test_without_monitoring_enabled_its_play_runs_on_no_host():
+    # deploy.yml is unchanged in tasks without the opt-in: the play is there and matches nothing, while
+    # the plays before it keep their hosts (with the opt-in the play takes gpu_nodes: molecule vllm)
+    assert hosts_of_play(MONITORING) == 0
+    assert hosts_of_play(PREFLIGHT) == 3
