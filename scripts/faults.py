@@ -292,14 +292,22 @@ def controller_kill(signame, phase):
         if proc.poll() is not None:
             raise RuntimeError('deploy.yml ended (rc %s) before the kill point %s; see %s' % (proc.returncode, phase, log))
         fault_at = time.time()
-        os.killpg(proc.pid, signal.SIGINT if signame == 'SIGINT' else signal.SIGKILL)
-        try:
-            proc.wait(120)
-            exited = 'exited %s' % proc.returncode
-        except subprocess.TimeoutExpired:
+        # An operator presses Ctrl-C again when the first one seems lost: ansible-core's handler raises
+        # KeyboardInterrupt where Python may ignore it (in a weakref callback), and the run goes on.
+        sent = 0
+        while proc.poll() is None and sent < 3:
+            os.killpg(proc.pid, signal.SIGINT if signame == 'SIGINT' else signal.SIGKILL)
+            sent += 1
+            try:
+                proc.wait(10 if signame == 'SIGINT' and sent < 3 else 120)
+            except subprocess.TimeoutExpired:
+                pass
+        if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-            exited = 'still running 120 s after the signal, then SIGKILL'
+            exited = 'still running 120 s after %d signals, then SIGKILL' % sent
+        else:
+            exited = 'exited %s after %d signal%s' % (proc.returncode, sent, '' if sent == 1 else 's')
         tasks = fault_matrix.TASK_LINE.findall(log.read_text())
         time.sleep(DRAINED_STOP_S + 3)
         recorded = []
