@@ -291,6 +291,7 @@ def controller_kill(signame, phase):
         wait_for(lambda: reached() or proc.poll() is not None, 1200, step_s=0.2)
         if proc.poll() is not None:
             raise RuntimeError('deploy.yml ended (rc %s) before the kill point %s; see %s' % (proc.returncode, phase, log))
+        at_kill = fault_matrix.TASK_LINE.findall(log.read_text())
         fault_at = time.time()
         # An operator presses Ctrl-C again when the first one seems lost: ansible-core's handler raises
         # KeyboardInterrupt where Python may ignore it (in a weakref callback), and the run goes on.
@@ -318,9 +319,9 @@ def controller_kill(signame, phase):
         restored, took = deploy(lab, row['private'] / ('%s-restore' % row['id']), 'playbooks/restore.yml')
         row['lost'] = fault_matrix.lost_services(before, active_units(lab, DRAINED_UNIT))
         row['deploy_1'], row['deploy_1_s'] = deploy(lab, row['private'] / ('%s-1' % row['id']))
-        row['notes'] = ('%s to the process group during task "%s" (ansible-playbook %s); state file, unit: %s; '
+        row['notes'] = ('%s to the process group during task "%s" (ansible-playbook %s, its last task "%s"); state file, unit: %s; '
                         'restore.yml %s in %d s, %s active again on every node: %s.' % (
-                            signame, tasks[-1] if tasks else '-', exited, '; '.join(recorded), restored, took, DRAINED_UNIT,
+                            signame, at_kill[-1] if at_kill else '-', exited, tasks[-1] if tasks else '-', '; '.join(recorded), restored, took, DRAINED_UNIT,
                             'yes' if row['lost'] == 'nothing' else 'no'))
         return fault_at, None
     return case
