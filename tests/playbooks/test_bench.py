@@ -9,6 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+import pytest
 from playbook_runner import LAB_FILES, REPO, local_host, run_in
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -94,36 +95,20 @@ def test_bench_playbook_writes_the_report(tmp_path):
     assert '| build | b8070-test |' in summary
 
 
-def test_a_deploy_that_changed_nothing_does_not_measure_again(tmp_path):
+def test_a_deploy_that_changed_nothing_does_not_measure_again(deploy_runs):
     """The bench step as deploy.yml runs it (bench_again_unchanged false): the first run measures and
     records on the head what it measured; the second, with nothing restarted and the same settings, sends
     no request and names the report that stands; a changed setting, or the report removed, measures again."""
-    (tmp_path / 'BUILD_INFO.json').write_text(json.dumps({'build_id': 'b8070-test', 'cuda': False}))
-    deploy_step = {'bench_again_unchanged': False, 'bench_concurrency': [1]}
-    runs = []
-    with OpenAIDouble(ttft_s=0.01, itl_s=0.005) as server:
-        for label, extra in (('first', {}), ('again', {}), ('tokens', {'bench_max_tokens': 12})):
-            before = len(server.requests)
-            run = run_in(tmp_path / label, 'playbooks/bench.yml', inventory(),
-                         bench_vars(tmp_path, server.base_url, **dict(deploy_step, **extra)), envvars=ENV)
-            assert run.status == 'successful', run.failures
-            (said,) = run.ok_results('Say why the last report stands, or why this run measures')
-            runs.append((said['msg'], len(server.requests) - before))
-        first_reports = sorted((tmp_path / 'reports').iterdir())
-        for report in first_reports:
-            (report / 'report.md').unlink()
-        run = run_in(tmp_path / 'gone', 'playbooks/bench.yml', inventory(),
-                     bench_vars(tmp_path, server.base_url, **dict(deploy_step, bench_max_tokens=12)), envvars=ENV)
-        assert run.status == 'successful', run.failures
-        (gone,) = run.ok_results('Say why the last report stands, or why this run measures')
-    (first, sent_first), (again, sent_again), (tokens, sent_tokens) = runs
+    tmp_path = deploy_runs['tmp_path']
+    (first, sent_first), (again, sent_again), (tokens, sent_tokens), (gone, unused) = deploy_runs['runs']
+    first_reports = deploy_runs['reports']
     assert 'no earlier benchmark' in first and sent_first > 0
     record = json.loads((tmp_path / 'work' / 'last-run.json').read_text())
     assert len(record['identity']) == 64 and record['finished'].endswith('Z')
     assert sent_again == 0
     assert 'its report stands (%s/report.md)' % first_reports[0] in again and 'bench_again_unchanged' in again
     assert 'benchmark settings changed' in tokens and sent_tokens > 0
-    assert 'is gone' in gone['msg']
+    assert 'is gone' in gone
     assert len(first_reports) == 2
 
 
@@ -166,29 +151,56 @@ class PrometheusDouble:
         self.server.server_close()
 
 
-def test_with_prometheus_the_report_holds_its_series_and_a_failed_query_fails_nothing(tmp_path):
+@pytest.fixture(scope='module')
+def deploy_runs(tmp_path_factory):
+    """Four runs of the bench step as deploy.yml runs it, on a lab whose head runs Prometheus (the
+    double): first (measures, and its report asks Prometheus), again (nothing changed), tokens (a
+    setting changed), gone (the reports removed). Per run, what it said and the requests it sent; the
+    reports of the runs before gone; the first run's report and the Prometheus queries it made, read
+    before the reports are removed."""
+    tmp_path = tmp_path_factory.mktemp('deploy-runs')
     (tmp_path / 'BUILD_INFO.json').write_text(json.dumps({'build_id': 'b8070-test', 'cuda': False}))
+    runs = []
     with OpenAIDouble(ttft_s=0.01, itl_s=0.005) as server, PrometheusDouble() as prometheus:
-        run = run_in(tmp_path / 'runner', 'playbooks/bench.yml', inventory(),
-                     bench_vars(tmp_path, server.base_url, bench_concurrency=[1], gpulab_monitoring_enabled=True,
-                                bench_prometheus_url=prometheus.base_url, bench_prometheus_step_s=5), envvars=ENV)
-    assert run.status == 'successful', run.failures
-    (report_dir,) = list((tmp_path / 'reports').iterdir())
-    doc = json.loads((report_dir / 'report.json').read_text())
+        deploy_step = {'bench_again_unchanged': False, 'bench_concurrency': [1], 'gpulab_monitoring_enabled': True,
+                       'bench_prometheus_url': prometheus.base_url, 'bench_prometheus_step_s': 5}
+        for label, extra in (('first', {}), ('again', {}), ('tokens', {'bench_max_tokens': 12}), ('gone', {'bench_max_tokens': 12})):
+            if label == 'gone':
+                measured = reports
+                for report in measured:
+                    (report / 'report.md').unlink()
+            before = len(server.requests)
+            run = run_in(tmp_path / label, 'playbooks/bench.yml', inventory(),
+                         bench_vars(tmp_path, server.base_url, **dict(deploy_step, **extra)), envvars=ENV)
+            assert run.status == 'successful', run.failures
+            (said,) = run.ok_results('Say why the last report stands, or why this run measures')
+            runs.append((said['msg'], len(server.requests) - before))
+            reports = sorted((tmp_path / 'reports').iterdir())
+            if label == 'first':
+                (report_dir,) = reports
+                first_report = (json.loads((report_dir / 'report.json').read_text()), (report_dir / 'report.md').read_text(),
+                                list(prometheus.queries))
+        base_url = prometheus.base_url
+    return {'tmp_path': tmp_path, 'runs': runs, 'reports': measured, 'first_report': first_report, 'prometheus_url': base_url}
+
+
+def test_with_prometheus_the_report_holds_its_series_and_a_failed_query_fails_nothing(deploy_runs):
+    """The first run of deploy_runs, whose lab runs Prometheus (the double)."""
+    doc, text, queries = deploy_runs['first_report']
+    base_url = deploy_runs['prometheus_url']
     window = doc['benchmark']['conditions']
     # the dashboard's three expressions over the benchmark's own window, a point every 5 s
-    assert sorted(query['query'] for query in prometheus.queries) == sorted(PrometheusDouble.ANSWERS)
-    for query in prometheus.queries:
+    assert sorted(query['query'] for query in queries) == sorted(PrometheusDouble.ANSWERS)
+    for query in queries:
         assert query['path'] == '/api/v1/query_range' and query['step'] == '5'
         assert (float(query['start']), float(query['end'])) == (
             round(window['window_start_epoch'], 3), round(window['window_end_epoch'], 3))
     section = doc['prometheus']
-    assert section['source'] == '%s on localhost' % prometheus.base_url
+    assert section['source'] == '%s on localhost' % base_url
     assert section['errors'] == ['power (gpulab_gpu_power_watts): HTTP 400, bad_data: 1:24: parse error: '
                                  'unexpected end of input inside braces']
     assert [(g['node'], g['utilisation_peak'], g['memory_peak']) for g in section['gpus']] == [
         ('node-a', 31.0, 20480.0), ('node-b', 25.0, 61440.0)]
-    text = (report_dir / 'report.md').read_text()
     assert '## From Prometheus' in text and '**Prometheus did not give a series:** power' in text
 
 
