@@ -26,8 +26,11 @@ them) and a list of devices in llama.cpp's order. The rules follow llama.cpp's o
   sequence, src/llama-memory-recurrent.cpp). A family llama.cpp keeps in a memory type of its own
   is named as not modelled and planned for its weights only.
 
-The compute buffer is an estimate (the graph allocator's peak depends on the backend and on
-fused kernels); weights and KV cache are exact up to buffer alignment.
+The compute buffer of a family compute_buffer builds (minimax-m2, qwen3moe, glm4moe, deepseek2
+MLA, gpt-oss, qwen3next) is what llama.cpp's scheduler reserves for the CPU backend's kernels:
+compute_buffer replays the graph, the split over the devices and the graph allocator. Other
+families keep a rough estimate (compute_bytes_estimate); compute_modelled says which. Weights and
+KV cache are exact up to buffer alignment.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -39,6 +42,7 @@ import math
 import re
 import struct
 
+from ansible_collections.gpulab.inference.plugins.module_utils import compute_buffer
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf
 from ansible_collections.gpulab.inference.plugins.module_utils import kept_room
 from ansible_collections.gpulab.inference.plugins.module_utils import model_family
@@ -427,6 +431,57 @@ def structure_line(facts, type_k="f16", type_v="f16"):
         structure, kv_bytes_per_token(facts, type_k, type_v), state_bytes_per_sequence(facts)))
 
 
+def pipeline_copies(n_devices, n_gpu_layers, n_layer, offload_kqv):
+    """Copies of each split input the scheduler keeps (src/llama-context.cpp pipeline_parallel:
+    more than one device, every layer and the output offloaded, the KV cache offloaded)."""
+    parallel = n_devices > 1 and gpu_layers(n_gpu_layers, n_layer) > n_layer and offload_kqv
+    return compute_buffer.MAX_COPIES if parallel else 1
+
+
+def compute_buffers(model, facts, placement, n_copies, cells, streams, n_seq, flash_attn, ubatch, type_k, type_v,
+                    swa_cells_per_stream):
+    """{device index, or compute_buffer.CPU: bytes} of the compute buffers llama.cpp reserves, or
+    None when compute_buffer does not build the family's graph."""
+    arch = facts["architecture"]
+
+    def meta(key, default=None):
+        return model.get("%s.%s" % (arch, key), default)
+
+    hp = compute_buffer.family_hparams(arch, meta, facts.get("structure"), cells, streams, swa_cells_per_stream, n_seq)
+    if hp is None:
+        return None
+    dims = dict((info.name, tuple(info.dims)) for info, _shard in model.tensors)
+    layer_dev = [compute_buffer.CPU if d is None else d for d in placement]
+    n_layer = hp["n_layer"]
+    kinds = layer_kinds(facts, n_layer)
+    hp["built"] = compute_buffer.representative_layers(layer_dev[:n_layer] + [layer_dev[-1]], kinds)
+    return compute_buffer.device_buffers(arch, hp, dims.get, layer_dev, cells * streams, n_seq, ubatch, flash_attn,
+                                         type_k, type_v, n_copies)
+
+
+def layer_kinds(facts, n_layer):
+    """What sets a layer's tensors apart for the compute buffer: its cache kind, a dense leading
+    FFN, and the last layer (it gathers the outputs' rows)."""
+    structure = facts.get("structure") or {}
+    kinds = structure.get("layer_kinds") or [None] * n_layer
+    dense = structure.get("dense_leading", 0)
+    return [(kinds[il], il < dense, il == n_layer - 1) for il in range(n_layer)]
+
+
+def range_compute_bytes(model, facts, layers, output, n_copies, cpu_layers, **graph):
+    """Bytes of the compute buffer of a device holding layers (a range) and the output layer or
+    not, the layers below cpu_layers on the CPU; None when the family's graph is not built.
+    graph: compute_buffers' cells, streams, n_seq, flash_attn, ubatch, type_k, type_v and
+    swa_cells_per_stream. A device's buffer depends only on its own split, so the other layers
+    sit on two other devices."""
+    n_layer = facts["layers"]
+    first, last = (layers[0], layers[-1] + 1) if layers else (n_layer, n_layer)
+    placement = [None if il < cpu_layers else (1 if first <= il < last else (0 if il < first else 2))
+                 for il in range(n_layer)] + [1 if output else (None if cpu_layers > n_layer else 2)]
+    buffers = compute_buffers(model, facts, placement, n_copies, **graph)
+    return None if buffers is None else buffers.get(1, 0)
+
+
 def compute_bytes_estimate(facts, cells, holds_layers, holds_output, flash_attn, ubatch=DEFAULT_UBATCH, n_outputs=1):
     """Rough peak of a device's compute buffer: an estimate, not llama.cpp's graph allocator.
 
@@ -569,6 +624,12 @@ def plan_layout(model, devices, split="equal", n_gpu_layers="all", ctx_size=0, p
     cache = cache_bytes_per_layer(facts, cells, streams, type_k, type_v, n_seq=max(parallel, 1),
                                   kv_unified=kv_unified, ubatch=ubatch, swa_full=swa_full)
     kv = [(k, v) for k, v, _state in cache]
+    structure_facts = facts.get("structure") or {}
+    swa = swa_cells(cells, structure_facts.get("window") or 0, max(parallel, 1), kv_unified, ubatch, swa_full) \
+        if structure_facts.get("window") else cells
+    graph = compute_buffers(model, facts, placement, pipeline_copies(len(devices), n_gpu_layers, n_layer, offload_kqv),
+                            cells, streams, max(parallel, 1), flash_attn != "off", ubatch, type_k, type_v, swa) \
+        if offload_kqv and model is not None and hasattr(model, "tensors") else None
     state = [s for _k, _v, s in cache]
     structure = facts.get("structure") or {"modelled": True}
     kv_note = None if structure["modelled"] else model_family.not_modelled_message(structure)
@@ -582,8 +643,11 @@ def plan_layout(model, devices, split="equal", n_gpu_layers="all", ctx_size=0, p
         kv_k = sum(kv[il][0] for il in layers) if offload_kqv else 0
         kv_v = sum(kv[il][1] for il in layers) if offload_kqv else 0
         kv_state = sum(state[il] for il in layers) if offload_kqv else 0
-        compute = compute_bytes_estimate(facts, cells, bool(layers), holds_output, flash_attn != "off", ubatch,
-                                         max(parallel, 1))
+        if graph is not None:
+            compute = graph.get(index, 0)
+        else:
+            compute = compute_bytes_estimate(facts, cells, bool(layers), holds_output, flash_attn != "off", ubatch,
+                                             max(parallel, 1))
         context = int(cuda_context_bytes(device["cuda"], bool(layers or holds_output), context_mib, idle_mib))
         total = weight + kv_k + kv_v + kv_state + compute + context
         row = {
@@ -599,6 +663,7 @@ def plan_layout(model, devices, split="equal", n_gpu_layers="all", ctx_size=0, p
             "kv_cache_mib": _mib(kv_k + kv_v),
             "state_mib": _mib(kv_state),
             "compute_mib_estimate": _mib(compute),
+            "compute_modelled": graph is not None,
             "context_mib": _mib(context),
             "total_mib": _mib(total),
             "free_mib": device["free_mib"],
@@ -638,6 +703,7 @@ def plan_layout(model, devices, split="equal", n_gpu_layers="all", ctx_size=0, p
             "weights_mib": _mib(cpu_weight),
             "kv_cache_mib": _mib(cpu_kv),
             "state_mib": _mib(cpu_state),
+            "compute_mib": _mib(graph.get(compute_buffer.CPU, 0)) if graph is not None else None,
         },
         "fits": all(r["fits"] for r in checked),
         "unchecked": [r["name"] for r in rows if r["fits"] is None],

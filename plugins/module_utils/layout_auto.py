@@ -168,6 +168,20 @@ class _Costs:
         flash = opts.get("flash_attn", "auto") != "off"
         ubatch = opts.get("ubatch", gp.DEFAULT_UBATCH)
         outputs = max(opts.get("parallel", 1), 1)
+        # the compute buffer of a range of slots: built from the graph where compute_buffer has the
+        # family (one build per set of layer kinds in the range and output or not), else estimated
+        self.kind = gp.layer_kinds(full, n_layer)
+        structure = full.get("structure") or {}
+        swa = gp.swa_cells(cells, structure.get("window") or 0, max(opts.get("parallel", 1), 1),
+                           opts.get("kv_unified", False), opts.get("ubatch", gp.DEFAULT_UBATCH),
+                           opts.get("swa_full", False)) if structure.get("window") else cells
+        self.graph = dict(cells=cells, streams=streams, n_seq=max(opts.get("parallel", 1), 1),
+                          flash_attn=opts.get("flash_attn", "auto") != "off",
+                          ubatch=opts.get("ubatch", gp.DEFAULT_UBATCH), type_k=type_k, type_v=type_v,
+                          swa_cells_per_stream=swa) if offload else None
+        self.n_copies = gp.pipeline_copies(len(devices), opts.get("n_gpu_layers", "all"), n_layer, offload)
+        self.model, self.full = model, full
+        self.graph_compute = {}
         self.compute = {}
         for layers in (False, True):
             for output in (False, True):
@@ -183,9 +197,23 @@ class _Costs:
             return gp.cuda_context_bytes(cuda, False, self.context_mib, self.idle_mib) / float(MIB)
         output = b == self.slots and self.start + self.slots - 1 == self.n_layer
         layers = (b - a) - (1 if output else 0) > 0
-        total = self.prefix[b] - self.prefix[a] + self.compute[(layers, output)]
+        total = self.prefix[b] - self.prefix[a] + self.compute_bytes(a, b, layers, output)
         total += gp.cuda_context_bytes(cuda, True, self.context_mib, self.idle_mib)
         return total / float(MIB)
+
+    def compute_bytes(self, a, b, layers, output):
+        """The compute buffer of a device holding slots [a, b)."""
+        if self.graph is None:
+            return self.compute[(layers, output)]
+        held = list(range(self.start + a, min(self.start + b, self.n_layer)))
+        # a device's first layer reads its input from the split's copy, the others from the layer
+        # before: one and two layers differ, more repeat the second's peak
+        key = (frozenset(self.kind[il] for il in held), min(len(held), 3), output)
+        if key not in self.graph_compute:
+            self.graph_compute[key] = gp.range_compute_bytes(self.model, self.full, held, output, self.n_copies,
+                                                             self.start, **self.graph)
+        found = self.graph_compute[key]
+        return self.compute[(layers, output)] if found is None else found
 
     def headroom(self, d, a, b):
         """MiB device d keeps with slots [a, b) (None when its memory is unknown)."""

@@ -224,7 +224,9 @@ devices:
   description: >-
     Per device in llama.cpp's order: name, host, kind, gpu_index (the nvidia-smi index of its
     GPU, V(null) for a CPU device or one given without it), layers (indices), layer_range,
-    output_layer, split, weights_mib, kv_cache_mib, compute_mib_estimate, context_mib (see
+    output_layer, split, weights_mib, kv_cache_mib, compute_mib_estimate (the compute buffer llama.cpp's
+    scheduler reserves, built from the family's graph where compute_modelled is V(true), else a rough
+    estimate), compute_modelled, context_mib (see
     O(cuda_context_mib), or O(cuda_idle_context_mib) on a device without layers), total_mib, free_mib,
     margin_mib, headroom_mib and fits (V(null) when the free memory is unknown), shares_gpu_with
     (the other devices on the same host and GPU; their headroom is that GPU's after all of them).
@@ -232,7 +234,9 @@ devices:
   type: list
   elements: dict
 cpu:
-  description: What stays in host memory of the head (input layer, layers not offloaded).
+  description: >-
+    What stays in host memory of the head (input layer, layers not offloaded), and compute_mib, the
+    head's CPU compute buffer (V(null) when the family's graph is not built).
   returned: success
   type: dict
 fits:

@@ -5,11 +5,13 @@ grouped-query with 4 KV heads (qwen3moe), GLM-4.x MoE with a dense first layer a
 expert (glm4moe), sliding window alternating with full attention (gpt-oss) and recurrent state
 beside full attention (qwen3next).
 
-Two CPU RPC servers and llama-server load a reduced-depth synthetic GGUF of each family (two
-slots of an F16 cache; and for MLA, the sliding window and the recurrent state also one slot of a
-q8_0 cache with flash attention at a context that is not a multiple of 256); the planner's weights
-per device must match within 1%, its KV cache to the logged 0.01 MiB, the recurrent state (`RS
-buffer size`) likewise, and the compute estimate within a factor of two.
+Two CPU RPC servers and llama-server load a reduced-depth synthetic GGUF of each family (MiniMax-M2
+too) with two slots of an F16 cache; for MLA, the sliding window and the recurrent state also one
+slot of a q8_0 cache with flash attention at a context that is not a multiple of 256; and every
+family once more without flash attention, three slots, `-c 5000` and a ubatch of 256. The
+planner's weights per device must match within 1%, its KV cache to the logged 0.01 MiB, the
+recurrent state (`RS buffer size`) likewise, and the compute buffers (`sched_reserve: ... compute
+buffer size`, each RPC device's and the head's CPU buffer) within 1%.
 Run by `make integration-llama` (GPULAB_LLAMA_BIN_DIR, GPULAB_LLAMA_VOCAB_GGUF); without the
 binaries it fails rather than skips.
 """
@@ -33,18 +35,22 @@ SHAPE = {"layers": 4, "hidden_size": 256, "attention_heads": 4, "kv_heads": 2, "
          "experts_used": 2, "expert_ffn_size": 128, "quantization": "F16"}
 SERVER = ["-ngl", "all", "-c", "2048", "--parallel", "2", "--fit", "off"]
 PLAN = dict(n_gpu_layers="all", ctx_size=2048, parallel=2)
-FAMILIES = ["deepseek2", "qwen3moe", "glm4moe", "gpt-oss", "qwen3next"]
+FAMILIES = ["minimax-m2", "deepseek2", "qwen3moe", "glm4moe", "gpt-oss", "qwen3next"]
 
 
 # a quantised cache with flash attention, one slot, and a context that is not a multiple of 256
 Q8_SERVER = ["-ngl", "all", "-c", "3000", "--parallel", "1", "--fit", "off", "-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on"]
 Q8_PLAN = dict(n_gpu_layers="all", ctx_size=3000, parallel=1, cache_type_k="q8_0", cache_type_v="q8_0", flash_attn="on")
+# no flash attention (the transposed V cache and the KQ soft-max), three slots, another ubatch
+NOFA_SERVER = ["-ngl", "all", "-c", "5000", "--parallel", "3", "-ub", "256", "--fit", "off", "-fa", "off"]
+NOFA_PLAN = dict(n_gpu_layers="all", ctx_size=5000, parallel=3, ubatch=256, flash_attn="off")
 CASES = ([(arch, SERVER, PLAN) for arch in FAMILIES]
-         + [(arch, Q8_SERVER, Q8_PLAN) for arch in ("deepseek2", "gpt-oss", "qwen3next")])
+         + [(arch, Q8_SERVER, Q8_PLAN) for arch in ("deepseek2", "gpt-oss", "qwen3next")]
+         + [(arch, NOFA_SERVER, NOFA_PLAN) for arch in FAMILIES])
+CASE_NAMES = {id(SERVER): "f16", id(Q8_SERVER): "q8_0", id(NOFA_SERVER): "nofa-ub256"}
 
 
-@pytest.mark.parametrize("arch, server, options", CASES,
-                         ids=["%s-%s" % (c[0], "q8_0" if c[1] is Q8_SERVER else "f16") for c in CASES])
+@pytest.mark.parametrize("arch, server, options", CASES, ids=["%s-%s" % (c[0], CASE_NAMES[id(c[1])]) for c in CASES])
 def test_family_buffers_match_llama_cpp(arch, server, options, rpc_endpoints, tmp_path):  # noqa: F811
     model_path = write_model(tmp_path, "model.gguf", architecture=arch, **SHAPE)
     model = gguf.read_gguf_model(model_path)
@@ -58,6 +64,7 @@ def test_family_buffers_match_llama_cpp(arch, server, options, rpc_endpoints, tm
         arch, r["name"], r["weights_mib"], found["model"].get(r["name"], 0.0), r["kv_cache_mib"],
         found["kv"].get(r["name"], 0.0), r["state_mib"], states.get(r["name"], 0.0), r["compute_mib_estimate"],
         found["compute"].get(r["name"], 0.0)) for r in plan["devices"]]
+    report.append("%s CPU compute %.2f/%.2f MiB" % (arch, plan["cpu"]["compute_mib"], found["compute"].get("CPU", 0.0)))
     print("\n".join(report))
     assert plan["kv_note"] is None
     for row in plan["devices"]:
@@ -65,5 +72,8 @@ def test_family_buffers_match_llama_cpp(arch, server, options, rpc_endpoints, tm
             "\n".join(report) + log[-3000:]
         assert row["kv_cache_mib"] == pytest.approx(found["kv"].get(row["name"], 0.0), abs=0.01), "\n".join(report)
         assert row["state_mib"] == pytest.approx(states.get(row["name"], 0.0), abs=0.01), "\n".join(report)
-        logged_compute = found["compute"].get(row["name"], 0.0)
-        assert logged_compute / 2 <= row["compute_mib_estimate"] <= logged_compute * 2, "\n".join(report)
+        assert row["compute_modelled"]
+        assert row["compute_mib_estimate"] == pytest.approx(found["compute"].get(row["name"], 0.0), rel=0.01, abs=0.01), \
+            "\n".join(report)
+    assert plan["cpu"]["compute_mib"] == pytest.approx(found["compute"].get("CPU", 0.0), rel=0.01, abs=0.01), \
+        "\n".join(report)

@@ -6,7 +6,8 @@ Two RPC servers (CPU devices) on 127.0.0.1 and llama-server with --rpc and a --t
 synthetic models of several shapes; llama.cpp logs every device's model buffer
 (`load_tensors: RPC0[127.0.0.1:port] model buffer size = X MiB`) and KV buffer
 (`llama_kv_cache: RPC0[...] KV buffer size = X MiB`). The planner's weights per device must
-match within 2%, its KV cache exactly (to the logged 0.01 MiB).
+match within 2%, its KV cache exactly (to the logged 0.01 MiB), its compute buffers (`sched_reserve:
+... compute buffer size`) within 1%.
 
 Needs the binaries and the qwen2 vocabulary (`make integration-llama` sets both):
 
@@ -167,10 +168,13 @@ def test_predicted_device_buffers_match_llama_cpp(case, rpc_endpoints, tmp_path)
         logged_weights = found["model"].get(row["name"], 0.0)
         assert row["weights_mib"] == pytest.approx(logged_weights, rel=0.02, abs=0.01), "\n".join(report) + log[-3000:]
         assert row["kv_cache_mib"] == pytest.approx(found["kv"].get(row["name"], 0.0), abs=0.01), "\n".join(report)
-    # the compute buffer is an estimate: within a factor of two of what sched_reserve logged
+    # the compute buffers, each device's and the head's CPU buffer, within 1% of what sched_reserve logged
     for row in plan["devices"]:
-        logged_compute = found["compute"].get(row["name"], 0.0)
-        assert logged_compute / 2 <= row["compute_mib_estimate"] <= logged_compute * 2, "\n".join(report)
+        assert row["compute_modelled"]
+        assert row["compute_mib_estimate"] == pytest.approx(found["compute"].get(row["name"], 0.0), rel=0.01,
+                                                            abs=0.01), "\n".join(report)
+    assert plan["cpu"]["compute_mib"] == pytest.approx(found["compute"].get("CPU", 0.0), rel=0.01, abs=0.01), \
+        (plan["cpu"], found["compute"])
     # every device llama.cpp put weights on is one the planner predicted weights for
     rpc_buffers = set(b for b in found["model"] if b.startswith("RPC"))
     assert rpc_buffers == set(r["name"] for r in plan["devices"] if r["weights_mib"] > 0), (rpc_buffers, report)
