@@ -142,13 +142,20 @@ def main():
     progress = model_io.ProgressFile(params["progress_file"], total)
     started = time.monotonic()
     fetched = []
+    current = None
     try:
         for entry in files:
+            current = entry["name"] + mt.PART_SUFFIX
             url = mt.file_url(params["base_url"], entry["name"], params["hf_layout"])
             fetched.append(model_io.fetch_file(client, url, params["path"], entry, progress, mode))
     except (mt.ModelTransferError, OSError) as error:
-        progress.add(0, None, force=True, finished=True)
-        module.fail_json(msg="model_fetch into %s: %s" % (params["path"], error), files=fetched)
+        try:
+            progress.add(0, None, force=True, finished=True)
+        except OSError:
+            pass  # the same full disk: the play's wait ends at its interval and reads this result
+        # A write that fails (a full disk) names no file: name the one being written.
+        where = "%s: " % current if isinstance(error, OSError) and not error.filename and current else ""
+        module.fail_json(msg="model_fetch into %s: %s%s" % (params["path"], where, error), files=fetched)
     progress.add(0, None, force=True, finished=True)
     elapsed = time.monotonic() - started
     moved = sum(item["fetched_bytes"] for item in fetched)

@@ -49,3 +49,21 @@ def test_a_failed_fetch_names_the_url(tmp_path, capsys):
     assert failed and 'only http:// and https://' in result['msg']
     failed, result = run(model_fetch.main, {'base_url': 'http://x', 'path': str(tmp_path), 'files': files, 'mode': 'rw'}, capsys)
     assert failed and result['msg'].startswith('model_fetch: invalid literal')
+
+
+def test_a_full_disk_names_the_file_and_its_directory(tmp_path, capsys, monkeypatch):
+    """ENOSPC while writing the .part (and again on the progress file on the same disk) fails with
+    a message naming the directory and the file, not a traceback."""
+    def full(*args, **kwargs):
+        raise OSError(28, 'No space left on device')
+
+    def progress_add(self, count, current, force=False, finished=False):
+        if finished:
+            full()
+    monkeypatch.setattr(model_fetch.model_io, 'fetch_file', full)
+    monkeypatch.setattr(model_fetch.model_io.ProgressFile, 'add', progress_add)
+    files = [{'name': 'a.gguf', 'size_bytes': 1, 'sha256': None}]
+    failed, result = run(model_fetch.main, {'base_url': 'http://127.0.0.1:9/m', 'path': str(tmp_path), 'files': files,
+                                            'progress_file': str(tmp_path / 'progress.json')}, capsys)
+    assert failed
+    assert result['msg'] == 'model_fetch into %s: a.gguf.part: [Errno 28] No space left on device' % tmp_path
