@@ -404,7 +404,7 @@ def disk_full(lab, row):
     fault_at = time.time()
     rc = proc.wait()
     text = log.read_text()
-    failures = [line for line in text.splitlines() if line.startswith(('fatal:', 'failed:')) or '"msg"' in line]
+    failures = [line for line in text.splitlines() if line.startswith('[ERROR]:')]
     message = ' '.join(failures)
     detected = time.time() - fault_at
     final = lab.sh(WORKER, 'test -e %s/blob.gguf' % MODEL_DIR)[0] == 0
