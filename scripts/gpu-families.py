@@ -48,8 +48,13 @@ def write(family, directory, layers):
 def load(directory, max_model_len, utilization):
     from vllm import LLM, SamplingParams
     start = time.time()
+    with open(os.path.join(directory, "config.json")) as handle:
+        hybrid = "linear_num_value_heads" in json.load(handle)
+    # the gated delta net's prefill defaults to FlashInfer, which the wheelhouse does not carry
+    # (vllm/engine/arg_utils.py --gdn-prefill-backend)
+    extra = {"gdn_prefill_backend": "triton"} if hybrid else {}
     llm = LLM(model=directory, load_format="dummy", enforce_eager=True, max_model_len=max_model_len,
-              gpu_memory_utilization=utilization, tensor_parallel_size=1, seed=0)
+              gpu_memory_utilization=utilization, tensor_parallel_size=1, seed=0, **extra)
     print("gpu-families: engine up in %.1f s" % (time.time() - start), flush=True)
     out = llm.generate(["The quick brown fox"], SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True))
     print("gpu-families: generated %d tokens" % len(out[0].outputs[0].token_ids), flush=True)
@@ -100,9 +105,12 @@ def compare(family, directory, log_path, gpu_mib, max_model_len, utilization):
             "valid": planned["valid"], "errors": planned["errors"],
             "weights_gib": round(est.get("weights_bytes", 0) / float(GIB), 4),
             "kv_cache_gib": est.get("kv_cache_gib"), "kv_tokens": est.get("kv_tokens_per_gpu"),
+            "concurrency": est.get("concurrency_at_max_model_len"),
+            "recurrent_state_bytes_per_sequence": est.get("recurrent_state_bytes_per_sequence"),
             "kv_bytes_per_token": est.get("kv_bytes_per_token"), "reserve_gib": est.get("reserve_gib"),
             "budget_gib": est.get("budget_gib"),
-            "structure": model_family.describe(shape["structure"], est.get("kv_bytes_per_token") or 0, 0),
+            "structure": model_family.describe(shape["structure"], est.get("kv_bytes_per_token") or 0,
+                                               est.get("recurrent_state_bytes_per_sequence") or 0),
         }
     except Exception as exc:  # the report must carry the reason, whatever it is
         result["planned"] = {"error": "%s: %s" % (type(exc).__name__, exc)}
@@ -121,8 +129,11 @@ def compare(family, directory, log_path, gpu_mib, max_model_len, utilization):
         if found.get("kv_cache_tokens") and p.get("kv_tokens"):
             ratio["kv_tokens"] = round(p["kv_tokens"] / found["kv_cache_tokens"], 4)
         if found.get("available_kv_gib") and p.get("kv_bytes_per_token"):
-            # the per-token rule alone: vLLM's own KV memory divided by the planned bytes per token
-            tokens = int(found["available_kv_gib"] * GIB // p["kv_bytes_per_token"])
+            # the token rule alone, on vLLM's own KV memory (bytes per token, or pages per request
+            # where layer types mix)
+            shape = vp.model_shape(config)
+            tokens = vp.kv_capacity(shape, vp.Layout(1), "auto", shape["layers"], 0,
+                                    int(found["available_kv_gib"] * GIB), max_model_len)[0]
             result["kv_tokens_from_reported_memory"] = tokens
             if found.get("kv_cache_tokens"):
                 ratio["kv_tokens_per_byte_rule"] = round(tokens / found["kv_cache_tokens"], 4)

@@ -160,7 +160,7 @@ def summarize(tensors, shape):
     num_hidden_layers (MTP modules) are left out, as vLLM skips them when it serves without
     speculative decoding. tensors: {name: (dtype, dims, nbytes)}."""
     summary = {}
-    for name, (_dtype, _dims, nbytes) in tensors.items():
+    for name, (_dtype, dims, nbytes) in tensors.items():
         match = LAYER_RE.match(name)
         if match:
             place = int(match.group(1))
@@ -173,8 +173,27 @@ def summarize(tensors, shape):
         else:
             place = "all"
         key = (tensor_role(name), place)
-        summary[key] = summary.get(key, 0) + nbytes
+        summary[key] = summary.get(key, 0) + nbytes + mxfp4_kernel_copy(name, dims, nbytes, shape)
     return summary
+
+
+# On Hopper vLLM 0.24.0 picks the TRITON MXFP4 MoE backend; fused_moe/oracle/mxfp4.py
+# convert_gpt_oss_weight_to_mxfp4_moe_kernel_format swizzles each expert scale into a new tensor
+# (rows padded to 2 x 8 warps x 2 x 8 = 256, columns to 2: triton_kernels hopper_scale.py
+# HopperMXScaleLayout.swizzle_data) while Mxfp4MoEMethod._setup_kernel keeps the loaded scales,
+# and makes float32 copies of the bf16 expert biases. The value layout needs 16 x 32 bytes.
+MXFP4_SCALE_ROWS = 256
+
+
+def mxfp4_kernel_copy(name, dims, nbytes, shape):
+    """Bytes vLLM holds beside an MXFP4 expert tensor once the Hopper kernel is set up."""
+    if (shape.get("quant") or {}).get("method") != "mxfp4" or ".experts." not in name:
+        return 0
+    if name.endswith("_scales") and len(dims) >= 2:
+        rows = -(-dims[-2] // MXFP4_SCALE_ROWS) * MXFP4_SCALE_ROWS
+        cols = -(-dims[-1] // 2) * 2
+        return int(nbytes // (dims[-2] * dims[-1]) * rows * cols)
+    return nbytes if name.endswith("_bias") else 0
 
 
 def weights_per_gpu(summary, shape, layout):
@@ -240,6 +259,45 @@ def kv_bytes_per_token(shape, layout, kv_cache_dtype, layers, start=0):
     return span * 2 * max(1, shape["kv_heads"] // layout.tp) * shape["head_dim"] * dtype_bytes
 
 
+# FLASH_ATTN's kernel block (MultipleOf(16)) and CacheConfig.block_size's default; `vllm serve`'s
+# max_num_batched_tokens on a GPU of 70 GiB or more (vllm/engine/arg_utils.py, OPENAI_API_SERVER).
+VLLM_BLOCK = 16
+SERVE_BATCHED_TOKENS = 8192
+
+
+def kv_capacity(shape, layout, kv_cache_dtype, layers, start, cache_bytes, max_model_len):
+    """(tokens, sequences of max_model_len, recurrent state bytes per sequence) of a KV cache of
+    cache_bytes, as vLLM 0.24.0 reports them. One layer type: cache / bytes per token. Several
+    (sliding window, hybrid): kv_cache_utils.py get_kv_cache_capacity reports "GPU KV cache size"
+    as max_model_len x concurrency, concurrency = num_blocks / the pages one request needs
+    (get_max_concurrency_for_kv_cache_config: per group cdiv(max_model_len, block) for full
+    attention, SlidingWindowSpec.max_admission_blocks_per_request cdiv(min(window - 1 +
+    max_num_batched_tokens, max_model_len), block) + 1, one for a recurrent state: MambaSpec
+    without prefix caching), num_blocks = cache / (page x group size): the groups of one slot
+    share a tensor. A recurrent layer's page (gated_delta_net_state_shape, model dtype) sets the
+    attention block (platforms/interface.py: block = 16 x cdiv(state, 16 x attention bytes per
+    token)), and is padded up to the attention page."""
+    per_token = kv_bytes_per_token(shape, layout, kv_cache_dtype, layers, start)
+    structure = shape.get("structure")
+    counts = model_family.layer_summary(dict(structure, layer_kinds=structure["layer_kinds"][start:start + layers])) \
+        if structure and structure["modelled"] else {}
+    if len(counts) < 2:
+        tokens = max(0, cache_bytes) // per_token if per_token else 0
+        return tokens, tokens // max_model_len, 0
+    attn = 2 * max(1, shape["kv_heads"] // layout.tp) * shape["head_dim"] * (
+        KV_CACHE_DTYPE_BYTES[kv_cache_dtype] or shape["dtype_bytes"])
+    state = (structure["state_r_values"] + structure["state_s_values"]) // layout.tp * shape["dtype_bytes"]
+    block = VLLM_BLOCK * -(-state // (VLLM_BLOCK * attn)) if state else VLLM_BLOCK
+    smallest, largest = min(counts.values()), max(counts.values())
+    group = largest if largest < smallest * 1.5 else smallest
+    window = min(structure["window"] - 1 + SERVE_BATCHED_TOKENS, max_model_len)
+    need = {model_family.FULL: -(-max_model_len // block), model_family.SLIDING: -(-window // block) + 1,
+            model_family.RECURRENT: 1}
+    pages = sum(-(-count // group) * need[kind] for kind, count in counts.items())
+    concurrency = float(max(0, cache_bytes) // (block * attn * group)) / pages
+    return int(concurrency * max_model_len), int(concurrency), block * attn * counts.get(model_family.RECURRENT, 0)
+
+
 def budget_bytes(gpu_memory_mib, utilization, kept_mib=0):
     """What vLLM may hold on one GPU: memory x gpu_memory_utilization, and never more than the
     memory the kept services leave (vllm/v1/worker/gpu_worker.py init_device refuses to start
@@ -271,14 +329,12 @@ def memory_estimate(summary, shape, layout, gpu_memory_mib, opts, kept_mib=0):
     pinned = None
     for stage, stage_bytes in enumerate(stage_weights):
         stage_kv = budget - stage_bytes - reserve
-        per_token = kv_bytes_per_token(shape, layout, opts["kv_cache_dtype"], partitions[stage],
-                                       sum(partitions[:stage]))
-        tokens = max(0, stage_kv) // per_token if per_token else 0
+        tokens, sequences, state = kv_capacity(shape, layout, opts["kv_cache_dtype"], partitions[stage],
+                                               sum(partitions[:stage]), stage_kv, opts["max_model_len"])
         if kv_tokens is None or tokens < kv_tokens:
-            kv_tokens, kv_cache = tokens, stage_kv
+            kv_tokens, kv_cache, per_engine, state_bytes = tokens, stage_kv, sequences, state
         if pinned is None or stage_kv < pinned:
             pinned = stage_kv
-    per_engine = kv_tokens // opts["max_model_len"] if opts["max_model_len"] else 0
     return {
         "weights_bytes": weights,
         "weights_gib": round(weights / float(GIB), 2),
@@ -290,6 +346,7 @@ def memory_estimate(summary, shape, layout, gpu_memory_mib, opts, kept_mib=0):
         "kv_cache_memory_bytes": max(0, pinned) // MIB * MIB,
         "kv_bytes_per_token": kv_bytes_per_token(shape, layout, opts["kv_cache_dtype"], max(partitions)),
         "kv_tokens_per_gpu": int(kv_tokens),
+        "recurrent_state_bytes_per_sequence": state_bytes,
         "kv_tokens_total": int(kv_tokens) * layout.dp,
         "concurrency_at_max_model_len": int(per_engine) * layout.dp,
         "gpu_memory_gib": round(gpu_memory_mib * MIB / float(GIB), 2),

@@ -66,7 +66,10 @@ HEALTH_POLLER_MAX_FILES = 4
 # Raised once, 1,870 -> 1,990, for issue 52: gguf_plan's compute buffers come from compute_buffer
 # (1,112 lines, the graph of six families), which the five modules that reach gguf_plan now ship;
 # only gguf_plan and model_plan call it, so splitting gguf_plan by caller takes most of it back.
-MEAN_SHIPPED_LINES_MAX = 1990
+# Raised again, 1,990 -> 1,995, for issue 52's vLLM figures: vllm_plan sizes the Hopper MXFP4
+# kernel's copies and counts a hybrid model's tokens as vLLM 0.24.0 does (kv_capacity), 45 lines
+# the four modules that reach vllm_plan ship.
+MEAN_SHIPPED_LINES_MAX = 1995
 
 
 def test_every_module_utils_file_has_one_layer():
