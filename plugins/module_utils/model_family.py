@@ -277,9 +277,9 @@ def hf_structure(config, architecture, layers, kv_heads, head_dim):
 def vllm_group_layers(structure):
     """Layers vLLM's KV cache groups span: vllm/v1/core/kv_cache_utils.py
     _get_kv_cache_groups_uniform_page_size takes group_size = the fewest layers of one type (the
-    most when max < min x 1.5) and cdiv(count, group_size) groups per type; the tokens it reports
-    (_report_kv_cache_config: num_blocks // len(groups) x block_size) are those of a cache of
-    groups x group_size attention layers, since every group's page is one attention page."""
+    most when max < min x 1.5) and cdiv(count, group_size) groups per type; bytes per token of a
+    cache of groups x group_size attention layers, since every group's page is one attention page
+    (the tokens vLLM reports for several types: vllm_plan.kv_capacity)."""
     counts = [c for c in layer_summary(structure).values() if c]
     if not counts:
         return 0

@@ -362,8 +362,9 @@ estimate:
   description:
     - Per-GPU estimate, null when the layout needs more GPUs than exist. C(weights_gib) on the
       fullest GPU, C(weights_bytes), C(weights_mib), C(weights_by_role_mib), C(budget_gib), C(reserve_gib), C(kv_cache_gib),
-      C(kv_bytes_per_token), C(kv_tokens_per_gpu), C(kv_tokens_total) (over DP engines),
-      C(concurrency_at_max_model_len), C(gpu_memory_gib).
+      C(kv_bytes_per_token), C(kv_tokens_per_gpu) (as vLLM logs "GPU KV cache size"; with several layer types
+      max_model_len x the requests the cache's pages hold), C(kv_tokens_total) (over DP engines),
+      C(concurrency_at_max_model_len), C(recurrent_state_bytes_per_sequence) (hybrid models), C(gpu_memory_gib).
   returned: success
   type: dict
 kept_room:
