@@ -66,3 +66,28 @@ def test_a_family_that_did_not_start_keeps_the_plan_and_the_errors(tmp_path, cap
     assert result["reported"] == {} and result["planned_over_reported"] == {}
     assert result["log_errors"] == ["Traceback (most recent call last):", "ValueError: unsupported"]
     assert result["planned"]["structure"].startswith("swa attention (1 full + 1 swa layers)")
+
+
+@pytest.mark.parametrize('config, extra', [({'linear_num_value_heads': 32}, {'gdn_prefill_backend': 'triton'}),
+                                           ({'num_local_experts': 128}, {})])
+def test_load_runs_hybrid_models_without_flashinfer(tmp_path, monkeypatch, capsys, config, extra):
+    # the gated delta net's prefill defaults to FlashInfer, which the wheelhouse lacks: the H100 run of
+    # 2026-12-07 came up on Qwen3-Next and failed on the first generation
+    import sys
+    import types
+    (tmp_path / 'config.json').write_text(json.dumps(config))
+    seen = {}
+
+    class LLM:
+        def __init__(self, **kwargs):
+            seen.update(kwargs)
+
+        def generate(self, prompts, params):
+            return [types.SimpleNamespace(outputs=[types.SimpleNamespace(token_ids=[0] * 8)])]
+
+    monkeypatch.setitem(sys.modules, 'vllm', types.SimpleNamespace(LLM=LLM, SamplingParams=lambda **kw: kw))
+    families.load(str(tmp_path), 4096, 0.9)
+    assert dict((k, seen[k]) for k in ('load_format', 'enforce_eager', 'max_model_len')) == {
+        'load_format': 'dummy', 'enforce_eager': True, 'max_model_len': 4096}
+    assert seen.get('gdn_prefill_backend') == extra.get('gdn_prefill_backend')
+    assert 'generated 8 tokens' in capsys.readouterr().out
