@@ -53,6 +53,13 @@ def load(directory, max_model_len, utilization):
     # the gated delta net's prefill defaults to FlashInfer, which the wheelhouse does not carry
     # (vllm/engine/arg_utils.py --gdn-prefill-backend)
     extra = {"gdn_prefill_backend": "triton"} if hybrid else {}
+    if os.environ.get("GPULAB_FAMILIES_PIN_KV") == "1":
+        # as role vllm_server deploys: the planned cache pinned (--kv-cache-memory-bytes), no profiling
+        with open(os.path.join(directory, "config.json")) as handle:
+            config = json.load(handle)
+        est = estimate(config, directory, int(os.environ["GPULAB_FAMILIES_GPU_MIB"]), max_model_len, utilization)[0]
+        extra["kv_cache_memory_bytes"] = est["kv_cache_memory_bytes"]
+        print("gpu-families: KV cache pinned at %d bytes" % est["kv_cache_memory_bytes"], flush=True)
     llm = LLM(model=directory, load_format="dummy", enforce_eager=True, max_model_len=max_model_len,
               gpu_memory_utilization=utilization, tensor_parallel_size=1, seed=0, **extra)
     print("gpu-families: engine up in %.1f s" % (time.time() - start), flush=True)
@@ -86,20 +93,25 @@ def logged(text):
     return found, errors
 
 
+def estimate(config, directory, gpu_mib, max_model_len, utilization):
+    """vllm_plan's per-GPU estimate for the checkpoint at TP=1 on one GPU of gpu_mib, and the plan."""
+    from ansible_collections.gpulab.inference.plugins.module_utils import vllm_plan as vp
+    nodes = [{"name": "gpu-host", "gpus": [{"index": 0, "memory_total_mib": gpu_mib}]}]
+    opts = {"gpu_memory_utilization": utilization, "kv_cache_dtype": "auto", "max_model_len": max_model_len,
+            "reserve_mib": vp.DEFAULT_RESERVE_MIB}
+    planned = vp.plan(config, read_tensors(directory), "safetensors", nodes, vp.Layout(1), opts)
+    return planned["estimate"] or {}, planned
+
+
 def compare(family, directory, log_path, gpu_mib, max_model_len, utilization):
     from ansible_collections.gpulab.inference.plugins.module_utils import model_family
     from ansible_collections.gpulab.inference.plugins.module_utils import vllm_plan as vp
     with open(os.path.join(directory, "config.json")) as handle:
         config = json.load(handle)
-    tensors = read_tensors(directory)
-    nodes = [{"name": "gpu-host", "gpus": [{"index": 0, "memory_total_mib": gpu_mib}]}]
-    opts = {"gpu_memory_utilization": utilization, "kv_cache_dtype": "auto", "max_model_len": max_model_len,
-            "reserve_mib": vp.DEFAULT_RESERVE_MIB}
     result = {"family": family, "architecture": config["architectures"][0], "layers": config["num_hidden_layers"],
               "gpu_memory_mib": gpu_mib, "max_model_len": max_model_len, "gpu_memory_utilization": utilization}
     try:
-        planned = vp.plan(config, tensors, "safetensors", nodes, vp.Layout(1), opts)
-        est = planned["estimate"] or {}
+        est, planned = estimate(config, directory, gpu_mib, max_model_len, utilization)
         shape = vp.model_shape(config)
         result["planned"] = {
             "valid": planned["valid"], "errors": planned["errors"],

@@ -23,6 +23,7 @@
 #   GPULAB_FAMILIES_BUDGET_S  the whole run (default 570, for a host that ends a command at 600 s): a
 #                             family gets what is left of it, less 30 s, and none below 60 s is started
 #   GPULAB_FAMILIES_MAX_MODEL_LEN (default 4096), GPULAB_FAMILIES_UTIL (default 0.9)
+#   GPULAB_FAMILIES_PIN_KV=1  pin the planned KV cache (--kv-cache-memory-bytes) as role vllm_server does
 #   GPULAB_FAMILIES_WORK      models and caches (default /tmp/gpulab-families)
 #   GPULAB_FAMILIES_LAYERS_<family, - as _>  layers of that family (defaults below)
 set -euo pipefail
@@ -119,7 +120,7 @@ for family in "${families[@]}"; do
     continue
   fi
   start=$SECONDS
-  setsid "$python" "$repo/scripts/gpu-families.py" load "$model" "$max_model_len" "$util" >"$dir/vllm.log" 2>&1 &
+  GPULAB_FAMILIES_GPU_MIB=$gpu_mib setsid "$python" "$repo/scripts/gpu-families.py" load "$model" "$max_model_len" "$util" >"$dir/vllm.log" 2>&1 &
   pid=$!
   status=timeout
   while [ $((SECONDS - start)) -lt "$limit" ]; do
