@@ -411,7 +411,7 @@ def disk_full(lab, row):
     part = lab.sh(WORKER, 'stat -c %%s %s/blob.gguf.part 2>/dev/null' % MODEL_DIR)[1]
     lab.sh(WORKER, 'rm -f /srv/flt-disk/filler', check=True)
     row['deploy_1'], took_1 = deploy(lab, row['private'] / ('%s-1' % row['id']), 'playbooks/model.yml', model_vars(lab))
-    resumed = [line for line in (row['private'] / ('%s-1' % row['id']) / 'artifacts').glob('*/stdout')]
+    resumed = list((row['private'] / ('%s-1' % row['id']) / 'artifacts').glob('*/stdout'))
     resumed_text = ' '.join(line.read_text() for line in resumed)
     row['deploy_2'], took_2 = deploy(lab, row['private'] / ('%s-2' % row['id']), 'playbooks/model.yml', model_vars(lab))
     row['deploy_1'] = 'model.yml: ' + row['deploy_1']
@@ -446,6 +446,7 @@ def head_oom(lab, row):
                     'unit memory limit can be set inside them. Nothing in the collection reads the record: the head '
                     'heals as from any SIGKILL.' % (pid, rss_kb, record[:120]))
     return fault_at, detected
+
 
 CASES = {
     'rpc-sigkill': ('SIGKILL of the RPC server', WORKER, rpc_sigkill),

@@ -1064,7 +1064,7 @@ def family_hparams(arch, meta, structure, kv_size, n_stream, swa_size, n_seq):
     n_head = per_layer(meta("attention.head_count", 1))
     n_head_kv = per_layer(meta("attention.head_count_kv", n_head))
     n_embd = meta("embedding_length", 0)
-    head_k = meta("attention.key_length", n_embd // max(max(n_head), 1))
+    head_k = meta("attention.key_length", n_embd // max(n_head + [1]))
     head_v = meta("attention.value_length", head_k)
     kinds = structure["layer_kinds"]
     return {"n_layer": n_layer, "n_head": n_head, "n_head_kv": n_head_kv, "head_k": head_k, "head_v": head_v,

@@ -117,9 +117,9 @@ def test_merge_replaces_a_case_run_again_and_update_adds_to_it():
 
 
 def test_the_table_is_docs_faults_md_with_the_checks_in_the_notes(tmp_path):
-    rows = [faults.case_row(requests(), 110.0, 125.0, {'id': 'head-sigkill', 'case': 'SIGKILL of the head', 'detected_s': 0.3,
-                                                        'lost': 'nothing', 'deploy_1': 'changed=0', 'deploy_2': 'changed=0',
-                                                        'notes': 'pid 42 killed.'}, {'detected': True, 'serving_again': True}),
+    head = {'id': 'head-sigkill', 'case': 'SIGKILL of the head', 'detected_s': 0.3, 'lost': 'nothing',
+            'deploy_1': 'changed=0', 'deploy_2': 'changed=0', 'notes': 'pid 42 killed.'}
+    rows = [faults.case_row(requests(), 110.0, 125.0, head, {'detected': True, 'serving_again': True}),
             faults.case_row(requests(), 110.0, 125.0, {'id': 'kept', 'case': 'kept program stopped'},
                             {'asr_running': False}, served=False)]
     results = tmp_path / 'rows.json'

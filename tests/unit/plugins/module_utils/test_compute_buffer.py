@@ -169,9 +169,9 @@ def test_representative_layers_are_the_first_three_of_each_run():
 def test_building_the_representative_layers_gives_what_the_whole_graph_gives(layout, tmp_path):
     """DeepSeek-V3 (61 layers, 3 dense) and a 62-layer MiniMax-M2: each device's buffer from the
     representative layers equals the one from every layer."""
-    for model in (_deepseek_v3(tmp_path), FamilyModel("minimax-m2", 200064, layers=62, hidden_size=3072,
-                                                     attention_heads=48, kv_heads=8, head_dim=128, experts=8,
-                                                     experts_used=8, expert_ffn_size=1536)):
+    minimax = FamilyModel("minimax-m2", 200064, layers=62, hidden_size=3072, attention_heads=48, kv_heads=8,
+                          head_dim=128, experts=8, experts_used=8, expert_ffn_size=1536)
+    for model in (_deepseek_v3(tmp_path), minimax):
         facts = gp.model_facts(model)
         n = facts["layers"]
         placement = {"three": [0] * 20 + [1] * 20 + [2] * (n - 40) + [2],
