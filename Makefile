@@ -120,13 +120,14 @@ faults: deps llama-cpp-archive lab-images ## Fault matrix on the container lab (
 .PHONY: test lint sanity unit molecule build integration-llama
 # Two lanes at once (scripts/lanes.sh), each on a lab of its own: most steps keep one core busy,
 # so on two cores the lanes take less than one after the other. One cold llama.cpp compile per run:
-# `default` builds first (about 11 minutes of both cores with an empty ccache) and the scenarios
-# that build after it (`supervisor`) run in its lane, on its lab, so they hit the ccache; the second
-# lane runs what builds nothing (lint, sanity, `vllm`, `models`, the unit tests), then waits until
-# the first lane's build is published (scripts/wait-for-lab-build.sh) for integration-llama, which
-# loads it. The lanes hold about the same time (docs/benchmarks.md, times per step).
-MOLECULE_LANE_1 ?= default roce drain supervisor
-MOLECULE_LANE_2 ?= vllm models
+# `default` builds first (about 11 minutes of both cores with an empty ccache) while the second lane
+# runs what builds nothing (lint, sanity, `vllm`, the unit tests); then the second lane waits until
+# that build is published (scripts/wait-for-lab-build.sh), and `supervisor`'s build and
+# integration-llama find it (the labs' shared ccache, the controller's build cache). `models` builds
+# nothing and evens the lanes out (docs/benchmarks.md, times per step, with an empty ccache).
+MOLECULE_LANE_1 ?= default roce drain models
+MOLECULE_LANE_2_FIRST ?= vllm
+MOLECULE_LANE_2 ?= supervisor
 timed := bash scripts/timed.sh
 # The second lane's lab (its own name and subnet), for each of its molecule steps.
 lane_2_lab = MOLECULE_LAB=$(MOLECULE_LAB)-2 MOLECULE_FABRIC_PREFIX=$(MOLECULE_FABRIC_PREFIX_2)
@@ -135,9 +136,10 @@ test: deps llama-cpp-archive lab-images ## Everything CI checks: lint, sanity, u
 	  "molecule-1=$(timed) 'molecule: $(MOLECULE_LANE_1)' $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS='$(MOLECULE_LANE_1)'" \
 	  "checks=$(timed) 'ansible-lint (production profile)' $(MAKE) --no-print-directory lint \
 	    && $(timed) 'ansible-test sanity' $(MAKE) --no-print-directory sanity \
-	    && $(timed) 'molecule: $(MOLECULE_LANE_2)' $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS='$(MOLECULE_LANE_2)' $(lane_2_lab) \
+	    && $(timed) 'molecule: $(MOLECULE_LANE_2_FIRST)' $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS='$(MOLECULE_LANE_2_FIRST)' $(lane_2_lab) \
 	    && $(timed) 'unit tests' $(MAKE) --no-print-directory unit \
 	    && $(timed) 'wait for the llama.cpp build of lane 1' bash scripts/wait-for-lab-build.sh $(MOLECULE_LAB) \
+	    && $(timed) 'molecule: $(MOLECULE_LANE_2)' $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS='$(MOLECULE_LANE_2)' $(lane_2_lab) \
 	    && $(timed) \"synthetic models loaded by the lab's llama.cpp build\" $(MAKE) --no-print-directory integration-llama"
 	$(call step,all checks passed)
 

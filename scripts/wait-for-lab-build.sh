@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# make test's second lane: wait until the first lane's lab has published its llama.cpp build, which
-# integration-llama loads (and which a build in another lab would find in the labs' shared ccache
-# instead of compiling the same sources at the same time: a cold build keeps both cores busy for
-# about 11 minutes).
+# make test's second lane: wait until the first lane's lab has published its llama.cpp build, so
+# that the second lane's build (molecule supervisor) finds every object in the labs' shared ccache
+# instead of compiling the same sources at the same time (a cold build keeps both cores busy for
+# about 11 minutes), and integration-llama finds the build it loads.
 # Done when the lab's node-a has the build, or the controller's build cache holds one (molecule
 # default keeps it there, and it outlives the lab); returns at once when the lab is gone (its lane
 # ended or failed) and after TIMEOUT_S regardless: the wait only saves time, it decides no result.
