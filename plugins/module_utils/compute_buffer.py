@@ -737,14 +737,11 @@ def _qwen3moe(b):
         k = g.new(k.ne, F32, "ROPE", (k, inp_pos))
         cur = b.attn(inp, il, b.w("attn_output", il), q, k, v)
         if il == n_layer - 1:
-            cur = g.get_rows(cur, out_ids)
-            inpSA = g.get_rows(inpSA, out_ids)
+            cur, inpSA = g.get_rows(cur, out_ids), g.get_rows(inpSA, out_ids)
         ffn_inp = g.same("ADD", cur, inpSA)
         cur = b.norm(ffn_inp, b.w("ffn_norm", il))
         if minimax:
-            probs_b = b.weight_dims("blk.%d.exp_probs_b.bias" % il)
-            probs_b = g.external(probs_b, F32, b.layer_dev[il]) if probs_b else None
-            cur = b.moe(il, cur, hp["n_expert"], hp["n_expert_used"], gating="sigmoid", probs_b=probs_b)
+            cur = b.moe(il, cur, hp["n_expert"], hp["n_expert_used"], gating="sigmoid", probs_b=_probs_b(b, il))
         else:
             cur = b.moe(il, cur, hp["n_expert"], hp["n_expert_used"])
         cur = g.same("ADD", cur, ffn_inp)
@@ -755,16 +752,20 @@ def _qwen3moe(b):
 _GATING = {1: "softmax", 2: "sigmoid", 3: "softmax_weight"}
 
 
+def _probs_b(b, il):
+    """The layer's expert-selection bias (exp_probs_b), an input of the graph where the GGUF has one."""
+    dims = b.weight_dims("blk.%d.exp_probs_b.bias" % il)
+    return b.g.external(dims, F32, b.layer_dev[il]) if dims else None
+
+
 def _routed(b, il, cur, default_gating="softmax", default_norm=False):
     """build_moe_ffn with the gating, weight norm and scale the GGUF gives (load_arch_hparams)."""
     hp = b.hp
     meta = hp["meta"]
-    probs_b = b.weight_dims("blk.%d.exp_probs_b.bias" % il)
-    probs_b = b.g.external(probs_b, F32, b.layer_dev[il]) if probs_b else None
     return b.moe(il, cur, hp["n_expert"], hp["n_expert_used"],
                  gating=_GATING.get(meta("expert_gating_func", 0), default_gating),
                  norm_w=bool(meta("expert_weights_norm", default_norm)),
-                 w_scale=float(meta("expert_weights_scale", 0.0) or 0.0), probs_b=probs_b)
+                 w_scale=float(meta("expert_weights_scale", 0.0) or 0.0), probs_b=_probs_b(b, il))
 
 
 def _shared_ffn(b, il, cur, routed):
@@ -793,8 +794,7 @@ def _glm4moe(b):
         k = g.new(k.ne, F32, "ROPE", (k, inp_pos))
         cur = b.attn(inp, il, b.w("attn_output", il), q, k, v)
         if il == n_layer - 1:
-            cur = g.get_rows(cur, out_ids)
-            inpSA = g.get_rows(inpSA, out_ids)
+            cur, inpSA = g.get_rows(cur, out_ids), g.get_rows(inpSA, out_ids)
         ffn_inp = g.same("ADD", cur, inpSA)
         cur = b.norm(ffn_inp, b.w("post_attention_norm", il))
         if il < hp["meta"]("leading_dense_block_count", 0):
@@ -849,8 +849,7 @@ def _deepseek2(b):
         k_cur = g.new((lora + rope, 1, n_tokens), F32, "CONCAT", (kv_cmpr, k_pe))
         cur = b.attn_k(inp, il, b.w("attn_output", il), q_cur, k_cur, kv_cmpr, b.w("attn_v_b", il))
         if il == n_layer - 1:
-            cur = g.get_rows(cur, out_ids)
-            inpSA = g.get_rows(inpSA, out_ids)
+            cur, inpSA = g.get_rows(cur, out_ids), g.get_rows(inpSA, out_ids)
         ffn_inp = g.same("ADD", cur, inpSA)
         cur = b.norm(ffn_inp, b.w("ffn_norm", il))
         if il < meta("leading_dense_block_count", 0):
