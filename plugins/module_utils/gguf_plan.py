@@ -46,7 +46,6 @@ from ansible_collections.gpulab.inference.plugins.module_utils import compute_bu
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf
 from ansible_collections.gpulab.inference.plugins.module_utils import kept_room
 from ansible_collections.gpulab.inference.plugins.module_utils import model_family
-from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import matching_pattern, program_units
 
 MIB = 1024 * 1024
 
@@ -827,48 +826,6 @@ def _fmt(value):
 
 # ---------------------------------------------------------------- devices from the nodes
 
-def own_service(unit, own_units):
-    """Whether a systemd unit is one of the collection's serving units: own_units are role
-    common's gpulab_own_unit_patterns, matched as the drain matches them (matching_pattern)."""
-    if not unit:
-        return False
-    return matching_pattern(own_units, [unit]) is not None
-
-
-def own_process(process, own_units):
-    """Whether a gpu_residency process runs in one of the collection's serving units, or under a
-    program that stands for one (service_manager.program_units: gpulab-rpc-server-0 as
-    gpulab-rpc-server@0.service), as the drain tells its own services apart under either manager."""
-    if own_service(process.get("systemd_unit"), own_units):
-        return True
-    program = process.get("supervisor_program")
-    return bool(program) and matching_pattern(own_units, program_units(program)) is not None
-
-
-# gpu_drain's actions for the consumers it takes off the GPUs (module_utils.gpu_drain.decide).
-DRAIN_FREES = ("stop", "kill")
-
-
-def drain_frees_mib(gpu, consumers):
-    """What the drain will free on a GPU: the MiB its stopped (or killed) consumers hold there.
-
-    consumers: gpu_drain's consumers in check mode (action, gpus = {gpu uuid: MiB})."""
-    uuid = gpu.get("uuid")
-    return sum((c.get("gpus") or {}).get(uuid) or 0 for c in consumers or [] if c.get("action") in DRAIN_FREES)
-
-
-def available_mib(gpu, processes, own_units, drained=None):
-    """A GPU's free memory plus what the collection's own services hold on it (a redeploy
-    replaces them) plus what the drain will free on it (it runs after the plan, before the
-    servers start), so their memory is available to the new layout."""
-    free = gpu.get("memory_free_mib")
-    if free is None:
-        return None
-    held = sum(p.get("used_memory_mib") or 0 for p in processes or []
-               if p.get("gpu_index") == gpu.get("index") and own_process(p, own_units))
-    return free + held + drain_frees_mib(gpu, drained)
-
-
 def _manifest_number(host, position, field, value, minimum):
     if value is None:
         return None
@@ -921,7 +878,7 @@ def devices_from_nodes(head, workers, cuda, residency=None, servers=None,
 
     def room(host, gpu, processes):
         """Available memory less the kept services' reservation; the reservation."""
-        free = available_mib(gpu, processes, own_units, drained.get(host))
+        free = kept_room.available_mib(gpu, processes, own_units, drained.get(host))
         kept = kept_room.reserved_mib(reserved, host, gpu.get("index"))
         return (None if free is None else max(0, free - kept)), kept
 
@@ -986,14 +943,14 @@ RECORD_DEVICE_FIELDS = ("name", "host", "kind", "gpu_index", "layer_range", "out
 
 
 # No headroom figure: it follows free memory, and a second deploy must not rewrite the file. A
-# rejected split's tensor_split is kept as its whole-layer counts (layout_auto's layer_counts).
+# rejected split's tensor_split is kept as its whole-layer counts (layout_llama's layer_counts).
 CHOICE_REJECTED_FIELDS = ("label", "tensor_split", "layer_ranges", "fits", "findings")
 
 
 def choice_record(choice):
     """The auto choice as memory-plan.json keeps it for the report: the resolved values, the
     reasons and the turned-down splits with their findings, none with a free-memory figure (the
-    play prints those: layout_auto's split_figures and each rejected split's details), so a
+    play prints those: layout_llama's split_figures and each rejected split's details), so a
     second deploy on the same nodes leaves the file as it was."""
     if not choice:
         return None

@@ -26,6 +26,8 @@ __metaclass__ = type
 import fnmatch
 import json
 
+from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import matching_pattern, program_units
+
 
 class KeptRoomError(ValueError):
     pass
@@ -218,3 +220,47 @@ def reserved_lines(reserved):
             lines.append('%s: nothing reserved for %s: not running, never seen holding GPU memory here, and no '
                          'figure in gpulab_kept_mib' % (host, ', '.join(reserved[host]['unknown'])))
     return lines
+
+
+# ---------------------------------------------------------------- what the collection may use
+
+def own_service(unit, own_units):
+    """Whether a systemd unit is one of the collection's serving units: own_units are role
+    common's gpulab_own_unit_patterns, matched as the drain matches them (matching_pattern)."""
+    if not unit:
+        return False
+    return matching_pattern(own_units, [unit]) is not None
+
+
+def own_process(process, own_units):
+    """Whether a gpu_residency process runs in one of the collection's serving units, or under a
+    program that stands for one (service_manager.program_units: gpulab-rpc-server-0 as
+    gpulab-rpc-server@0.service), as the drain tells its own services apart under either manager."""
+    if own_service(process.get("systemd_unit"), own_units):
+        return True
+    program = process.get("supervisor_program")
+    return bool(program) and matching_pattern(own_units, program_units(program)) is not None
+
+
+# gpu_drain's actions for the consumers it takes off the GPUs (module_utils.gpu_drain.decide).
+DRAIN_FREES = ("stop", "kill")
+
+
+def drain_frees_mib(gpu, consumers):
+    """What the drain will free on a GPU: the MiB its stopped (or killed) consumers hold there.
+
+    consumers: gpu_drain's consumers in check mode (action, gpus = {gpu uuid: MiB})."""
+    uuid = gpu.get("uuid")
+    return sum((c.get("gpus") or {}).get(uuid) or 0 for c in consumers or [] if c.get("action") in DRAIN_FREES)
+
+
+def available_mib(gpu, processes, own_units, drained=None):
+    """A GPU's free memory plus what the collection's own services hold on it (a redeploy
+    replaces them) plus what the drain will free on it (it runs after the plan, before the
+    servers start), so their memory is available to the new layout."""
+    free = gpu.get("memory_free_mib")
+    if free is None:
+        return None
+    held = sum(p.get("used_memory_mib") or 0 for p in processes or []
+               if p.get("gpu_index") == gpu.get("index") and own_process(p, own_units))
+    return free + held + drain_frees_mib(gpu, drained)

@@ -542,9 +542,9 @@ def memory_options(options):
     batch = _memory_whole(*given["batch_size"], minimum=1)
     return {
         "n_gpu_layers": gpu_layers,
-        # auto: the memory plan chooses it (layout_auto.choose_ctx_and_split)
+        # auto: the memory plan chooses it (layout_llama.choose_ctx_and_split)
         "ctx_size": "auto" if str(given["ctx_size"][0]).strip() == "auto" else _memory_whole(*given["ctx_size"], minimum=0),
-        # auto: the memory plan sets it from the serving intent (layout_auto.choose_llama_serving)
+        # auto: the memory plan sets it from the serving intent (layout_llama.choose_llama_serving)
         "parallel": "auto" if str(given["parallel"][0]).strip() == "auto" else _memory_whole(*given["parallel"], minimum=1),
         "flash_attn": str(flash_attn),
         "cache_type_k": cache["cache_type_k"],

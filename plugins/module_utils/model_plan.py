@@ -5,8 +5,8 @@
 
 Pure functions over a model read by model_header (a GGUFModel, or a checkpoint's config and
 tensors) and nodes ([{name, gpus: [{index, memory_total_mib, kept_mib}]}], the first node the
-head). llama.cpp's layouts are placed by layout_auto.choose_ctx_and_split, vLLM's chosen by
-layout_auto.choose_vllm_layout; a model that fits nowhere names the smallest hardware of the same
+head). llama.cpp's layouts are placed by layout_llama.choose_ctx_and_split, vLLM's chosen by
+layout_vllm.choose_vllm_layout; a model that fits nowhere names the smallest hardware of the same
 GPUs that would hold it.
 """
 
@@ -16,7 +16,10 @@ __metaclass__ = type
 
 from ansible_collections.gpulab.inference.plugins.module_utils import model_family
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf_plan as gp
+from ansible_collections.gpulab.inference.plugins.module_utils import kept_room
 from ansible_collections.gpulab.inference.plugins.module_utils import layout_auto as la
+from ansible_collections.gpulab.inference.plugins.module_utils import layout_llama as ll
+from ansible_collections.gpulab.inference.plugins.module_utils import layout_vllm as lv
 from ansible_collections.gpulab.inference.plugins.module_utils import vllm_plan as vp
 
 MIB = gp.MIB
@@ -27,7 +30,7 @@ HINT_CTX = 4096
 def nodes_from_residency(head, residency, own_units=(), reserved=None):
     """The lab's nodes, the head first, from gpu_residency's answer per host: each GPU's memory,
     and as kept what neither is free nor held by the collection's own units (a redeploy replaces
-    those, gguf_plan.available_mib), plus reserved ({host: {gpu index (str): MiB}}: what kept
+    those, kept_room.available_mib), plus reserved ({host: {gpu index (str): MiB}}: what kept
     services that are down or still loading will take again, kept_room.reserve_on_nodes)."""
     if head not in residency:
         raise gp.PlanError("the head %s did not report its GPUs (gpu_residency)" % head)
@@ -37,7 +40,7 @@ def nodes_from_residency(head, residency, own_units=(), reserved=None):
         gpus = []
         for gpu in sorted(found.get("gpus") or [], key=lambda g: int(g["index"])):
             total = gpu.get("memory_total_mib")
-            available = gp.available_mib(gpu, found.get("processes"), own_units)
+            available = kept_room.available_mib(gpu, found.get("processes"), own_units)
             if total is None or available is None:
                 raise gp.PlanError("%s: GPU %s reports no memory (MIG mode?); plan it with -e plan_hardware=[...]"
                                    % (host, gpu.get("index")))
@@ -88,7 +91,7 @@ def hardware_label(nodes):
 def llama_row(model, facts, nodes, options, label):
     devices = llama_devices(nodes)
     # the slots as the deployment would set them: a number, or auto from the serving intent
-    result = la.choose_llama_serving(model, devices, options.get("serving_intent", la.DEFAULT_INTENT),
+    result = ll.choose_llama_serving(model, devices, options.get("serving_intent", la.DEFAULT_INTENT),
                                      options.get("serving_concurrency", la.DEFAULT_CONCURRENCY),
                                      parallel=options.get("parallel", 1), ctx_size=options.get("ctx_size", la.AUTO),
                                      split=la.AUTO, facts=facts,
@@ -156,7 +159,7 @@ def llama_smallest_hint(model, facts, nodes, options, max_gpus=gp.MAX_TENSOR_SPL
             trial.append({"name": "node-%d" % len(trial),
                           "gpus": [{"index": i, "memory_total_mib": memory, "kept_mib": 0}
                                    for i in range(min(per_node, count - start))]})
-        choice = la.choose_tensor_split(model, llama_devices(trial), facts=facts, ctx_size=ctx,
+        choice = ll.choose_tensor_split(model, llama_devices(trial), facts=facts, ctx_size=ctx,
                                         **_llama_options(options))
         if choice["plan"]["fits"]:
             return "%s (at %d tokens of context)" % (hardware_label(trial), ctx)
@@ -170,9 +173,9 @@ def vllm_table(config, tensors, nodes, options):
     except vp.VllmPlanError as exc:
         return {"engine": "vllm", "rows": [], "error": str(exc), "smallest_fitting": None}
     try:
-        choice = la.choose_vllm_layout(summary, shape, hw, opts, limit=None)
+        choice = lv.choose_vllm_layout(summary, shape, hw, opts, limit=None)
     except la.AutoError as exc:
-        hint = la.smallest_vllm_hint(summary, shape, hw, opts)
+        hint = lv.smallest_vllm_hint(summary, shape, hw, opts)
         # the family's structure even when nothing fits: what the weights and the cache are made of
         return {"engine": "vllm", "rows": [], "error": str(exc), "smallest_fitting": hint,
                 "structure": vllm_structure_line(shape, opts)}

@@ -325,6 +325,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils import gguf
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf_plan
 from ansible_collections.gpulab.inference.plugins.module_utils import kept_room
 from ansible_collections.gpulab.inference.plugins.module_utils import layout_auto
+from ansible_collections.gpulab.inference.plugins.module_utils import layout_llama
 from ansible_collections.gpulab.inference.plugins.module_utils import llama_server
 
 
@@ -398,7 +399,7 @@ def main():
         choice = intent = None
         if options.get("parallel") == "auto":
             # the serving intent sets the slots; options carries ctx_size: the context is chosen with them
-            intent = layout_auto.choose_llama_serving(model, devices, params["serving_intent"],
+            intent = layout_llama.choose_llama_serving(model, devices, params["serving_intent"],
                                                       params["serving_concurrency"], split=params["tensor_split"],
                                                       facts=facts, **options)
             options.update(parallel=intent["parallel"], ctx_size=intent["ctx_size"])
@@ -407,7 +408,7 @@ def main():
                 choice = intent
         elif layout_auto.is_auto_word(params["tensor_split"]) or options.get("ctx_size") == "auto":
             # options carries ctx_size: the context is chosen with the split
-            choice = layout_auto.choose_ctx_and_split(model, devices, split=params["tensor_split"], facts=facts,
+            choice = layout_llama.choose_ctx_and_split(model, devices, split=params["tensor_split"], facts=facts,
                                                       **options)
             options["ctx_size"] = choice["ctx_size"]
             plan = choice["plan"]
@@ -451,7 +452,7 @@ def main():
                                              "; ".join(r.get("details") or r["findings"]))
                 for r in choice["rejected"]]},
     )
-    result["record"]["intent"] = None if intent is None else layout_auto.intent_record(intent)
+    result["record"]["intent"] = None if intent is None else layout_llama.intent_record(intent)
     if intent is not None and result["choice"] is not None:
         result["choice"]["lines"].insert(0, intent["parallel_reason"])
     if params["require_fit"] and not plan["fits"]:

@@ -467,6 +467,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.gpulab.inference.plugins.module_utils import hf_checkpoint as hf
 from ansible_collections.gpulab.inference.plugins.module_utils import kept_room
 from ansible_collections.gpulab.inference.plugins.module_utils import layout_auto as la
+from ansible_collections.gpulab.inference.plugins.module_utils import layout_vllm as lv
 from ansible_collections.gpulab.inference.plugins.module_utils import vllm_plan as vp
 from ansible_collections.gpulab.inference.plugins.module_utils import vllm_service as vs
 from ansible_collections.gpulab.inference.plugins.module_utils.service_manager import MANAGERS
@@ -607,22 +608,22 @@ def run(module):
     reserved = {}
     if p["residency"]:
         reserved = kept_room.reserve_on_nodes(p["kept"], p["residency"])
-        nodes = la.nodes_with_kept(nodes, p["residency"], p["own_units"], p["drained"], p["gpu_memory_utilization"],
+        nodes = lv.nodes_with_kept(nodes, p["residency"], p["own_units"], p["drained"], p["gpu_memory_utilization"],
                                    reserved)
     given = layout_values(p)
     opts = {"gpu_memory_utilization": p["gpu_memory_utilization"], "max_model_len": p["max_model_len"],
             "kv_cache_dtype": p["kv_cache_dtype"], "reserve_mib": p["reserve_mib"]}
     if any(la.is_auto(v) for v in given.values()):
         shape, summary, hw, checked, _tensors = vp.plan_inputs(config, tensors, nodes, opts, p["model_path"])
-        choice = la.choose_vllm_layout(summary, shape, hw, checked, given, intent=p["serving_intent"])
+        choice = lv.choose_vllm_layout(summary, shape, hw, checked, given, intent=p["serving_intent"])
         layout = choice["layout"]
         choice = {"reason": choice["reason"], "rejected": choice["rejected"], "alternatives": choice["alternatives"],
-                  "summary": la.summary_line(choice["reason"], choice["rejected"])}
+                  "summary": lv.summary_line(choice["reason"], choice["rejected"])}
     else:
         layout = vp.Layout(given["tensor_parallel_size"], given["pipeline_parallel_size"], given["data_parallel_size"],
                            given["enable_expert_parallel"])
         reason = "%s as set" % layout.label()
-        choice = {"reason": reason, "rejected": [], "alternatives": [], "summary": la.summary_line(reason, [])}
+        choice = {"reason": reason, "rejected": [], "alternatives": [], "summary": lv.summary_line(reason, [])}
     result = vp.plan(config, tensors, source, nodes, layout, opts, p["reasoning_parser"], p["tool_call_parser"],
                      where=p["model_path"])
     result["choice"] = choice
@@ -639,7 +640,7 @@ def run(module):
         launch = dict((k, p[k]) for k in keys)
         launch.update(backend=p["distributed_backend"], reasoning_parser=result["reasoning_parser"],
                       tool_call_parser=result["tool_call_parser"],
-                      batch_args=la.vllm_batch_arguments(result["intent"]) if result["intent"] else [])
+                      batch_args=lv.vllm_batch_arguments(result["intent"]) if result["intent"] else [])
         opts["max_model_len"] = result["max_model_len"]
         if p["pin_kv_cache"]:
             hw = result["hardware"]
@@ -657,11 +658,11 @@ def run(module):
 
 
 def intent_settings(params, layout_reason):
-    """What the serving intent sets (layout_auto.vllm_batch_choice) with the layout's reason; None
+    """What the serving intent sets (layout_vllm.vllm_batch_choice) with the layout's reason; None
     without an intent, where vLLM keeps its own batch defaults."""
     if params["serving_intent"] is None:
         return None
-    batch = la.vllm_batch_choice(params["serving_intent"], params["serving_concurrency"], params["max_num_seqs"],
+    batch = lv.vllm_batch_choice(params["serving_intent"], params["serving_concurrency"], params["max_num_seqs"],
                                  params["max_num_batched_tokens"], params["cudagraph_capture_sizes"],
                                  params["enforce_eager"])
     return dict(batch, intent=params["serving_intent"], concurrency=params["serving_concurrency"],

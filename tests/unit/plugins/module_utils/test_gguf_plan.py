@@ -14,6 +14,7 @@ from common_defaults import OWN_UNITS
 
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf_plan as gp
+from ansible_collections.gpulab.inference.plugins.module_utils import kept_room
 from ansible_collections.gpulab.inference.plugins.module_utils import synthetic_model as sm
 
 MIB = 1024 * 1024
@@ -391,10 +392,10 @@ def test_memory_of_the_collections_own_services_counts_as_available():
     assert devs[0]["free_mib"] == 120000
     assert gp.devices_from_nodes("node-a", ["node-c"], True,
                                  {"node-c": {"gpus": [gpu], "processes": processes}})[0]["free_mib"] == 40000
-    assert gp.own_service("gpulab-llama-server.service", own)
-    assert gp.own_service("gpulab-vllm.service", own)
-    assert not gp.own_service("gpulab-llama-server-old.service", own)
-    assert not gp.own_service("gpulab-rpc-server.service", own)
+    assert kept_room.own_service("gpulab-llama-server.service", own)
+    assert kept_room.own_service("gpulab-vllm.service", own)
+    assert not kept_room.own_service("gpulab-llama-server-old.service", own)
+    assert not kept_room.own_service("gpulab-rpc-server.service", own)
 
 
 def test_memory_the_drain_will_free_counts_as_available():
@@ -411,7 +412,7 @@ def test_memory_the_drain_will_free_counts_as_available():
     devs = gp.devices_from_nodes("node-a", ["node-b"], True, residency, drained={"node-b": consumers})
     assert devs[0]["free_mib"] == 60000 + 20000 + 1000
     assert gp.devices_from_nodes("node-a", ["node-b"], True, residency)[0]["free_mib"] == 60000
-    assert gp.drain_frees_mib(gpu, None) == 0
+    assert kept_room.drain_frees_mib(gpu, None) == 0
 
 
 def test_devices_from_a_published_manifest():
@@ -653,9 +654,9 @@ def test_memory_of_the_collections_own_programs_counts_as_available_under_superv
          "supervisor_program": "gpulab-llama-server-old"},
         {"gpu_index": 0, "used_memory_mib": 300, "systemd_unit": None, "supervisor_program": None},
     ]
-    assert gp.available_mib(gpu, processes, OWN_UNITS) == 20000 + 60000 + 50000
-    assert gp.available_mib(gpu, processes, ()) == 20000
-    assert gp.own_process({"supervisor_program": "gpulab-vllm"}, OWN_UNITS)
-    assert gp.own_process({"systemd_unit": "gpulab-rpc-server@1.service"}, OWN_UNITS)
-    assert not gp.own_process({"supervisor_program": "gpulab-rpc-server"}, OWN_UNITS)
-    assert not gp.own_process({"systemd_unit": None, "supervisor_program": None}, OWN_UNITS)
+    assert kept_room.available_mib(gpu, processes, OWN_UNITS) == 20000 + 60000 + 50000
+    assert kept_room.available_mib(gpu, processes, ()) == 20000
+    assert kept_room.own_process({"supervisor_program": "gpulab-vllm"}, OWN_UNITS)
+    assert kept_room.own_process({"systemd_unit": "gpulab-rpc-server@1.service"}, OWN_UNITS)
+    assert not kept_room.own_process({"supervisor_program": "gpulab-rpc-server"}, OWN_UNITS)
+    assert not kept_room.own_process({"systemd_unit": None, "supervisor_program": None}, OWN_UNITS)

@@ -6,7 +6,7 @@ import pytest
 import json
 
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf_plan as gp
-from ansible_collections.gpulab.inference.plugins.module_utils import layout_auto as la
+from ansible_collections.gpulab.inference.plugins.module_utils import layout_vllm as lv
 from ansible_collections.gpulab.inference.plugins.module_utils.kept_room import (
     KeptRoomError,
     held_by_pattern,
@@ -87,7 +87,7 @@ def test_a_bad_statement_is_refused_naming_the_variable(stated, message):
 
 
 def test_the_plan_s_kept_memory_counts_the_reservation():
-    from ansible_collections.gpulab.inference.plugins.module_utils.layout_auto import kept_mib
+    from ansible_collections.gpulab.inference.plugins.module_utils.layout_vllm import kept_mib
     gpu = {'index': 0, 'memory_total_mib': 81559, 'memory_free_mib': 81000}
     history = {'asr_00': {'gpus': {'0': 40960}, 'seen_at': 't'}}
     reserved = reserve(history, {}, [], KEEP, [0])['0']['reserved_mib']
@@ -179,7 +179,7 @@ def test_vllm_s_kept_memory_counts_the_reservation():
                           'processes': []}}
     nodes = [{'name': 'head', 'gpus': [{'index': 0, 'memory_total_mib': 81559}]}]
     reserved = reserve_on_nodes({'head': KEPT['head']}, residency)
-    kept = la.nodes_with_kept(nodes, residency, (), None, 0.9, reserved)[0]['gpus'][0]['kept_mib']
+    kept = lv.nodes_with_kept(nodes, residency, (), None, 0.9, reserved)[0]['gpus'][0]['kept_mib']
     assert kept == 81559 - (80000 - 40960) // 256 * 256
     # without it, the 1559 MiB no process holds fit in the tenth vLLM leaves alone: nothing kept
-    assert la.nodes_with_kept(nodes, residency, (), None, 0.9)[0]['gpus'][0]['kept_mib'] == 0
+    assert lv.nodes_with_kept(nodes, residency, (), None, 0.9)[0]['gpus'][0]['kept_mib'] == 0

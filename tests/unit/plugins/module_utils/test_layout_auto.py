@@ -16,6 +16,8 @@ from test_gguf_plan import E2E_MODEL, H200_IDLE_RPC_MIB, MINIMAX_M2, ShapedModel
 
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf_plan as gp
 from ansible_collections.gpulab.inference.plugins.module_utils import layout_auto as la
+from ansible_collections.gpulab.inference.plugins.module_utils import layout_llama as ll
+from ansible_collections.gpulab.inference.plugins.module_utils import layout_vllm as lv
 from ansible_collections.gpulab.inference.plugins.module_utils import hf_checkpoint as hf
 from ansible_collections.gpulab.inference.plugins.module_utils import vllm_plan as vp
 
@@ -42,7 +44,7 @@ def seed_devices(worker_kept_mib=10240, head_kept_mib=(5120, 0)):
 
 def test_seed_llama_cpp_auto_split_is_whole_layers_with_the_most_headroom(minimax):
     devs = seed_devices()
-    choice = la.choose_tensor_split(minimax, devs, ctx_size=32768, **OPTIONS)
+    choice = ll.choose_tensor_split(minimax, devs, ctx_size=32768, **OPTIONS)
     counts = choice["tensor_split"]
     assert all(c == int(c) for c in counts) and sum(counts) == 63  # 62 layers and the output layer
     plan = choice["plan"]
@@ -67,8 +69,8 @@ def test_the_search_beats_every_other_whole_layer_split(minimax):
     """Exhaustive over every split of 63 slots on three devices: none keeps more on its tightest device."""
     devs = seed_devices(worker_kept_mib=24576, head_kept_mib=(0, 3072))
     options = dict(OPTIONS, ctx_size=16384)
-    choice = la.choose_tensor_split(minimax, devs, **options)
-    costs = la._Costs(minimax, gp.model_facts(minimax), gp.normalise_devices(devs), options)
+    choice = ll.choose_tensor_split(minimax, devs, **options)
+    costs = ll._Costs(minimax, gp.model_facts(minimax), gp.normalise_devices(devs), options)
     best = max(min(costs.headroom(0, 0, a), costs.headroom(1, a, b), costs.headroom(2, b, 63))
                for a in range(64) for b in range(a, 64))
     assert choice["smallest_headroom_mib"] == pytest.approx(best, abs=0.01)
@@ -78,7 +80,7 @@ def test_search_costs_match_the_planner(minimax):
     """The dynamic programme's headroom per device is plan_layout's for the same split."""
     devs = seed_devices()
     options = dict(OPTIONS, ctx_size=8192)
-    costs = la._Costs(minimax, gp.model_facts(minimax), gp.normalise_devices(devs), options)
+    costs = ll._Costs(minimax, gp.model_facts(minimax), gp.normalise_devices(devs), options)
     plan = gp.plan_layout(minimax, devs, split=[18, 22, 23], **options)
     assert [r["layer_range"] for r in plan["devices"]] == ["0-17", "18-39", "40-61"]
     assert [r["headroom_mib"] for r in plan["devices"]] == pytest.approx(
@@ -89,7 +91,7 @@ def test_a_worker_keeping_24_gib_fits_only_with_a_weighted_split(minimax):
     devs = seed_devices(worker_kept_mib=24576, head_kept_mib=(0, 0))
     equal = gp.plan_layout(minimax, devs, split="equal", ctx_size=32768, **OPTIONS)
     assert equal["fits"] is False and equal["overflowing"] == ["RPC0"]
-    choice = la.choose_tensor_split(minimax, devs, ctx_size=32768, **OPTIONS)
+    choice = ll.choose_tensor_split(minimax, devs, ctx_size=32768, **OPTIONS)
     assert choice["plan"]["fits"] is True
     assert choice["tensor_split"][0] < 21
     rejected = dict((r["label"], r) for r in choice["rejected"])
@@ -100,14 +102,14 @@ def test_a_worker_keeping_24_gib_fits_only_with_a_weighted_split(minimax):
 
 def test_a_model_that_fits_no_split_says_so(minimax):
     devs = seed_devices(worker_kept_mib=60000, head_kept_mib=(60000, 60000))
-    choice = la.choose_tensor_split(minimax, devs, ctx_size=4096, **OPTIONS)
+    choice = ll.choose_tensor_split(minimax, devs, ctx_size=4096, **OPTIONS)
     assert choice["plan"]["fits"] is False
     assert choice["reason"].startswith("auto: no whole-layer split fits")
 
 
 def test_unknown_memory_falls_back_to_the_equal_split(minimax):
     devs = [{"name": "RPC0", "free_mib": None, "cuda": False}, {"name": "RPC1", "free_mib": None, "cuda": False}]
-    choice = la.choose_tensor_split(minimax, devs, ctx_size=4096, **OPTIONS)
+    choice = ll.choose_tensor_split(minimax, devs, ctx_size=4096, **OPTIONS)
     assert choice["tensor_split"] == [1.0, 1.0]
     assert "memory of RPC0, RPC1 is unknown" in choice["reason"]
 
@@ -117,14 +119,14 @@ def test_cpu_servers_get_the_equal_split_whether_their_memory_is_published_yet_o
     first = [{"name": "RPC0", "free_mib": None, "cuda": False}, {"name": "RPC1", "free_mib": None, "cuda": False}]
     second = [{"name": "RPC0", "free_mib": None, "total_mib": 50000, "cuda": False},
               {"name": "RPC1", "free_mib": None, "total_mib": 200000, "cuda": False}]
-    choices = [la.choose_tensor_split(minimax, devs, ctx_size=4096, **OPTIONS) for devs in (first, second)]
+    choices = [ll.choose_tensor_split(minimax, devs, ctx_size=4096, **OPTIONS) for devs in (first, second)]
     assert [choice["tensor_split"] for choice in choices] == [[1.0, 1.0], [1.0, 1.0]]
     assert choices[0]["reason"] == choices[1]["reason"]
 
 
 def test_partial_offload_splits_only_the_offloaded_layers(minimax):
     devs = seed_devices()
-    choice = la.choose_tensor_split(minimax, devs, ctx_size=4096, n_gpu_layers=40, **OPTIONS)
+    choice = ll.choose_tensor_split(minimax, devs, ctx_size=4096, n_gpu_layers=40, **OPTIONS)
     assert sum(choice["tensor_split"]) == 40
     assert choice["plan"]["cpu"]["layer_range"] == "0-22"
 
@@ -133,19 +135,19 @@ def test_partial_offload_splits_only_the_offloaded_layers(minimax):
 
 def test_seed_auto_context_is_the_largest_that_fits(minimax):
     devs = seed_devices()
-    result = la.choose_ctx_and_split(minimax, devs, ctx_size="auto", split="auto", **OPTIONS)
+    result = ll.choose_ctx_and_split(minimax, devs, ctx_size="auto", split="auto", **OPTIONS)
     ctx = result["ctx_size"]
     assert result["fits"] is True and ctx % 256 == 0
     assert 32768 < ctx < 196608
     # one block more does not fit under any whole-layer split (free memory seen in whole 256 MiB steps)
-    bigger = la.choose_tensor_split(minimax, la.steady_devices(devs), ctx_size=ctx + 256, **OPTIONS)
+    bigger = ll.choose_tensor_split(minimax, ll.steady_devices(devs), ctx_size=ctx + 256, **OPTIONS)
     assert bigger["plan"]["fits"] is False
     assert "the largest context that fits with the margin (trained 196608)" in result["ctx_reason"]
 
 
 def test_auto_context_is_capped_by_the_trained_context(minimax):
     devs = [{"name": "CUDA%d" % i, "free_mib": 143771} for i in range(4)]  # four idle H200
-    result = la.choose_ctx_and_split(minimax, devs, parallel=4, margin_mib=OPTIONS["margin_mib"],
+    result = ll.choose_ctx_and_split(minimax, devs, parallel=4, margin_mib=OPTIONS["margin_mib"],
                                      cuda_context_mib=OPTIONS["cuda_context_mib"])
     assert result["ctx_size"] == 196608
     assert result["plan"]["kv_streams"] == 4 and result["plan"]["kv_cells"] == 49152
@@ -154,7 +156,7 @@ def test_auto_context_is_capped_by_the_trained_context(minimax):
 
 def test_auto_context_with_a_set_split(minimax):
     devs = seed_devices(worker_kept_mib=0, head_kept_mib=(0, 0))
-    result = la.choose_ctx_and_split(minimax, devs, ctx_size="auto", split=[1, 1, 1], **OPTIONS)
+    result = ll.choose_ctx_and_split(minimax, devs, ctx_size="auto", split=[1, 1, 1], **OPTIONS)
     assert result["tensor_split"] == [1.0, 1.0, 1.0]
     assert result["split_reason"] == "llama_server_tensor_split [1, 1, 1] as set"
     assert result["fits"] is True
@@ -162,7 +164,7 @@ def test_auto_context_with_a_set_split(minimax):
 
 def test_a_set_context_is_kept_and_checked(minimax):
     devs = seed_devices()
-    result = la.choose_ctx_and_split(minimax, devs, ctx_size=262144, split="auto", **OPTIONS)
+    result = ll.choose_ctx_and_split(minimax, devs, ctx_size=262144, split="auto", **OPTIONS)
     assert result["ctx_size"] == 262144
     assert result["fits"] is False
     assert "beyond the model's trained context 196608" in result["ctx_reason"]
@@ -170,7 +172,7 @@ def test_a_set_context_is_kept_and_checked(minimax):
 
 def test_no_context_fits_names_the_overflow(minimax):
     devs = seed_devices(worker_kept_mib=60000, head_kept_mib=(60000, 60000))
-    result = la.choose_ctx_and_split(minimax, devs, **OPTIONS)
+    result = ll.choose_ctx_and_split(minimax, devs, **OPTIONS)
     assert result["fits"] is False
     assert result["ctx_reason"].startswith("auto: not even 256 tokens")
 
@@ -181,12 +183,12 @@ def test_auto_context_without_a_trained_context_is_refused(minimax):
     model = NoContext(MINIMAX_M2, 200064)
     model.metadata.pop("minimax-m2.context_length")
     with pytest.raises(la.AutoError, match="set llama_server_ctx_size"):
-        la.choose_ctx_and_split(model, seed_devices(), **OPTIONS)
+        ll.choose_ctx_and_split(model, seed_devices(), **OPTIONS)
 
 
 def test_unknown_memory_takes_the_trained_context_capped(minimax):
     devs = [{"name": "RPC0", "free_mib": None, "cuda": False}]
-    result = la.choose_ctx_and_split(minimax, devs, parallel=4, margin_mib=OPTIONS["margin_mib"],
+    result = ll.choose_ctx_and_split(minimax, devs, parallel=4, margin_mib=OPTIONS["margin_mib"],
                                      cuda_context_mib=OPTIONS["cuda_context_mib"])
     assert result["ctx_size"] == 8192
     assert "capped at 8192" in result["ctx_reason"]
@@ -206,7 +208,7 @@ def seed_vllm(nodes=None, opts=None):
 
 def test_seed_vllm_auto_takes_tp8_with_expert_parallel():
     summary, shape, hw, opts = seed_vllm()
-    choice = la.choose_vllm_layout(summary, shape, hw, opts, limit=None)
+    choice = lv.choose_vllm_layout(summary, shape, hw, opts, limit=None)
     assert choice["layout"].as_dict() == {"tensor_parallel_size": 8, "pipeline_parallel_size": 1,
                                           "data_parallel_size": 1, "enable_expert_parallel": True}
     assert choice["reason"].startswith("auto: TP=8+EP uses all 8 GPUs")
@@ -225,14 +227,14 @@ def test_seed_vllm_auto_takes_tp8_with_expert_parallel():
 
 def test_rejected_are_cut_to_the_first_few():
     summary, shape, hw, opts = seed_vllm()
-    choice = la.choose_vllm_layout(summary, shape, hw, opts)
+    choice = lv.choose_vllm_layout(summary, shape, hw, opts)
     assert len(choice["rejected"]) == la.REJECTED_LIMIT
     assert [r["label"] for r in choice["rejected"][:2]] == ["TP=8", "TP=4+DP=2"]
 
 
 def test_operator_values_are_kept_and_the_rest_chosen():
     summary, shape, hw, opts = seed_vllm()
-    choice = la.choose_vllm_layout(summary, shape, hw, opts, given={"tensor_parallel_size": 4,
+    choice = lv.choose_vllm_layout(summary, shape, hw, opts, given={"tensor_parallel_size": 4,
                                                                     "enable_expert_parallel": "auto"})
     assert choice["layout"].tp == 4 and choice["layout"].world == 8
     assert choice["layout"].ep is True
@@ -243,14 +245,14 @@ def test_an_operator_layout_that_vllm_refuses_is_an_error():
     given = {"tensor_parallel_size": 8, "pipeline_parallel_size": 1, "data_parallel_size": 1,
              "enable_expert_parallel": False}
     with pytest.raises(la.AutoError, match="vLLM cannot run TP=8 as set: expert FFN 1536 / 8 = 192"):
-        la.choose_vllm_layout(summary, shape, hw, opts, given=given)
+        lv.choose_vllm_layout(summary, shape, hw, opts, given=given)
 
 
 def test_an_operator_layout_with_idle_gpus_is_kept():
     summary, shape, hw, opts = seed_vllm()
     given = {"tensor_parallel_size": 4, "pipeline_parallel_size": 1, "data_parallel_size": 1,
              "enable_expert_parallel": True}
-    choice = la.choose_vllm_layout(summary, shape, hw, opts, given=given)
+    choice = lv.choose_vllm_layout(summary, shape, hw, opts, given=given)
     assert choice["layout"].label() == "TP=4+EP" and "as set" in choice["reason"]
 
 
@@ -258,8 +260,8 @@ def test_kept_services_shrink_the_budget_and_the_pinned_kv_cache():
     free = seed_vllm()
     gpus = [{"index": i, "memory_total_mib": 97887, "kept_mib": 20480} for i in range(8)]
     kept = seed_vllm(nodes=[{"name": "seed", "gpus": gpus}])
-    a = la.choose_vllm_layout(*free)
-    b = la.choose_vllm_layout(*kept)
+    a = lv.choose_vllm_layout(*free)
+    b = lv.choose_vllm_layout(*kept)
     assert a["layout"].label() == b["layout"].label() == "TP=8+EP"
     pinned_free = a["result"]["estimate"]["kv_cache_memory_bytes"]
     pinned_kept = b["result"]["estimate"]["kv_cache_memory_bytes"]
@@ -274,7 +276,7 @@ def test_a_model_too_large_for_the_gpus_names_the_smallest_that_would_run_it():
     gpus = [{"index": i, "memory_total_mib": 97887} for i in range(2)]
     summary, shape, hw, opts = seed_vllm(nodes=[{"name": "small", "gpus": gpus}])
     with pytest.raises(la.AutoError) as error:
-        la.choose_vllm_layout(summary, shape, hw, opts)
+        lv.choose_vllm_layout(summary, shape, hw, opts)
     message = str(error.value)
     assert "no layout of 1 node(s) x 2 GPUs of 97887 MiB runs the model on every GPU (every value auto)" in message
     assert "It would run on 2 node(s) x 2 GPUs of 97887 MiB as TP=4." in message
@@ -301,23 +303,23 @@ def test_values_set_that_rule_out_every_layout_are_judged_as_vllm_would():
     summary, shape, hw, opts = seed_vllm()
     with pytest.raises(la.AutoError, match=r"vLLM cannot run TP=16\+EP on 1 node\(s\) x 8 GPUs of 97887 MiB: "
                                            r"TP 16 x PP 1 x DP 1 = 16 GPUs, but"):
-        la.choose_vllm_layout(summary, shape, hw, opts, given={"tensor_parallel_size": 16, "enable_expert_parallel": True})
+        lv.choose_vllm_layout(summary, shape, hw, opts, given={"tensor_parallel_size": 16, "enable_expert_parallel": True})
 
 
 def test_a_few_mib_of_drift_give_the_same_choice_and_a_real_change_a_new_one(minimax):
     devs = seed_devices()
-    first = la.choose_ctx_and_split(minimax, devs, **OPTIONS)
+    first = ll.choose_ctx_and_split(minimax, devs, **OPTIONS)
     drifted = [dict(d, free_mib=d["free_mib"] - 3) for d in devs]
-    again = la.choose_ctx_and_split(minimax, drifted, **OPTIONS)
+    again = ll.choose_ctx_and_split(minimax, drifted, **OPTIONS)
     assert (again["ctx_size"], again["tensor_split"]) == (first["ctx_size"], first["tensor_split"])
     assert again["split_reason"] == first["split_reason"]
     grown = [dict(devs[0], free_mib=devs[0]["free_mib"] - 4096)] + devs[1:]
-    changed = la.choose_ctx_and_split(minimax, grown, **OPTIONS)
+    changed = ll.choose_ctx_and_split(minimax, grown, **OPTIONS)
     assert (changed["ctx_size"], changed["tensor_split"]) != (first["ctx_size"], first["tensor_split"])
 
 
 def test_steady_devices_round_free_memory_down_to_whole_steps():
-    assert la.steady_devices([{"name": "a", "free_mib": 1000.5}, {"name": "b", "free_mib": None}]) == [
+    assert ll.steady_devices([{"name": "a", "free_mib": 1000.5}, {"name": "b", "free_mib": None}]) == [
         {"name": "a", "free_mib": 768.0}, {"name": "b", "free_mib": None}]
 
 
@@ -327,10 +329,10 @@ RECORD = {"model_path": "/m/x.gguf", "tensor_split": [20.0, 21.0, 22.0], "option
 
 
 def test_auto_values_come_from_the_memory_plan():
-    assert la.resolve_from_memory_plan("auto", "auto", RECORD, "/m/x.gguf") == ([20, 21, 22], 131072)
-    assert la.resolve_from_memory_plan([1, 1, 1], "auto", RECORD, "/m/x.gguf") == ([1, 1, 1], 131072)
+    assert ll.resolve_from_memory_plan("auto", "auto", RECORD, "/m/x.gguf") == ([20, 21, 22], 131072)
+    assert ll.resolve_from_memory_plan([1, 1, 1], "auto", RECORD, "/m/x.gguf") == ([1, 1, 1], 131072)
     # nothing auto: the record is not needed
-    assert la.resolve_from_memory_plan("equal", 8192, None, "/m/x.gguf") == ("equal", 8192)
+    assert ll.resolve_from_memory_plan("equal", 8192, None, "/m/x.gguf") == ("equal", 8192)
 
 
 @pytest.mark.parametrize("record, message", [
@@ -341,13 +343,13 @@ def test_auto_values_come_from_the_memory_plan():
 ])
 def test_a_memory_plan_that_cannot_resolve_auto_is_named(record, message):
     with pytest.raises(la.AutoError, match=re.escape(message)):
-        la.resolve_from_memory_plan("auto", "auto", record, "/m/x.gguf", "/var/lib/gpulab/memory-plan.json")
+        ll.resolve_from_memory_plan("auto", "auto", record, "/m/x.gguf", "/var/lib/gpulab/memory-plan.json")
 
 
 def test_the_memory_plan_keeps_the_choice_and_drift_does_not_rewrite_it(minimax):
     devs = seed_devices()
-    first = la.choose_ctx_and_split(minimax, devs, **OPTIONS)
-    drifted = la.choose_ctx_and_split(minimax, [dict(d, free_mib=d["free_mib"] - 3) for d in devs], **OPTIONS)
+    first = ll.choose_ctx_and_split(minimax, devs, **OPTIONS)
+    drifted = ll.choose_ctx_and_split(minimax, [dict(d, free_mib=d["free_mib"] - 3) for d in devs], **OPTIONS)
     record = gp.choice_record(first)
     assert record == gp.choice_record(drifted)
     assert (record["ctx_size"], record["tensor_split"]) == (first["ctx_size"], first["tensor_split"])
@@ -367,17 +369,17 @@ def test_kept_memory_per_gpu_follows_the_memory_plan_rule():
                  {"gpu_index": 1, "used_memory_mib": 17000, "systemd_unit": "kept.service"},
                  {"gpu_index": 0, "used_memory_mib": 5000, "systemd_unit": "gpulab-vllm.service"}]
     # free 60000 + own 20000 = 80000 available, 79872 in whole steps
-    assert la.kept_mib(gpu, processes, ["gpulab-vllm.service"]) == 97887 - 79872
-    assert la.kept_mib(gpu, processes, ["gpulab-vllm.service"], step_mib=0) == 97887 - 80000
-    assert la.kept_mib(gpu, processes, [], drained=[{"action": "stop", "gpus": {"GPU-b": 17000}}],
+    assert lv.kept_mib(gpu, processes, ["gpulab-vllm.service"]) == 97887 - 79872
+    assert lv.kept_mib(gpu, processes, ["gpulab-vllm.service"], step_mib=0) == 97887 - 80000
+    assert lv.kept_mib(gpu, processes, [], drained=[{"action": "stop", "gpus": {"GPU-b": 17000}}],
                        step_mib=0) == 97887 - 77000
-    assert la.kept_mib(dict(gpu, memory_free_mib=None), processes) is None
+    assert lv.kept_mib(dict(gpu, memory_free_mib=None), processes) is None
     nodes = [{"name": "b", "gpus": [{"index": 0, "memory_total_mib": 97887}, {"index": 1, "memory_total_mib": 97887}]}]
-    found = la.nodes_with_kept(nodes, {"b": {"gpus": [gpu], "processes": processes}}, ["gpulab-vllm.service"])
+    found = lv.nodes_with_kept(nodes, {"b": {"gpus": [gpu], "processes": processes}}, ["gpulab-vllm.service"])
     # GPU 0 is not in the residency: it keeps what it had; the inventory's nodes are not changed
     assert [g.get("kept_mib") for g in found[0]["gpus"]] == [None, 97887 - 79872]
     assert "kept_mib" not in nodes[0]["gpus"][1]
-    assert la.nodes_with_kept(nodes, None) == nodes
+    assert lv.nodes_with_kept(nodes, None) == nodes
 
 
 # ---------------------------------------------------------------- llama.cpp: devices sharing a GPU
@@ -390,13 +392,13 @@ def test_auto_never_overcommits_a_gpu_two_devices_share(minimax):
     MiniMax model (about 226 GiB) would fit were each device judged against the whole GPU."""
     devs = [{"name": "RPC0", "host": "h200", "gpu_index": 0, "free_mib": H200_MIB},
             {"name": "CUDA0", "host": "h200", "gpu_index": 0, "free_mib": H200_MIB}]
-    choice = la.choose_tensor_split(minimax, devs, ctx_size=4096, **OPTIONS)
+    choice = ll.choose_tensor_split(minimax, devs, ctx_size=4096, **OPTIONS)
     assert choice["plan"]["fits"] is False
     assert choice["smallest_headroom_mib"] < 0
     assert "no whole-layer split fits" in choice["reason"]
     # told apart, the two devices would hold it
     apart = [dict(devs[0], gpu_index=1), devs[1]]
-    assert la.choose_tensor_split(minimax, apart, ctx_size=4096, **OPTIONS)["plan"]["fits"] is True
+    assert ll.choose_tensor_split(minimax, apart, ctx_size=4096, **OPTIONS)["plan"]["fits"] is True
 
 
 def test_the_search_with_a_shared_gpu_beats_every_other_split(minimax):
@@ -406,8 +408,8 @@ def test_the_search_with_a_shared_gpu_beats_every_other_split(minimax):
             {"name": "RPC1", "host": "node-b", "gpu_index": 0, "free_mib": IDLE_MIB - 10240},
             {"name": "CUDA0", "host": "node-a", "gpu_index": 0, "free_mib": 165000}]
     options = dict(OPTIONS, ctx_size=16384)
-    choice = la.choose_tensor_split(minimax, devs, **options)
-    costs = la._Costs(minimax, gp.model_facts(minimax), gp.normalise_devices(devs), options)
+    choice = ll.choose_tensor_split(minimax, devs, **options)
+    costs = ll._Costs(minimax, gp.model_facts(minimax), gp.normalise_devices(devs), options)
 
     def smallest(a, b):
         shared = 165000 - 1024 - costs.used_mib(0, 0, a) - costs.used_mib(2, b, 63)
@@ -430,8 +432,8 @@ def test_a_device_the_split_leaves_without_layers_holds_its_idle_context():
             {"name": "CUDA0", "host": "h200", "gpu_index": 0, "free_mib": H200_MIB}]
     options = dict(OPTIONS)
     options.update(ctx_size=8192, parallel=4)
-    bare = la.choose_tensor_split(model, devs, **options)
-    choice = la.choose_tensor_split(model, devs, cuda_idle_context_mib=H200_IDLE_RPC_MIB, **options)
+    bare = ll.choose_tensor_split(model, devs, **options)
+    choice = ll.choose_tensor_split(model, devs, cuda_idle_context_mib=H200_IDLE_RPC_MIB, **options)
     # one process computes: two would each add a full context and a compute buffer
     assert choice["tensor_split"] == bare["tensor_split"] == [0.0, 17.0]
     rpc, head = choice["plan"]["devices"]
@@ -446,14 +448,14 @@ def test_search_costs_match_the_planner_for_a_device_without_layers(minimax):
     devs = [{"name": "RPC0", "host": "node-b", "free_mib": 1800}, {"name": "CUDA0", "host": "node-a", "free_mib": H200_MIB},
             {"name": "CUDA1", "host": "node-a", "free_mib": H200_MIB}, {"name": "RPC1", "free_mib": None, "cuda": False}]
     options = dict(OPTIONS, ctx_size=8192, cuda_idle_context_mib=H200_IDLE_RPC_MIB)
-    costs = la._Costs(minimax, gp.model_facts(minimax), gp.normalise_devices(devs), options)
+    costs = ll._Costs(minimax, gp.model_facts(minimax), gp.normalise_devices(devs), options)
     assert (costs.used_mib(0, 0, 0), costs.used_mib(3, 63, 63)) == (518.0, 0.0)
     plan = gp.plan_layout(minimax, devs, split=[0, 31, 32, 0], **options)
     assert [r["context_mib"] for r in plan["devices"]] == [518.0, 720.0, 720.0, 0.0]
     assert [r["headroom_mib"] for r in plan["devices"][:3]] == pytest.approx(
         [costs.headroom(0, 0, 0), costs.headroom(1, 0, 31), costs.headroom(2, 31, 63)], abs=0.01)
     # the worker takes no layer and keeps 1800 - 1024 - 518, the tightest of the three
-    choice = la.choose_tensor_split(minimax, devs[:3], **options)
+    choice = ll.choose_tensor_split(minimax, devs[:3], **options)
     assert choice["tensor_split"][0] == 0.0
     assert choice["smallest_headroom_mib"] == pytest.approx(1800 - 1024 - 518, abs=0.01)
     assert choice["plan"]["devices"][0]["headroom_mib"] == pytest.approx(258, abs=0.01)
@@ -463,7 +465,7 @@ def test_search_costs_match_the_planner_for_a_device_without_layers(minimax):
     (-1, "cuda_idle_context_mib -1 must be >= 0"), ("518 MiB", "cuda_idle_context_mib '518 MiB' is not a number")])
 def test_a_bad_idle_context_is_named_before_the_search(minimax, value, message):
     with pytest.raises(gp.PlanError, match=re.escape(message)):
-        la.choose_ctx_and_split(minimax, seed_devices(), cuda_idle_context_mib=value, **OPTIONS)
+        ll.choose_ctx_and_split(minimax, seed_devices(), cuda_idle_context_mib=value, **OPTIONS)
 
 
 def test_kept_memory_leaves_out_the_collections_supervisord_programs():
@@ -471,9 +473,9 @@ def test_kept_memory_leaves_out_the_collections_supervisord_programs():
     gpu = {"index": 0, "uuid": "GPU-a", "memory_total_mib": 143771, "memory_free_mib": 10000}
     processes = [{"gpu_index": 0, "used_memory_mib": 120000, "systemd_unit": None, "supervisor_program": "gpulab-vllm"},
                  {"gpu_index": 0, "used_memory_mib": 13000, "systemd_unit": None, "supervisor_program": "embedder"}]
-    assert la.kept_mib(gpu, processes, ["gpulab-vllm.service"], step_mib=0) == 143771 - 130000
+    assert lv.kept_mib(gpu, processes, ["gpulab-vllm.service"], step_mib=0) == 143771 - 130000
     nodes = [{"name": "h", "gpus": [{"index": 0, "memory_total_mib": 143771}]}]
-    found = la.nodes_with_kept(nodes, {"h": {"gpus": [gpu], "processes": processes}}, ["gpulab-vllm.service"])
+    found = lv.nodes_with_kept(nodes, {"h": {"gpus": [gpu], "processes": processes}}, ["gpulab-vllm.service"])
     assert found[0]["gpus"][0]["kept_mib"] == 143771 - 129792
 
 
@@ -482,9 +484,9 @@ def test_the_recorded_choice_holds_no_free_memory_figure(minimax):
     only because the reason said how many MiB the split keeps. The record names the choice; the
     figures are for the play's output."""
     devs = seed_devices()
-    first = la.choose_ctx_and_split(minimax, devs, ctx_size=32768, **OPTIONS)
+    first = ll.choose_ctx_and_split(minimax, devs, ctx_size=32768, **OPTIONS)
     # 1 GiB more free on every device: the same split and context, other headroom figures
-    roomier = la.choose_ctx_and_split(minimax, [dict(d, free_mib=d["free_mib"] + 1024) for d in devs],
+    roomier = ll.choose_ctx_and_split(minimax, [dict(d, free_mib=d["free_mib"] + 1024) for d in devs],
                                       ctx_size=32768, **OPTIONS)
     assert (roomier["ctx_size"], roomier["tensor_split"]) == (first["ctx_size"], first["tensor_split"])
     assert roomier["split_figures"] != first["split_figures"]
@@ -503,6 +505,6 @@ def test_kept_memory_that_lowers_no_budget_counts_as_none():
     nodes = [{"name": "h", "gpus": [{"index": 0, "memory_total_mib": 100000}]}]
     residency = {"h": {"gpus": [gpu], "processes": []}}
     # 99000 available -> 98816 in whole steps: 1184 MiB kept, within the tenth that 0.9 leaves
-    assert la.nodes_with_kept(nodes, residency)[0]["gpus"][0]["kept_mib"] == 1184
-    assert la.nodes_with_kept(nodes, residency, utilization=0.9)[0]["gpus"][0]["kept_mib"] == 0
-    assert la.nodes_with_kept(nodes, residency, utilization=0.99)[0]["gpus"][0]["kept_mib"] == 1184
+    assert lv.nodes_with_kept(nodes, residency)[0]["gpus"][0]["kept_mib"] == 1184
+    assert lv.nodes_with_kept(nodes, residency, utilization=0.9)[0]["gpus"][0]["kept_mib"] == 0
+    assert lv.nodes_with_kept(nodes, residency, utilization=0.99)[0]["gpus"][0]["kept_mib"] == 1184

@@ -16,6 +16,8 @@ from test_gguf_plan import MINIMAX_M2, ShapedModel
 from test_layout_auto import OPTIONS, seed_devices, seed_vllm
 
 from ansible_collections.gpulab.inference.plugins.module_utils import layout_auto as la
+from ansible_collections.gpulab.inference.plugins.module_utils import layout_llama as ll
+from ansible_collections.gpulab.inference.plugins.module_utils import layout_vllm as lv
 from ansible_collections.gpulab.inference.plugins.module_utils import llama_server as ls
 from ansible_collections.gpulab.inference.plugins.module_utils import vllm_plan as vp
 
@@ -30,7 +32,7 @@ def minimax():
 # ---------------------------------------------------------------- llama.cpp
 
 def test_seed_llama_interactive_is_one_slot_with_the_longest_context(minimax):
-    choice = la.choose_llama_serving(minimax, seed_devices(), "interactive", 4, **LLAMA)
+    choice = ll.choose_llama_serving(minimax, seed_devices(), "interactive", 4, **LLAMA)
     assert choice["parallel"] == 1 and choice["fits"] is True
     assert choice["parallel_reason"] == ("auto, serving intent interactive: one slot, so the one stream has the "
                                          "whole context and shares no batch")
@@ -38,29 +40,29 @@ def test_seed_llama_interactive_is_one_slot_with_the_longest_context(minimax):
     # the longest context for that slot: one block more fits under no whole-layer split
     ctx = choice["ctx_size"]
     assert 32768 < ctx <= 196608 and ctx % 256 == 0
-    bigger = la.choose_tensor_split(minimax, la.steady_devices(seed_devices()), ctx_size=ctx + 256, parallel=1, **LLAMA)
+    bigger = ll.choose_tensor_split(minimax, ll.steady_devices(seed_devices()), ctx_size=ctx + 256, parallel=1, **LLAMA)
     assert bigger["plan"]["fits"] is False
-    assert la.intent_record(choice) == {"intent": "interactive", "concurrency": 4, "parallel": 1,
+    assert ll.intent_record(choice) == {"intent": "interactive", "concurrency": 4, "parallel": 1,
                                         "parallel_reason": choice["parallel_reason"]}
 
 
 def test_seed_llama_throughput_is_a_slot_per_stream(minimax):
-    choice = la.choose_llama_serving(minimax, seed_devices(), "throughput", 4, **LLAMA)
+    choice = ll.choose_llama_serving(minimax, seed_devices(), "throughput", 4, **LLAMA)
     assert choice["parallel"] == 4 and choice["plan"]["kv_streams"] == 4 and choice["fits"] is True
     assert choice["parallel_reason"] == ("auto, serving intent throughput: 4 slot(s), one per stream of "
                                          "gpulab_serving_concurrency, decoded in one batch")
     # the slots share the memory the single slot had: about the same total, a quarter each
-    single = la.choose_llama_serving(minimax, seed_devices(), "interactive", 4, **LLAMA)
+    single = ll.choose_llama_serving(minimax, seed_devices(), "interactive", 4, **LLAMA)
     assert choice["ctx_size"] % (256 * 4) == 0
     assert 0.9 * single["ctx_size"] < choice["ctx_size"] < 1.1 * single["ctx_size"]
-    assert choice["ctx_size"] // 4 >= la.MIN_SLOT_CTX
+    assert choice["ctx_size"] // 4 >= ll.MIN_SLOT_CTX
 
 
 def test_throughput_slots_may_each_reach_the_trained_context(minimax):
     # four idle H200s hold more than 196608 tokens: each slot gets the trained context (llama-server caps
     # a slot there), not a quarter of it
     devs = [{"name": "CUDA%d" % i, "free_mib": 143771} for i in range(4)]
-    choice = la.choose_llama_serving(minimax, devs, "throughput", 4, **LLAMA)
+    choice = ll.choose_llama_serving(minimax, devs, "throughput", 4, **LLAMA)
     assert choice["ctx_size"] == 4 * 196608
     assert choice["ctx_reason"] == ("auto: 786432 tokens, the model's trained context for each of the 4 slots "
                                     "(it fits with the margin)")
@@ -69,18 +71,18 @@ def test_throughput_slots_may_each_reach_the_trained_context(minimax):
 def test_throughput_runs_fewer_slots_where_memory_cannot_give_each_enough(minimax):
     # the seed's GPUs with most of their memory kept by other services
     devs = seed_devices(worker_kept_mib=15000, head_kept_mib=(15000, 15000))
-    choice = la.choose_llama_serving(minimax, devs, "throughput", 16, **LLAMA)
+    choice = ll.choose_llama_serving(minimax, devs, "throughput", 16, **LLAMA)
     assert choice["fits"] is True and choice["parallel"] == 6 and choice["ctx_size"] == 26112
-    assert choice["ctx_size"] // choice["parallel"] >= la.MIN_SLOT_CTX
+    assert choice["ctx_size"] // choice["parallel"] >= ll.MIN_SLOT_CTX
     assert choice["parallel_reason"].startswith("auto, serving intent throughput: %d slot(s) of the 16 of "
                                                 "gpulab_serving_concurrency" % choice["parallel"])
     assert "a slot below 4096 tokens would cut conversations short" in choice["parallel_reason"]
 
 
 def test_a_set_slot_count_wins_over_the_intent(minimax):
-    choice = la.choose_llama_serving(minimax, seed_devices(), "interactive", 4, parallel=3, **LLAMA)
+    choice = ll.choose_llama_serving(minimax, seed_devices(), "interactive", 4, parallel=3, **LLAMA)
     assert choice["parallel"] == 3 and choice["parallel_reason"] == "llama_server_parallel 3 as set"
-    assert la.llama_slots("throughput", 8, "2") == {"parallel": 2, "reason": "llama_server_parallel 2 as set"}
+    assert ll.llama_slots("throughput", 8, "2") == {"parallel": 2, "reason": "llama_server_parallel 2 as set"}
 
 
 @pytest.mark.parametrize("intent, concurrency, parallel, message", [
@@ -91,15 +93,15 @@ def test_a_set_slot_count_wins_over_the_intent(minimax):
 ])
 def test_bad_intent_settings_name_the_variable(intent, concurrency, parallel, message):
     with pytest.raises(la.AutoError, match=message):
-        la.llama_slots(intent, concurrency, parallel)
+        ll.llama_slots(intent, concurrency, parallel)
 
 
 def test_the_head_reads_the_slots_the_memory_plan_set():
     record = {"intent": {"intent": "interactive", "concurrency": 4, "parallel": 1, "parallel_reason": "..."}}
-    assert la.resolve_parallel_from_memory_plan("auto", record) == 1
-    assert la.resolve_parallel_from_memory_plan(6, record) == 6
+    assert ll.resolve_parallel_from_memory_plan("auto", record) == 1
+    assert ll.resolve_parallel_from_memory_plan(6, record) == 6
     with pytest.raises(la.AutoError, match="llama_server_parallel is auto: the memory plan resolves it"):
-        la.resolve_parallel_from_memory_plan("auto", {"intent": None}, "/var/lib/gpulab/memory-plan.json")
+        ll.resolve_parallel_from_memory_plan("auto", {"intent": None}, "/var/lib/gpulab/memory-plan.json")
 
 
 def _seed_head_devices():
@@ -132,11 +134,11 @@ def test_the_head_refuses_slots_nothing_resolved():
 
 def test_seed_vllm_interactive_takes_tp8_with_expert_parallel():
     summary, shape, hw, opts = seed_vllm()
-    choice = la.choose_vllm_layout(summary, shape, hw, opts, intent="interactive", limit=None)
+    choice = lv.choose_vllm_layout(summary, shape, hw, opts, intent="interactive", limit=None)
     # TP=8 without EP would be the lowest latency, but its FP8 expert shards break vLLM's block rule
     assert choice["layout"].label() == "TP=8+EP"
     assert choice["reason"].startswith("auto: TP=8+EP uses all 8 GPUs and passes vLLM's rules")
-    assert choice["reason"].endswith(la.INTENT_LAYOUT_REASONS["interactive"])
+    assert choice["reason"].endswith(lv.INTENT_LAYOUT_REASONS["interactive"])
     assert "pairs TP with latency" in choice["reason"]
     rejected = dict((r["label"], r) for r in choice["rejected"])
     assert rejected["TP=8"]["rules"] == ["expert_shard_vs_block"]
@@ -148,7 +150,7 @@ def test_seed_vllm_interactive_takes_tp8_with_expert_parallel():
 
 def test_seed_vllm_throughput_keeps_tp8_with_expert_parallel_where_dp_would_not_pay():
     summary, shape, hw, opts = seed_vllm()
-    choice = la.choose_vllm_layout(summary, shape, hw, opts, intent="throughput", limit=None)
+    choice = lv.choose_vllm_layout(summary, shape, hw, opts, intent="throughput", limit=None)
     # MiniMax-M2.5 has 8 KV heads: TP=8 holds each once, so DP attention gains no KV room, replicates the
     # attention weights and leaves each engine one request at 196608 tokens. The proven seed layout stays.
     assert choice["layout"].label() == "TP=8+EP"
@@ -183,8 +185,8 @@ def test_data_parallel_engines_each_hold_the_whole_attention_and_pass_the_block_
     assert not [f for f in dp["findings"] if f["rule"] in ("linear_shard_vs_block", "expert_shard_vs_block")]
     assert dp["estimate"]["kv_tokens_total"] == 8 * dp["estimate"]["kv_tokens_per_gpu"]
     assert dp["estimate"]["concurrency_at_max_model_len"] == 8
-    assert not la.tp_replicates_kv(shape, opts, 8)
-    assert la.tp_replicates_kv(shape, opts, 16)
+    assert not lv.tp_replicates_kv(shape, opts, 8)
+    assert lv.tp_replicates_kv(shape, opts, 16)
 
 
 def test_throughput_takes_data_parallel_attention_where_tp_would_replicate_the_mla_cache():
@@ -197,72 +199,72 @@ def test_throughput_takes_data_parallel_attention_where_tp_would_replicate_the_m
     hw = vp.hardware([{"name": "h", "gpus": [{"index": i, "memory_total_mib": 143771} for i in range(8)]}])
     opts = {"gpu_memory_utilization": 0.9, "max_model_len": 32768, "kv_cache_dtype": "auto", "reserve_mib": 4096}
     # the MLA latent is whole on every TP rank: TP=8 keeps 8 copies of each token's cache, DP one
-    assert la.tp_replicates_kv(shape, opts, 8)
-    choice = la.choose_vllm_layout(summary, shape, hw, opts, intent="throughput")
+    assert lv.tp_replicates_kv(shape, opts, 8)
+    choice = lv.choose_vllm_layout(summary, shape, hw, opts, intent="throughput")
     assert choice["layout"].label() == "TP=1+DP=8+EP"
     assert "ranked lower" not in choice["reason"].split("(MLA)")[-1]
     # one engine for latency
-    assert la.choose_vllm_layout(summary, shape, hw, opts, intent="interactive")["layout"].dp == 1
+    assert lv.choose_vllm_layout(summary, shape, hw, opts, intent="interactive")["layout"].dp == 1
     # DP pays only with the margin: an engine that holds one request at max_model_len does not
     result = {"layout": {"tensor_parallel_size": 1, "pipeline_parallel_size": 1, "data_parallel_size": 8,
                          "enable_expert_parallel": True}, "estimate": {"concurrency_at_max_model_len": 8}}
-    assert not la.data_parallel_pays(result, shape, opts)
-    assert la.data_parallel_pays(dict(result, estimate={"concurrency_at_max_model_len": 16}), shape, opts)
+    assert not lv.data_parallel_pays(result, shape, opts)
+    assert lv.data_parallel_pays(dict(result, estimate={"concurrency_at_max_model_len": 16}), shape, opts)
     no_ep = dict(result, layout=dict(result["layout"], enable_expert_parallel=False))
-    assert not la.data_parallel_pays(dict(no_ep, estimate={"concurrency_at_max_model_len": 16}), shape, opts)
+    assert not lv.data_parallel_pays(dict(no_ep, estimate={"concurrency_at_max_model_len": 16}), shape, opts)
 
 
 def test_without_an_intent_the_layout_is_ranked_by_kv_capacity_as_before():
     summary, shape, hw, opts = seed_vllm()
-    assert la.choose_vllm_layout(summary, shape, hw, opts)["layout"].label() == "TP=8+EP"
+    assert lv.choose_vllm_layout(summary, shape, hw, opts)["layout"].label() == "TP=8+EP"
 
 
 def test_interactive_keeps_tensor_parallel_within_a_node():
     nodes = [{"name": n, "gpus": [{"index": i, "memory_total_mib": 97887} for i in range(8)]} for n in ("a", "b")]
     summary, shape, hw, opts = seed_vllm(nodes=nodes)
-    choice = la.choose_vllm_layout(summary, shape, hw, opts, intent="interactive")
+    choice = lv.choose_vllm_layout(summary, shape, hw, opts, intent="interactive")
     assert choice["layout"].tp <= 8 and choice["layout"].pp == 1
     assert choice["layout"].label() == "TP=8+DP=2+EP"
 
 
 def test_vllm_interactive_batches():
-    batch = la.vllm_batch_choice("interactive", 4)
+    batch = lv.vllm_batch_choice("interactive", 4)
     assert (batch["max_num_seqs"], batch["max_num_batched_tokens"]) == (8, 8192)
     assert batch["cudagraph_capture_sizes"] == [1, 2, 4, 8] and batch["max_cudagraph_capture_size"] is None
     assert batch["set_by_intent"] == ["max_num_seqs", "max_num_batched_tokens", "cudagraph_capture_sizes"]
     assert batch["reasons"]["cudagraph_capture_sizes"].startswith("auto, interactive: graphs for 1 2 4 8, every decode "
                                                                   "batch up to max_num_seqs 8")
-    assert la.vllm_batch_arguments(batch) == ["--max-num-seqs", "8", "--max-num-batched-tokens", "8192",
+    assert lv.vllm_batch_arguments(batch) == ["--max-num-seqs", "8", "--max-num-batched-tokens", "8192",
                                               "--cudagraph-capture-sizes", "1", "2", "4", "8"]
 
 
 def test_vllm_throughput_batches():
-    batch = la.vllm_batch_choice("throughput", 64)
+    batch = lv.vllm_batch_choice("throughput", 64)
     assert (batch["max_num_seqs"], batch["max_num_batched_tokens"]) == (1024, 8192)
     assert batch["cudagraph_capture_sizes"] is None and batch["max_cudagraph_capture_size"] == 512
     assert "get_batch_defaults" in batch["reasons"]["max_num_seqs"]
-    assert la.vllm_batch_arguments(batch) == ["--max-num-seqs", "1024", "--max-num-batched-tokens", "8192",
+    assert lv.vllm_batch_arguments(batch) == ["--max-num-seqs", "1024", "--max-num-batched-tokens", "8192",
                                               "--max-cudagraph-capture-size", "512"]
-    assert la.vllm_batch_choice("throughput", 2048)["max_num_seqs"] == 2048
+    assert lv.vllm_batch_choice("throughput", 2048)["max_num_seqs"] == 2048
 
 
 def test_vllm_values_set_win_over_the_intent():
-    batch = la.vllm_batch_choice("interactive", 4, max_num_seqs="16", max_num_batched_tokens=4096,
+    batch = lv.vllm_batch_choice("interactive", 4, max_num_seqs="16", max_num_batched_tokens=4096,
                                  cudagraph_capture_sizes=[8, 1, 4, 2, 16])
     assert (batch["max_num_seqs"], batch["max_num_batched_tokens"]) == (16, 4096)
     assert batch["cudagraph_capture_sizes"] == [1, 2, 4, 8, 16] and batch["set_by_intent"] == []
     assert batch["reasons"]["max_num_seqs"] == "vllm_server_max_num_seqs 16 as set"
-    eager = la.vllm_batch_choice("interactive", 4, enforce_eager=True)
+    eager = lv.vllm_batch_choice("interactive", 4, enforce_eager=True)
     assert eager["cudagraph_capture_sizes"] is None and "enforce_eager" in eager["reasons"]["cudagraph_capture_sizes"]
-    assert la.vllm_batch_arguments(eager) == ["--max-num-seqs", "8", "--max-num-batched-tokens", "8192"]
+    assert lv.vllm_batch_arguments(eager) == ["--max-num-seqs", "8", "--max-num-batched-tokens", "8192"]
     with pytest.raises(la.AutoError, match="vllm_server_max_num_seqs is 0; set a whole number of 1 or more, or auto"):
-        la.vllm_batch_choice("throughput", 4, max_num_seqs=0)
+        lv.vllm_batch_choice("throughput", 4, max_num_seqs=0)
 
 
 def test_the_batch_flags_reach_the_command_line_and_are_vllm_0_24_names():
     summary, shape, hw, opts = seed_vllm()
-    batch = la.vllm_batch_choice("interactive", 4)
-    launch = {"host": "127.0.0.1", "port": 8000, "batch_args": la.vllm_batch_arguments(batch)}
+    batch = lv.vllm_batch_choice("interactive", 4)
+    launch = {"host": "127.0.0.1", "port": 8000, "batch_args": lv.vllm_batch_arguments(batch)}
     args = vp.serve_arguments("/srv/m", vp.Layout(8, 1, 1, True), opts, hw, launch)["args"]
     assert args[args.index("--max-num-seqs") + 1] == "8"
     assert args[args.index("--cudagraph-capture-sizes"):args.index("--cudagraph-capture-sizes") + 5] == [
@@ -270,8 +272,8 @@ def test_the_batch_flags_reach_the_command_line_and_are_vllm_0_24_names():
     from test_layout_auto import FIXTURES
     known = set(line.strip() for line in (FIXTURES / "vllm-0.24.0-serve-options.txt").read_text().splitlines()
                 if line.startswith("--"))
-    throughput = la.vllm_batch_arguments(la.vllm_batch_choice("throughput", 4))
-    for flag in [a for a in la.vllm_batch_arguments(batch) + throughput if a.startswith("--")]:
+    throughput = lv.vllm_batch_arguments(lv.vllm_batch_choice("throughput", 4))
+    for flag in [a for a in lv.vllm_batch_arguments(batch) + throughput if a.startswith("--")]:
         assert flag in known, flag
 
 
@@ -316,12 +318,12 @@ def vllm_plan_argument(name):
 
 
 def llama_serving(minimax, intent, **set_values):
-    return la.choose_llama_serving(minimax, seed_devices(), intent, 4, **dict(LLAMA, **set_values))
+    return ll.choose_llama_serving(minimax, seed_devices(), intent, 4, **dict(LLAMA, **set_values))
 
 
 def vllm_batch(intent, **set_values):
-    batch = la.vllm_batch_choice(intent, 4, **set_values)
-    return batch, la.vllm_batch_arguments(batch)
+    batch = lv.vllm_batch_choice(intent, 4, **set_values)
+    return batch, lv.vllm_batch_arguments(batch)
 
 
 def _after(argv, flag):
@@ -334,14 +336,14 @@ def vllm_layout(intent, **set_values):
     given = dict((k, "auto") for k in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
                                        "enable_expert_parallel"))
     given.update(set_values)
-    return la.choose_vllm_layout(summary, shape, hw, opts, given, intent=intent)["layout"]
+    return lv.choose_vllm_layout(summary, shape, hw, opts, given, intent=intent)["layout"]
 
 
 KNOBS = [
     # (role variable, the template the role hands the planner, the check that the set value won)
     ("llama_server_parallel", lambda: memory_plan_server("parallel"),
      lambda m, intent: llama_serving(m, intent, parallel=3)["parallel"] == 3
-     and la.resolve_parallel_from_memory_plan(3, None) == 3),
+     and ll.resolve_parallel_from_memory_plan(3, None) == 3),
     # the head's own command line: the same options dict, a set slot count printed as set
     ("llama_server_parallel", lambda: common_option("parallel"),
      lambda m, intent: _after(ls.server_argv("/bin/llama-server", "/m.gguf", {"ctx_size": 8192, "parallel": 3}, "", "1",
@@ -401,9 +403,9 @@ def test_data_parallel_over_two_nodes_is_judged_against_tp_within_a_node():
     nodes = [{"name": n, "gpus": [{"index": i, "memory_total_mib": 97887} for i in range(8)]} for n in ("a", "b")]
     summary, shape, hw, opts = seed_vllm(nodes=nodes)
     result = vp.check_layout(summary, shape, hw, vp.Layout(8, 1, 2, True), opts)
-    assert la.tp_replicates_kv(shape, opts, 16) and not la.tp_replicates_kv(shape, opts, 8)
-    assert not la.data_parallel_pays(result, shape, opts, hw)
+    assert lv.tp_replicates_kv(shape, opts, 16) and not lv.tp_replicates_kv(shape, opts, 8)
+    assert not lv.data_parallel_pays(result, shape, opts, hw)
     # without the node size the check falls back to all the layout's GPUs
-    assert la.data_parallel_pays(result, shape, opts) is (result["estimate"]["concurrency_at_max_model_len"] // 2 >= 2)
-    choice = la.choose_vllm_layout(summary, shape, hw, opts, intent="throughput")
+    assert lv.data_parallel_pays(result, shape, opts) is (result["estimate"]["concurrency_at_max_model_len"] // 2 >= 2)
+    choice = lv.choose_vllm_layout(summary, shape, hw, opts, intent="throughput")
     assert choice["layout"].pp == 1 and choice["layout"].tp <= 8
