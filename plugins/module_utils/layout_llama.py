@@ -459,6 +459,10 @@ def resolve_from_memory_plan(split, ctx_size, record, model_path, record_path="m
             raise AutoError("%s holds no resolved ctx_size (%r); run the memory plan again" % (record_path, planned_ctx))
         ctx_size = planned_ctx
     return split, ctx_size
+
+
+# ---------------------------------------------------------------- the serving intent
+
 # llama.cpp under throughput: a slot with less context than this (or than the trained context, if
 # that is shorter) would cut off ordinary conversations; the plan then runs fewer slots.
 MIN_SLOT_CTX = 4096

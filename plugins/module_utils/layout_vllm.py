@@ -197,6 +197,10 @@ def smallest_vllm_hint(summary, shape, hw, opts, max_gpus=64):
         if valid:
             return "It would run on %s as %s." % (trial["label"], min(valid, key=vp.rank_key)["label"])
     return "No layout of up to %d GPUs of %d MiB runs it." % (max_gpus, hw["gpu_memory_mib"])
+
+
+# ---------------------------------------------------------------- the serving intent
+
 # vLLM: how many sequences one engine schedules at once (--max-num-seqs). Interactive: a person's
 # few requests at a time (a chat, its tool calls, a title); throughput: vLLM's own default on a
 # GPU of 70 GiB or more (vllm/engine/arg_utils.py EngineArgs.get_batch_defaults, API server 1024).

@@ -400,8 +400,8 @@ def main():
         if options.get("parallel") == "auto":
             # the serving intent sets the slots; options carries ctx_size: the context is chosen with them
             intent = layout_llama.choose_llama_serving(model, devices, params["serving_intent"],
-                                                      params["serving_concurrency"], split=params["tensor_split"],
-                                                      facts=facts, **options)
+                                                       params["serving_concurrency"], split=params["tensor_split"],
+                                                       facts=facts, **options)
             options.update(parallel=intent["parallel"], ctx_size=intent["ctx_size"])
             plan = intent["plan"]
             if layout_auto.is_auto_word(params["tensor_split"]) or intent["ctx_reason"].startswith("auto"):
@@ -409,7 +409,7 @@ def main():
         elif layout_auto.is_auto_word(params["tensor_split"]) or options.get("ctx_size") == "auto":
             # options carries ctx_size: the context is chosen with the split
             choice = layout_llama.choose_ctx_and_split(model, devices, split=params["tensor_split"], facts=facts,
-                                                      **options)
+                                                       **options)
             options["ctx_size"] = choice["ctx_size"]
             plan = choice["plan"]
         else:

@@ -400,7 +400,7 @@ class LlamaServerPlan:
                 params["tensor_split"], server.get("ctx_size"), params["memory_plan"], params["model_path"],
                 params["memory_plan_path"])
             slots = layout_llama.resolve_parallel_from_memory_plan(server.get("parallel"), params["memory_plan"],
-                                                                  params["memory_plan_path"])
+                                                                   params["memory_plan_path"])
         except layout_auto.AutoError as exc:
             raise LlamaServerError(str(exc))
         if params["server"] is not None and "ctx_size" in server:
