@@ -45,11 +45,24 @@ def write(family, directory, layers):
                       "weights_bytes": plan.weights_bytes, "shards": [n for n, _e in plan.shards]}))
 
 
+# vLLM 0.24.0's MiniMax-M3 (vllm/models/minimax_m3/nvidia/model.py MiniMAXGemmaRMSNorm.forward) imports
+# flashinfer.norm in every RMSNorm call, the profiling forward's first included; vLLM's wheel does not
+# ship flashinfer and the wheelhouse does not carry it. Its Hopper path is otherwise Triton (sparse
+# attention and indexer: common/sparse_attention.py select_main_impl_cls, common/indexer.py).
+NEEDS_FLASHINFER = "MiniMaxM3"
+
+
 def load(directory, max_model_len, utilization):
-    from vllm import LLM, SamplingParams
+    import importlib.util
     start = time.time()
     with open(os.path.join(directory, "config.json")) as handle:
-        hybrid = "linear_num_value_heads" in json.load(handle)
+        config = json.load(handle)
+    hybrid = "linear_num_value_heads" in config
+    if config["architectures"][0].startswith(NEEDS_FLASHINFER) and importlib.util.find_spec("flashinfer") is None:
+        print("gpu-families: skipped: vLLM's MiniMax-M3 needs flashinfer (MiniMAXGemmaRMSNorm.forward imports "
+              "flashinfer.norm), which is not installed", flush=True)
+        sys.exit(3)
+    from vllm import LLM, SamplingParams
     # the gated delta net's prefill defaults to FlashInfer, which the wheelhouse does not carry
     # (vllm/engine/arg_utils.py --gdn-prefill-backend)
     extra = {"gdn_prefill_backend": "triton"} if hybrid else {}
@@ -108,7 +121,8 @@ def compare(family, directory, log_path, gpu_mib, max_model_len, utilization):
     from ansible_collections.gpulab.inference.plugins.module_utils import vllm_plan as vp
     with open(os.path.join(directory, "config.json")) as handle:
         config = json.load(handle)
-    result = {"family": family, "architecture": config["architectures"][0], "layers": config["num_hidden_layers"],
+    result = {"family": family, "architecture": config["architectures"][0],
+              "layers": config.get("text_config", config)["num_hidden_layers"],
               "gpu_memory_mib": gpu_mib, "max_model_len": max_model_len, "gpu_memory_utilization": utilization}
     try:
         est, planned = estimate(config, directory, gpu_mib, max_model_len, utilization)
@@ -131,6 +145,9 @@ def compare(family, directory, log_path, gpu_mib, max_model_len, utilization):
     result["reported"] = found
     result["engine_up"] = "gpu-families: engine up" in text
     result["generated"] = "gpu-families: generated" in text
+    skipped = re.search(r"gpu-families: skipped: (.*)", text)
+    if skipped:
+        result["skipped"] = skipped.group(1)
     if errors and not result["generated"]:
         result["log_errors"] = errors
     p = result["planned"]

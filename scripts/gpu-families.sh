@@ -10,7 +10,9 @@
 #
 #   scripts/gpu-families.sh OUTDIR [FAMILY ...]
 #
-# FAMILY: deepseek-v3 qwen3-moe glm4-moe gpt-oss qwen3-next minimax-m2 (default: all, in that order).
+# FAMILY: deepseek-v3 qwen3-moe glm4-moe gpt-oss qwen3-next minimax-m2 minimax-m3 (default: all, in that
+# order). minimax-m3 is skipped (logged, result.json "skipped") where flashinfer is not importable: vLLM's
+# MiniMax-M3 calls flashinfer.norm in every RMSNorm (scripts/gpu-families.py NEEDS_FLASHINFER).
 # A first start of an FP8 or MXFP4 MoE family compiles Triton kernels (minutes); the cache
 # (GPULAB_FAMILIES_WORK/cache) serves later starts on the same machine, so a host whose commands are
 # bounded runs the families in two or three calls while it stays warm.
@@ -39,11 +41,13 @@ deadline=$((SECONDS + ${GPULAB_FAMILIES_BUDGET_S:-570}))
 max_model_len=${GPULAB_FAMILIES_MAX_MODEL_LEN:-4096}
 util=${GPULAB_FAMILIES_UTIL:-0.9}
 python=$(command -v python3)
-all_families=(deepseek-v3 qwen3-moe glm4-moe gpt-oss qwen3-next minimax-m2)
+all_families=(deepseek-v3 qwen3-moe glm4-moe gpt-oss qwen3-next minimax-m2 minimax-m3)
 if [ "$#" -gt 0 ]; then families=("$@"); else families=("${all_families[@]}"); fi
 # Reduced depth: two layers (DeepSeek-V3 and GLM: one dense, one MoE; gpt-oss: one sliding, one
-# full), Qwen3-Next one group of four (three gated delta net, one full attention).
-declare -A default_layers=([deepseek-v3]=2 [qwen3-moe]=2 [glm4-moe]=2 [gpt-oss]=2 [qwen3-next]=4 [minimax-m2]=2)
+# full; MiniMax-M3: one dense with full attention, one MoE with block-sparse attention and the indexer),
+# Qwen3-Next one group of four (three gated delta net, one full attention).
+declare -A default_layers=([deepseek-v3]=2 [qwen3-moe]=2 [glm4-moe]=2 [gpt-oss]=2 [qwen3-next]=4 [minimax-m2]=2
+  [minimax-m3]=2)
 
 log() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*" | tee -a "$out/progress.log" >&2; }
 die() { log "FAILED: $*"; exit 1; }
@@ -133,7 +137,7 @@ for family in "${families[@]}"; do
   stop_group "$pid"
   wait "$pid" 2>/dev/null || true
   log "$family: vLLM $status after $((SECONDS - start)) s"
-  grep -E 'Model loading took|Available KV cache memory|GPU KV cache size|Maximum concurrency|backend|engine up|generated' \
+  grep -E 'Model loading took|Available KV cache memory|GPU KV cache size|Maximum concurrency|backend|engine up|generated|skipped' \
     "$dir/vllm.log" | tail -n 10 | while read -r line; do log "  ${line:0:240}"; done || true
   if [ "$status" != ok ]; then
     grep -E 'Error|error:|Traceback' "$dir/vllm.log" | tail -n 4 | while read -r line; do log "  ${line:0:300}"; done || true

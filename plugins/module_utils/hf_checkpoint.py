@@ -33,7 +33,7 @@ TORCH_DTYPE_SAFETENSORS = {"bfloat16": "BF16", "float16": "F16", "float32": "F32
 
 # Architectures whose checkpoint layout is known (config.json `architectures[0]`).
 MOE_ARCHITECTURES = ("MiniMaxM2ForCausalLM", "Qwen3MoeForCausalLM", "MixtralForCausalLM", "DeepseekV3ForCausalLM",
-                     "DeepseekV2ForCausalLM", "Glm4MoeForCausalLM", "GptOssForCausalLM", "Qwen3NextForCausalLM")
+                     "DeepseekV2ForCausalLM", "Glm4MoeForCausalLM", "GptOssForCausalLM", "Qwen3NextForCausalLM") + model_family.HF_SPARSE
 MLA_ARCHITECTURES = ("DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM")
 DENSE_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM")
 
@@ -109,7 +109,13 @@ def model_shape(config, where="the model"):
     # intermediate_size; shared experts (n_shared_experts of moe_intermediate_size each; Qwen3-Next's
     # one of shared_expert_intermediate_size) run for every token beside the routed ones.
     shape["dense_leading"] = _whole(text, "first_k_dense_replace", where) if shape["experts"] else 0
-    shape["dense_ffn_size"] = _int(text, "intermediate_size", where) if shape["dense_leading"] else 0
+    m3 = architecture in model_family.HF_SPARSE
+    if m3:  # MiniMax-M3 (nvidia/model.py _is_moe_layer): layers whose moe_layer_freq is 0 have a dense MLP
+        freq = list(text.get("moe_layer_freq", model_family.M3_FREQ)[:shape["layers"]])
+        shape["dense_leading"] = (freq + [1]).index(1)
+        if freq != sorted(freq):
+            raise CheckpointError("config.json of %s: moe_layer_freq %r is not dense layers, then MoE ones" % (where, freq))
+    shape["dense_ffn_size"] = _int(text, "dense_intermediate_size" if m3 else "intermediate_size", where) if shape["dense_leading"] else 0
     shape["shared_experts"] = _whole(text, "n_shared_experts", where)
     shape["shared_expert_ffn_size"] = shape["expert_ffn_size"] * shape["shared_experts"]
     if text.get("shared_expert_intermediate_size"):
@@ -196,6 +202,11 @@ def checkpoint_tensors(shape):
         else:
             tensors.append((name, dt, [out_features, in_features]))
 
+    def mlp(prefix, size):
+        linear(prefix + "gate_proj.weight", size, hidden)
+        linear(prefix + "up_proj.weight", size, hidden)
+        linear(prefix + "down_proj.weight", hidden, size)
+
     for layer in range(shape["layers"]):
         p = "model.layers.%d." % layer
         tensors.append((p + "input_layernorm.weight", dt, [hidden]))
@@ -213,6 +224,11 @@ def checkpoint_tensors(shape):
             linear(p + "self_attn.k_proj.weight", kv_heads * head_dim, hidden)
             linear(p + "self_attn.v_proj.weight", kv_heads * head_dim, hidden)
             linear(p + "self_attn.o_proj.weight", hidden, heads * head_dim)
+        index = (structure.get("index_values") or [0] * (layer + 1))[layer]
+        if index:  # MiniMax-M3's indexer: Q a head per KV head, one K head, per-head norms (nvidia/model.py MiniMaxM3SparseAttention)
+            linear(p + "self_attn.index_q_proj.weight", kv_heads * index, hidden)
+            linear(p + "self_attn.index_k_proj.weight", index, hidden)
+            tensors += [(p + "self_attn.index_%s_norm.weight" % x, dt, [index]) for x in "qk"]
         if architecture == "GptOssForCausalLM":
             # attention sinks, one per head; biases on q/k/v/o (vllm gpt_oss.py OAIAttention)
             tensors.append((p + "self_attn.sinks", "F32", [heads]))
@@ -229,47 +245,37 @@ def checkpoint_tensors(shape):
             tensors.append((p + "self_attn.k_norm.weight", dt, [head_dim]))
         experts, ffn = shape["experts"], shape["expert_ffn_size"]
         if layer < shape.get("dense_leading", 0):
-            linear(p + "mlp.gate_proj.weight", shape["dense_ffn_size"], hidden)
-            linear(p + "mlp.up_proj.weight", shape["dense_ffn_size"], hidden)
-            linear(p + "mlp.down_proj.weight", hidden, shape["dense_ffn_size"])
+            mlp(p + "mlp.", shape["dense_ffn_size"])
         elif architecture == "GptOssForCausalLM":
             _gpt_oss_experts(shape, p, dt, mxfp4, tensors)
-        elif architecture in MLA_ARCHITECTURES + ("Glm4MoeForCausalLM", "Qwen3NextForCausalLM"):
+        elif architecture in MLA_ARCHITECTURES + ("Glm4MoeForCausalLM", "Qwen3NextForCausalLM", "Qwen3MoeForCausalLM"):
             tensors.append((p + "mlp.gate.weight", dt, [experts, hidden]))
-            if architecture != "Qwen3NextForCausalLM":
+            if architecture not in ("Qwen3NextForCausalLM", "Qwen3MoeForCausalLM"):
                 tensors.append((p + "mlp.gate.e_score_correction_bias", "F32", [experts]))
             for e in range(experts):
-                linear(p + "mlp.experts.%d.gate_proj.weight" % e, ffn, hidden)
-                linear(p + "mlp.experts.%d.up_proj.weight" % e, ffn, hidden)
-                linear(p + "mlp.experts.%d.down_proj.weight" % e, hidden, ffn)
-            shared = shape["shared_expert_ffn_size"]
-            if shared:
+                mlp(p + "mlp.experts.%d." % e, ffn)
+            if shape["shared_expert_ffn_size"]:
                 # DeepSeek / GLM: mlp.shared_experts; Qwen3-Next: mlp.shared_expert with a gate
                 name = "shared_expert" if architecture == "Qwen3NextForCausalLM" else "shared_experts"
-                linear(p + "mlp.%s.gate_proj.weight" % name, shared, hidden)
-                linear(p + "mlp.%s.up_proj.weight" % name, shared, hidden)
-                linear(p + "mlp.%s.down_proj.weight" % name, hidden, shared)
+                mlp(p + "mlp.%s." % name, shape["shared_expert_ffn_size"])
                 if architecture == "Qwen3NextForCausalLM":
                     tensors.append((p + "mlp.shared_expert_gate.weight", dt, [1, hidden]))
-        elif architecture in ("MiniMaxM2ForCausalLM", "MixtralForCausalLM"):
+        elif architecture in ("MiniMaxM2ForCausalLM", "MixtralForCausalLM") + model_family.HF_SPARSE:
             moe = p + "block_sparse_moe."
-            tensors.append((moe + "gate.weight", dt, [experts, hidden]))
-            if architecture == "MiniMaxM2ForCausalLM":
+            m3 = architecture in model_family.HF_SPARSE
+            # MiniMax-M3's router is float32 (nvidia/model.py MiniMaxM3MoE: GateLinear params_dtype)
+            tensors.append((moe + "gate.weight", "F32" if m3 else dt, [experts, hidden]))
+            if architecture != "MixtralForCausalLM":
                 tensors.append((moe + "e_score_correction_bias", "F32", [experts]))
             for e in range(experts):
                 linear(moe + "experts.%d.w1.weight" % e, ffn, hidden)
                 linear(moe + "experts.%d.w2.weight" % e, hidden, ffn)
                 linear(moe + "experts.%d.w3.weight" % e, ffn, hidden)
-        elif architecture == "Qwen3MoeForCausalLM":
-            tensors.append((p + "mlp.gate.weight", dt, [experts, hidden]))
-            for e in range(experts):
-                linear(p + "mlp.experts.%d.gate_proj.weight" % e, ffn, hidden)
-                linear(p + "mlp.experts.%d.up_proj.weight" % e, ffn, hidden)
-                linear(p + "mlp.experts.%d.down_proj.weight" % e, hidden, ffn)
+            if m3 and shape["shared_expert_ffn_size"]:
+                # MiniMaxM3MoE.shared_experts: a MiniMaxM3MLP of intermediate_size x n_shared_experts
+                mlp(moe + "shared_experts.", shape["shared_expert_ffn_size"])
         else:
-            linear(p + "mlp.gate_proj.weight", shape["ffn_size"], hidden)
-            linear(p + "mlp.up_proj.weight", shape["ffn_size"], hidden)
-            linear(p + "mlp.down_proj.weight", hidden, shape["ffn_size"])
+            mlp(p + "mlp.", shape["ffn_size"])
     tensors.append(("model.norm.weight", dt, [hidden]))
     if not shape["tie_word_embeddings"]:
         tensors.append(("lm_head.weight", dt, [shape["vocab_size"], hidden]))

@@ -24,6 +24,7 @@ __metaclass__ = type
 
 GQA = "gqa"
 MLA = "mla"
+MSA = "msa"
 SWA = "swa"
 HYBRID = "hybrid"
 
@@ -205,10 +206,10 @@ HF_GQA = ("MiniMaxM2ForCausalLM", "Qwen3MoeForCausalLM", "MixtralForCausalLM", "
 HF_MLA = ("DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM", "KimiK2ForCausalLM")
 HF_SWA = ("GptOssForCausalLM",)
 HF_HYBRID = ("Qwen3NextForCausalLM",)
-HF_OWN = {
-    "MiniMaxM3ForCausalLM": "block-sparse attention with its own cache spec",
-    "DeepseekV32ForCausalLM": "sparse attention with an indexer cache",
-}
+# vllm/model_executor/models/registry.py: both names build vllm/models/minimax_m3 (nvidia/model.py)
+HF_SPARSE = ("MiniMaxM3SparseForCausalLM", "MiniMaxM3SparseForConditionalGeneration")
+HF_OWN = {"DeepseekV32ForCausalLM": "sparse attention with an indexer cache"}
+M3_FREQ = [0] * 3 + [1] * 57  # vllm/transformers_utils/configs/minimax_m3.py MiniMaxM3TextConfig: 3 dense, 57 MoE + sparse
 
 
 def _cfg_int(config, key, default=None, minimum=0):
@@ -232,17 +233,15 @@ def hf_structure(config, architecture, layers, kv_heads, head_dim):
       MambaStateShapeCalculator.gated_delta_net_state_shape: conv state (conv_kernel - 1) x
       (2 x key heads x key head dim + value heads x value head dim), temporal state value heads x
       key head dim x value head dim).
+    - msa (MiniMax-M3, vllm/models/minimax_m3): every layer's full K/V (nvidia/model.py get_kv_cache_spec) and the block-
+      sparse layers' index keys, `index_values` (common/indexer.py MiniMaxM3IndexerCache: one head, whole on each TP rank).
     """
     if architecture in HF_OWN:
         return not_modelled(architecture, "vLLM keeps it in %s" % HF_OWN[architecture])
-    if architecture not in HF_GQA + HF_MLA + HF_SWA + HF_HYBRID:
+    if architecture not in HF_GQA + HF_MLA + HF_SWA + HF_HYBRID + HF_SPARSE:
         return not_modelled(architecture, "no cache rule for architecture %s" % (architecture or "(none)"))
-    kinds = [FULL] * layers
-    attention = GQA
-    window = 0
-    r_values = s_values = 0
-    k_per = kv_heads * head_dim
-    v_per = kv_heads * head_dim
+    kinds, attention, window, r_values, s_values, index_values = [FULL] * layers, GQA, 0, 0, 0, [0] * layers
+    k_per = v_per = kv_heads * head_dim
     if architecture in HF_MLA:
         attention = MLA
         k_per = _cfg_int(config, "kv_lora_rank", None, 1) + _cfg_int(config, "qk_rope_head_dim", None, 1)
@@ -264,14 +263,21 @@ def hf_structure(config, architecture, layers, kv_heads, head_dim):
         else:
             interval = _cfg_int(config, "full_attention_interval", 4, 1)
             kinds = [FULL if (il + 1) % interval == 0 else RECURRENT for il in range(layers)]
-        conv = _cfg_int(config, "linear_conv_kernel_dim", None, 1)
-        k_heads = _cfg_int(config, "linear_num_key_heads", None, 1)
-        v_heads = _cfg_int(config, "linear_num_value_heads", None, 1)
-        k_dim = _cfg_int(config, "linear_key_head_dim", None, 1)
-        v_dim = _cfg_int(config, "linear_value_head_dim", None, 1)
+        conv, k_heads, v_heads, k_dim, v_dim = (_cfg_int(config, "linear_" + key, None, 1) for key in (
+            "conv_kernel_dim", "num_key_heads", "num_value_heads", "key_head_dim", "value_head_dim"))
         r_values = (conv - 1) * (2 * k_heads * k_dim + v_heads * v_dim)
         s_values = v_heads * k_dim * v_dim
-    return modelled(architecture, attention, kinds, [k_per] * layers, [v_per] * layers, window, r_values, s_values)
+    elif architecture in HF_SPARSE:
+        attention = MSA
+        sparse = config.get("sparse_attention_config", {"sparse_index_dim": 128, "sparse_num_index_heads": 4, "sparse_attention_freq": M3_FREQ}) or {}
+        # nvidia/model.py _sparse_attention_layer_ids (freq not 0); linear.py MinimaxM3QKVParallelLinearWithIndexer: index heads == KV heads
+        freq = list(sparse.get("sparse_attention_freq") or []) + [0] * layers
+        index = _cfg_int(sparse, "sparse_index_dim", None, 1) if any(freq[:layers]) else 0
+        if index and _cfg_int(sparse, "sparse_num_index_heads", None, 1) != kv_heads:
+            raise FamilyError("config.json: sparse_num_index_heads %r is not the %d KV heads" % (sparse["sparse_num_index_heads"], kv_heads))
+        index_values = [index if f else 0 for f in freq[:layers]]
+    return dict(modelled(architecture, attention, kinds, [k_per] * layers, [v_per] * layers, window, r_values, s_values),
+                index_values=index_values)
 
 
 def vllm_group_layers(structure):

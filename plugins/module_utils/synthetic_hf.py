@@ -49,11 +49,14 @@ ARCHITECTURES = {
     "glm4-moe": ("Glm4MoeForCausalLM", "glm4_moe"),
     "gpt-oss": ("GptOssForCausalLM", "gpt_oss"),
     "qwen3-next": ("Qwen3NextForCausalLM", "qwen3_next"),
+    # the text backbone in the released config class (vllm/transformers_utils/config.py: minimax_m3_vl), no vision tower
+    "minimax-m3": ("MiniMaxM3SparseForCausalLM", "minimax_m3_vl"),
 }
 DENSE = ("llama", "qwen2")
 QUANTIZATIONS = ("none", "fp8", "mxfp4")
 # which quantisations each family's released checkpoints use (and vLLM loads for it)
-FAMILY_QUANTIZATIONS = {"gpt-oss": ("none", "mxfp4"), "qwen3-next": ("none",)}
+# (vLLM's MiniMax-M3 loader renames weight_scale_inv to the ModelOpt MXFP8 weight_scale: no FP8 block checkpoint)
+FAMILY_QUANTIZATIONS = {"gpt-oss": ("none", "mxfp4"), "qwen3-next": ("none",), "minimax-m3": ("none",)}
 WEIGHTS = ("random", "sparse")
 
 # Scaled down so one GPU (or a CPU test) loads it in seconds. MiniMax-M2 itself: 62 layers,
@@ -86,8 +89,9 @@ FAMILY_DEFAULTS = {
     # DeepSeek-V3 / GLM-4.x: n_shared_experts of expert_ffn_size each; Qwen3-Next: one shared expert
     # of shared_experts x expert_ffn_size (shared_expert_intermediate_size)
     "shared_experts": 0,
-    # first_k_dense_replace: the leading layers with a dense MLP of ffn_size
+    # first_k_dense_replace (MiniMax-M3: moe_layer_freq 0): the leading layers with a dense MLP of ffn_size
     "dense_layers": 0,
+    "index_head_dim": 128,  # MiniMax-M3's MoE layers are block-sparse, with an indexer of this head size
     # DeepSeek-V3's multi-head latent attention (q_lora_rank 0: a plain q_proj)
     "q_lora_rank": 1536,
     "kv_lora_rank": 512,
@@ -145,6 +149,11 @@ FAMILIES = {
     "minimax-m2": {"architecture": "minimax-m2", "layers": 62, "hidden_size": 3072, "attention_heads": 48,
                    "kv_heads": 8, "head_dim": 128, "experts": 256, "experts_used": 8, "expert_ffn_size": 1536,
                    "vocab_size": 200064, "max_position_embeddings": 196608, "quantization": "fp8"},
+    # MiniMax-M3 as issue 52 and vLLM's MiniMaxM3TextConfig defaults give it
+    "minimax-m3": {"architecture": "minimax-m3", "layers": 60, "hidden_size": 6144, "attention_heads": 64,
+                   "kv_heads": 4, "head_dim": 128, "experts": 128, "experts_used": 4, "expert_ffn_size": 3072,
+                   "ffn_size": 12288, "shared_experts": 1, "dense_layers": 3, "index_head_dim": 128,
+                   "vocab_size": 200064, "max_position_embeddings": 524288, "quantization": "none"},
 }
 
 
@@ -238,8 +247,8 @@ def validate_options(options):
         _positive(opts, "ffn_size")
     if opts["dense_layers"] > opts["layers"]:
         raise SyntheticHFError("dense_layers %d exceeds layers %d" % (opts["dense_layers"], opts["layers"]))
-    if opts["dense_layers"] and arch not in ("deepseek-v3", "glm4-moe"):
-        raise SyntheticHFError("dense_layers (first_k_dense_replace) is a DeepSeek-V3 / GLM-4.x MoE key, not %s" % arch)
+    if opts["dense_layers"] and arch not in ("deepseek-v3", "glm4-moe", "minimax-m3"):
+        raise SyntheticHFError("dense_layers (first_k_dense_replace) is a DeepSeek-V3 / GLM-4.x MoE / MiniMax-M3 key, not %s" % arch)
     if arch == "deepseek-v3":
         for key in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "expert_groups",
                     "expert_groups_used"):
@@ -257,6 +266,8 @@ def validate_options(options):
         for key in ("hidden_size", "expert_ffn_size"):
             if opts[key] % hf.MXFP4_BLOCK:
                 raise SyntheticHFError("%s %d is not a multiple of the MXFP4 block %d" % (key, opts[key], hf.MXFP4_BLOCK))
+    if arch == "minimax-m3":
+        _positive(opts, "index_head_dim")
     if arch == "qwen3-next":
         for key in ("full_attention_interval", "linear_key_heads", "linear_value_heads", "linear_key_head_dim",
                     "linear_value_head_dim", "linear_conv_kernel", "shared_experts"):
@@ -420,6 +431,8 @@ def model_config(opts, n_tokens):
             "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
                                        "lm_head"],
         }
+    if opts["architecture"] == "minimax-m3":
+        config = dict([(k, config.pop(k)) for k in NESTED_TOP], text_config=config, vision_config=None)
     return config
 
 
@@ -537,8 +550,27 @@ def _qwen3_next(opts):
     }
 
 
+def _minimax_m3(opts):
+    """MiniMax-M3's text keys (vllm/transformers_utils/configs/minimax_m3.py MiniMaxM3TextConfig, read by
+    vllm/models/minimax_m3/nvidia/model.py): the leading dense layers attend fully, the MoE ones block-sparsely."""
+    freq = [0] * opts["dense_layers"] + [1] * (opts["layers"] - opts["dense_layers"])
+    # the multi-token-prediction module is left out (num_mtp_modules 0): vLLM serves without it unless speculating
+    return {"intermediate_size": opts["expert_ffn_size"], "dense_intermediate_size": opts["ffn_size"],
+            "shared_intermediate_size": opts["shared_experts"] * opts["expert_ffn_size"], "num_local_experts": opts["experts"],
+            "num_experts_per_tok": opts["experts_used"], "n_shared_experts": opts["shared_experts"], "scoring_func": "sigmoid",
+            "use_routing_bias": True, "routed_scaling_factor": 2.0, "hidden_act": "swigluoai", "swiglu_alpha": 1.702,
+            "swiglu_beta": 1.0, "swiglu_limit": 7.0, "use_gemma_norm": True, "attention_output_gate": False, "use_qk_norm": True,
+            "qk_norm_type": "per_head", "rope_theta": 5000000, "rotary_dim": opts["head_dim"] // 2, "partial_rotary_factor": 0.5,
+            "num_mtp_modules": 0, "moe_layer_freq": freq, "sparse_attention_config": {
+                "use_sparse_attention": True, "sparse_index_dim": opts["index_head_dim"], "sparse_num_index_heads": opts["kv_heads"],
+                "sparse_topk_blocks": 16, "sparse_block_size": 128, "sparse_disable_index_value": freq,
+                "sparse_score_type": "max", "sparse_init_block": 0, "sparse_local_block": 1, "sparse_attention_freq": freq}}
+
+
 FAMILY_CONFIGS = {"deepseek-v3": _deepseek_v3, "qwen3-moe": _qwen3_moe, "glm4-moe": _glm4_moe, "gpt-oss": _gpt_oss,
-                  "qwen3-next": _qwen3_next}
+                  "qwen3-next": _qwen3_next, "minimax-m3": _minimax_m3}
+# config.json keys outside MiniMax-M3's text_config (vllm/transformers_utils/configs/minimax_m3.py MiniMaxM3Config)
+NESTED_TOP = ("architectures", "model_type", "torch_dtype", "tie_word_embeddings", "bos_token_id", "eos_token_id", "pad_token_id")
 
 
 # --- weights ----------------------------------------------------------------------------------

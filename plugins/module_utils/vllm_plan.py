@@ -75,6 +75,7 @@ KV_CACHE_DTYPE_BYTES = {"auto": None, "bfloat16": 2, "float16": 2, "fp8": 1, "fp
 VOCAB_PADDING = 64
 
 DEFAULT_RESERVE_MIB = 4096
+INDEX_BYTES = 2  # MiniMax-M3's index keys: vllm/config/attention.py AttentionConfig.indexer_kv_dtype "bf16" (fp8: --attention-config)
 
 
 class VllmPlanError(ValueError):
@@ -133,7 +134,8 @@ def tensor_role(name):
     replicated (norms, router, biases of the router)."""
     if ".experts." in name:
         return "expert"
-    if re.search(r"\.(k_proj|v_proj)\.", name):
+    # MiniMax-M3's index_q_proj shards as K/V, index_k_proj is replicated (linear.py MinimaxM3QKVParallelLinearWithIndexer)
+    if re.search(r"\.(k_proj|v_proj|index_q_proj)\.", name):
         return "kv"
     # MLA (vllm/model_executor/models/deepseek_v2.py DeepseekV2MLAAttention): q_a_proj and
     # kv_a_proj_with_mqa are ReplicatedLinear (fused_qkv_a_proj with disable_tp), q_b_proj and
@@ -245,7 +247,8 @@ def kv_bytes_per_token(shape, layout, kv_cache_dtype, layers, start=0):
     qk_rope_head_dim values and no V, whole on every TP rank (get_num_kv_heads is 1;
     vllm/v1/kv_cache_interface.py MLAAttentionSpec). Sliding-window and hybrid models share pages
     between layer types: the tokens vLLM reports are those of model_family.vllm_group_layers
-    attention layers. 0 when the family is not modelled."""
+    attention layers; MiniMax-M3's index keys (`index_values`) join them in one group (kv_cache_utils.py
+    get_kv_cache_groups: UniformTypeKVCacheSpecs). 0 when the family is not modelled."""
     dtype_bytes = KV_CACHE_DTYPE_BYTES[kv_cache_dtype] or shape["dtype_bytes"]
     structure = shape.get("structure")
     if structure is None:
@@ -256,7 +259,8 @@ def kv_bytes_per_token(shape, layout, kv_cache_dtype, layers, start=0):
     span = model_family.vllm_group_layers(stage)
     if structure["attention"] == model_family.MLA:
         return span * structure["k_values"][0] * dtype_bytes
-    return span * 2 * max(1, shape["kv_heads"] // layout.tp) * shape["head_dim"] * dtype_bytes
+    index = sum(structure.get("index_values", [])[start:start + layers]) * INDEX_BYTES
+    return span * 2 * max(1, shape["kv_heads"] // layout.tp) * shape["head_dim"] * dtype_bytes + index
 
 
 # FLASH_ATTN's kernel block (MultipleOf(16)) and CacheConfig.block_size's default; `vllm serve`'s
@@ -417,7 +421,7 @@ def rule_expert_parallel_needs_experts(ctx):
 
 def rule_experts_vs_tp(ctx):
     shape, layout = ctx["shape"], ctx["layout"]
-    if shape["architecture"] == "MiniMaxM2ForCausalLM" and layout.tp > shape["experts"]:
+    if shape["architecture"] in ("MiniMaxM2ForCausalLM",) + model_family.HF_SPARSE and layout.tp > shape["experts"]:
         return [("error", "TP %d is greater than the %d experts" % (layout.tp, shape["experts"]))]
     return []
 
@@ -549,15 +553,17 @@ RULES = (
      "source": "vllm/config/model.py ModelConfig.verify_with_parallel_config",
      "what": "attention heads divide by TP"},
     {"name": "kv_heads", "check": rule_kv_heads,
-     "source": "vllm/model_executor/models/minimax_m2.py and llama.py (Attention __init__); "
+     "source": "vllm/model_executor/models/minimax_m2.py and llama.py (Attention __init__); vllm/models/minimax_m3/"
+               "nvidia/model.py MiniMaxM3Attention.__init__ and MiniMaxM3SparseAttention.__init__; "
                "vllm/config/model.py get_num_kv_heads",
      "what": "KV heads divide by TP, or TP divides by KV heads (replicated)"},
     {"name": "expert_parallel_needs_experts", "check": rule_expert_parallel_needs_experts,
      "source": "vllm/config/model.py ModelConfig._verify_with_expert_parallelism",
      "what": "expert parallelism only for MoE models"},
     {"name": "experts_vs_tp", "check": rule_experts_vs_tp,
-     "source": "vllm/model_executor/models/minimax_m2.py MiniMaxM2MoE.__init__",
-     "what": "TP not greater than the experts (MiniMax-M2)"},
+     "source": "vllm/model_executor/models/minimax_m2.py MiniMaxM2MoE.__init__; "
+               "vllm/models/minimax_m3/nvidia/model.py MiniMaxM3MoE.__init__",
+     "what": "TP not greater than the experts (MiniMax-M2, MiniMax-M3)"},
     {"name": "experts_vs_ep", "check": rule_experts_vs_ep,
      "source": "vllm/model_executor/layers/fused_moe/expert_map_manager.py determine_expert_map",
      "what": "experts spread over EP = TP x DP; uneven is a warning"},

@@ -155,6 +155,23 @@ def test_vllm_groups_of_hybrid_models():
     assert mf.vllm_group_layers(mixed) == 26
 
 
+M3_TEXT = {"sparse_attention_config": {"sparse_index_dim": 128, "sparse_num_index_heads": 4,
+                                       "sparse_attention_freq": [0] * 3 + [1] * 57}}
+
+
+def test_vllm_minimax_m3_keeps_full_kv_everywhere_and_indexer_keys_on_sparse_layers():
+    s = mf.hf_structure(M3_TEXT, "MiniMaxM3SparseForCausalLM", 60, 4, 128)
+    # FullAttentionSpec on all 60 layers, an MLAAttentionSpec of one 128-value key on the 57 sparse ones
+    assert s["attention"] == mf.MSA and set(s["layer_kinds"]) == {mf.FULL} and mf.vllm_group_layers(s) == 60
+    assert s["index_values"] == [0] * 3 + [128] * 57 and set(s["k_values"]) == {512}
+    # without sparse_attention_config the config class's default (the same 60 layers) applies
+    assert mf.hf_structure({}, "MiniMaxM3SparseForConditionalGeneration", 4, 4, 128)["index_values"] == [0, 0, 0, 128]
+    assert mf.hf_structure({"sparse_attention_config": {}}, "MiniMaxM3SparseForCausalLM", 2, 4, 128)["index_values"] == [0, 0]
+    bad = {"sparse_attention_config": dict(M3_TEXT["sparse_attention_config"], sparse_num_index_heads=8)}
+    with pytest.raises(mf.FamilyError, match="sparse_num_index_heads 8 is not the 4 KV heads"):
+        mf.hf_structure(bad, "MiniMaxM3SparseForCausalLM", 60, 4, 128)
+
+
 def test_vllm_unknown_architecture_is_not_modelled():
     s = mf.hf_structure({}, "MiniMaxM3ForCausalLM", 60, 4, 128)
     assert not s["modelled"] and "not modelled" in mf.not_modelled_message(s)

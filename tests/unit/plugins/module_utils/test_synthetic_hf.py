@@ -67,7 +67,8 @@ def test_block_rules_apply_to_fp8_only():
 
 @pytest.mark.parametrize("options,message", [
     ({"architecture": "mixtral"},
-     "architecture 'mixtral' is not one of deepseek-v3, glm4-moe, gpt-oss, llama, minimax-m2, qwen2, qwen3-moe, qwen3-next"),
+     "architecture 'mixtral' is not one of deepseek-v3, glm4-moe, gpt-oss, llama, minimax-m2, minimax-m3, qwen2, qwen3-moe, "
+     "qwen3-next"),
     ({"quantization": "int4"}, "quantization 'int4' is not one of none, fp8 for architecture minimax-m2"),
     ({"layers": 0}, "layers is 0, expected a positive integer"),
     ({"hidden_size": "512"}, "hidden_size is '512', expected a positive integer"),
@@ -518,6 +519,30 @@ def test_qwen3_moe_glm_gpt_oss_and_qwen3_next_configs_read_back_as_their_familie
     assert "model.layers.0.self_attn.q_proj.weight" not in nxt_tensors
 
 
+def test_minimax_m3_nests_its_text_config_and_adds_the_indexer_on_its_sparse_layers():
+    plan = family_plan("minimax-m3", layers=2)
+    config, text, tensors = plan.config, plan.config["text_config"], tensors_by_name(plan)
+    # vLLM's config registry knows minimax_m3_vl (MiniMaxM3Config), whose text_config is the backbone's
+    assert (config["architectures"], config["model_type"], config["vision_config"]) == \
+        (["MiniMaxM3SparseForCausalLM"], "minimax_m3_vl", None)
+    assert "num_hidden_layers" not in config and text["num_hidden_layers"] == 2
+    assert (text["moe_layer_freq"], text["sparse_attention_config"]["sparse_attention_freq"]) == ([0, 1], [0, 1])
+    assert (text["hidden_act"], text["num_local_experts"], text["n_shared_experts"], text["dense_intermediate_size"]) == \
+        ("swigluoai", 128, 1, 12288)
+    assert plan.shape["structure"]["index_values"] == [0, 128] and plan.shape["dense_leading"] == 1
+    assert tensors["model.layers.0.mlp.gate_proj.weight"] == ("BF16", [12288, 6144])
+    assert "model.layers.0.self_attn.index_k_proj.weight" not in tensors
+    assert tensors["model.layers.1.self_attn.index_q_proj.weight"] == ("BF16", [4 * 128, 6144])
+    assert tensors["model.layers.1.self_attn.index_k_proj.weight"] == ("BF16", [128, 6144])
+    assert tensors["model.layers.1.block_sparse_moe.gate.weight"] == ("F32", [128, 6144])
+    assert tensors["model.layers.1.block_sparse_moe.experts.127.w2.weight"] == ("BF16", [6144, 3072])
+    assert tensors["model.layers.1.block_sparse_moe.shared_experts.down_proj.weight"] == ("BF16", [6144, 3072])
+    # issue 52's shape: 60 layers, 3 dense, 128 experts top-4 + 1 shared; 426.2 B parameters without MTP or vision
+    full = family_plan("minimax-m3")
+    assert full.shape["dense_leading"] == 3 and full.shape["structure"]["index_values"] == [0] * 3 + [128] * 57
+    assert params(full) == 426174572928
+
+
 def test_reduced_depth_keeps_a_dense_layer_before_the_moe_ones():
     assert sh.family_options("glm4-moe", layers=2)["dense_layers"] == 1
     assert sh.family_options("glm4-moe", layers=1)["dense_layers"] == 0
@@ -533,7 +558,8 @@ def test_reduced_depth_keeps_a_dense_layer_before_the_moe_ones():
      "experts 6 must split into expert_groups 4"),
     ({"architecture": "gpt-oss", "quantization": "fp8"}, "quantization 'fp8' is not one of none, mxfp4 for architecture gpt-oss"),
     ({"architecture": "gpt-oss", "quantization": "mxfp4", "hidden_size": 520}, "hidden_size 520 is not a multiple of the MXFP4 block 32"),
-    ({"architecture": "qwen3-moe", "dense_layers": 1}, "dense_layers (first_k_dense_replace) is a DeepSeek-V3 / GLM-4.x MoE key"),
+    ({"architecture": "qwen3-moe", "dense_layers": 1}, "dense_layers (first_k_dense_replace) is a DeepSeek-V3 / GLM-4.x MoE / MiniMax-M3 key"),
+    ({"architecture": "minimax-m3", "quantization": "fp8"}, "quantization 'fp8' is not one of none for architecture minimax-m3"),
     ({"weights": "zeros"}, "weights 'zeros' is not one of random, sparse"),
     ({"vocab": 5}, "unknown option(s) vocab"),
 ])

@@ -411,6 +411,29 @@ def test_unmodelled_family_plans_weights_and_says_so():
     assert vp.kv_bytes_per_token(shape, vp.Layout(1), 'auto', shape['layers']) == 0
 
 
+def minimax_m3(**text):
+    from ansible_collections.gpulab.inference.plugins.module_utils import synthetic_hf as sh
+    cfg = sh.model_config(sh.validate_options(sh.family_options('minimax-m3')), 300)
+    return dict(cfg, text_config=dict(cfg['text_config'], **text))
+
+
+def test_minimax_m3_caches_full_kv_on_every_layer_and_indexer_keys_on_the_sparse_ones():
+    shape = vp.model_shape(minimax_m3())
+    # 60 layers x 2 x 4 KV heads x 128 x 2 bytes + 57 sparse layers x one 128-value bf16 index key
+    assert vp.kv_bytes_per_token(shape, vp.Layout(1), 'auto', 60) == 122880 + 14592
+    # TP 8 leaves one KV head a GPU; the index key is whole on every rank and stays bf16 with an FP8 KV cache
+    assert vp.kv_bytes_per_token(shape, vp.Layout(8), 'auto', 60) == 30720 + 14592
+    assert vp.kv_bytes_per_token(shape, vp.Layout(1), 'fp8', 60) == 61440 + 14592
+    # a second PP stage holds layers 30-59, all sparse
+    assert vp.kv_bytes_per_token(shape, vp.Layout(1, pp=2), 'auto', 30, 30) == 61440 + 30 * 256
+    assert [vp.tensor_role('model.layers.3.' + n) for n in ('self_attn.index_q_proj.weight', 'self_attn.index_k_proj.weight',
+            'block_sparse_moe.shared_experts.up_proj.weight', 'block_sparse_moe.gate.weight')] == \
+        ['kv', 'replicated', 'column', 'replicated']
+    # MiniMaxM3MoE refuses a TP above the routed experts
+    result = seed_plan(vp.Layout(8), cfg=minimax_m3(num_local_experts=4, num_experts_per_tok=2), opts=dict(OPTS, max_model_len=4096))
+    assert 'experts_vs_tp' in rules(result, 'error')
+
+
 # --- issue 52: the plan against vLLM 0.24.0 on an H100, one reduced-depth checkpoint per family --------------
 
 H100_LOG = Path(__file__).resolve().parents[2] / 'fixtures' / 'vllm' / 'families-vllm-0.24.0-h100-2026-12-07.log'
