@@ -281,9 +281,17 @@ class RpcCache:
                     os.unlink(os.path.join(directory, name))
                 except FileNotFoundError:
                     continue
+                except OSError as error:
+                    self.fail('%s cannot be removed: %s' % (os.path.join(directory, name), error.strerror or error))
             if rewrite:
-                os.makedirs(os.path.dirname(params['record']), 0o755, exist_ok=True)
-                atomic_write(params['record'], rc.record_text(new), 0o644)
+                # A full disk or a read-only state directory: the node and the file named, the old record
+                # kept whole (atomic_write leaves no part of the new one).
+                try:
+                    os.makedirs(os.path.dirname(params['record']), 0o755, exist_ok=True)
+                    atomic_write(params['record'], rc.record_text(new), 0o644)
+                except OSError as error:
+                    self.fail('the record %s cannot be written: %s' % (params['record'], error.strerror or error),
+                              path=directory, **numbers)
         if plan['model_exceeds_bound']:
             self.module.warn('the model\'s tensors for this node (%s) exceed the cache\'s bound (%s): the cache will '
                              'hold them all once loaded; raise llama_rpc_server_cache_max_gib or disable the cache'

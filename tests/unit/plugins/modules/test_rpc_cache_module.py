@@ -108,6 +108,26 @@ def test_a_full_disk_fails_with_the_numbers_and_removes_nothing(tmp_path):
     assert not (tmp_path / 'state' / 'rpc-cache.json').exists()
 
 
+def test_a_record_that_cannot_be_written_fails_naming_the_node_and_file(tmp_path):
+    # the state directory's disk full: the write of the new record fails with ENOSPC after some bytes
+    cache(tmp_path, [(1, 900)])
+    (tmp_path / 'state').mkdir()
+    record = tmp_path / 'state' / 'rpc-cache.json'
+    record.write_text('{"old": true}\n')
+
+    def full(stream):
+        stream.write(b'{')
+        raise OSError(28, 'No space left on device')
+    real = rpc_cache.atomic_write
+    with mock.patch.object(rpc_cache, 'atomic_write', lambda path, text, mode: real(path, full, mode)):
+        result = run(args(tmp_path))
+    assert result.kind is FailJson, result.result
+    assert result.result['msg'] == 'rpc_cache on node-b: the record %s cannot be written: No space left on device' % record
+    # the old record whole, no temporary file beside it
+    assert record.read_text() == '{"old": true}\n'
+    assert os.listdir(tmp_path / 'state') == ['rpc-cache.json']
+
+
 def test_a_bad_setting_fails_naming_the_variable(tmp_path):
     result = run(args(tmp_path, disk_fraction=1.5, max_gib=None))
     assert result.kind is FailJson
