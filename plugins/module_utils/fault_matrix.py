@@ -134,6 +134,22 @@ def task_started_after(output, marker):
     return bool(seen) and seen[-1] < len(names) - 1
 
 
+PLAY_LINE = re.compile(r'^PLAY \[(?P<name>[^\]]*)\]', re.M)
+
+
+def task_in_play(output, play, marker):
+    """Whether ansible-playbook's output shows a task whose banner contains marker begun in the
+    last play whose banner contains play (the kill of the controller 'in that play'): a task of
+    the same name in an earlier play does not count."""
+    plays = [m for m in PLAY_LINE.finditer(output) if play in m.group('name')]
+    if not plays:
+        return False
+    after = output[plays[-1].end():]
+    following = PLAY_LINE.search(after)
+    within = after[:following.start()] if following else after
+    return any(marker in m.group('name') for m in TASK_LINE.finditer(within))
+
+
 def missing_from(message, needles):
     """The needles (node, path) a failure message does not name; [] when it names them all."""
     return [needle for needle in needles if needle not in (message or '')]

@@ -12,6 +12,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.fault_matrix impo
     recap_text,
     serving_again_after,
     table,
+    task_in_play,
     task_started_after,
 )
 
@@ -92,6 +93,19 @@ def test_task_started_after_the_marked_task():
     assert task_started_after(output + 'TASK [gpulab.inference.llama_rpc_server : Install the unit] ***\n', 'Show what was stopped')
     assert task_started_after(output, 'Drain the GPUs')
     assert not task_started_after('', 'Drain the GPUs')
+
+
+def test_task_in_play_only_in_the_named_play():
+    output = ('PLAY [Preflight checks and GPU facts] ***\nTASK [gpulab.inference.common : Resolve the service manager of this node] ***\n'
+              'PLAY [RoCE fabric (nodes with gpulab_fabric_interface)] ***\n')
+    # the task ran, but in another play than the one named
+    assert not task_in_play(output, 'RoCE fabric', 'Resolve the service manager')
+    assert task_in_play(output, 'Preflight', 'Resolve the service manager')
+    output += 'TASK [gpulab.inference.common : Resolve the service manager of this node] ***\n'
+    assert task_in_play(output, 'RoCE fabric', 'Resolve the service manager')
+    assert not task_in_play(output, 'RoCE fabric', 'Configure the RoCE fabric')
+    assert not task_in_play(output, 'Report what is served', 'Resolve the service manager')
+    assert not task_in_play('', 'Preflight', 'Gathering Facts')
 
 
 def test_missing_from_names_what_the_message_leaves_out():
