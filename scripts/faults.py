@@ -269,10 +269,39 @@ def active_units(lab, unit):
     return dict((node, [unit] if lab.sh(node, 'systemctl is-active %s' % unit)[1] == 'active' else []) for node in NODES)
 
 
+# The kill point in each play of deploy.yml (playbooks/deploy.yml, engine.yml and what they import):
+# phase -> (words of the play's banner, words of a task's banner in that play, what the case's title
+# says). The kill comes when that task has begun in that play (fault_matrix.task_in_play); 'drain' and
+# 'serve' have their own points (below). The monitoring play has no hosts in the lab
+# (gpulab_monitoring_enabled is false there), so it has no task to kill in.
+PLAY_KILL_POINTS = {
+    'preflight': ('Preflight checks and GPU facts', 'Read the GPUs, the driver and the GPU memory residency',
+                  'the preflight (reading the GPUs)'),
+    'roce': ('RoCE fabric', 'Configure the RoCE fabric of this host', 'the RoCE fabric play'),
+    'fabric-check': ("Check every node's side of the RoCE fabric", 'Leave out nodes without a fabric interface',
+                     'the fabric check'),
+    'check': ('Check the engine can be planned', 'Look for the deployed build on the build host',
+              "the engine's check play"),
+    'build': ('Build the engine and ship it to every node', 'Look for a valid build with this id',
+              'the build play (looking for the build)'),
+    'distribute': ('Build the engine and ship it to every node', 'Look for that build on this node',
+                   'the build play (shipping the build)'),
+    'model': ('Model on the nodes that read it', 'Fetch the model once', 'the model play'),
+    'plan': ('Plan the engine before anything', "Plan the model over llama.cpp's devices", 'the plan play'),
+    'retire': ('Stop the engines on the other nodes', "Read the node's units", 'the retiring of the other engines'),
+    'report': ('Report what is served', 'Ask the head one question', 'the report play'),
+    'bench': ('Benchmark what is served and write the report', 'Tell whether anything changed since the last benchmark',
+              'the benchmark play'),
+    'warnings': ('Warnings that stand after the run', "Validating arguments against arg spec 'warnings'",
+                 'the warnings play'),
+}
+
+
 def controller_kill(signame, phase):
-    """deploy.yml killed (its whole process group: SIGINT as Ctrl-C sends it, or SIGKILL) while the
-    drain waits for a stopping GPU service ('drain'), or once the engine's serve step began after the
-    drain ('serve'); then the state files, playbooks/restore.yml, and two deploy.yml runs."""
+    """deploy.yml killed (its whole process group: SIGINT as Ctrl-C sends it, or SIGKILL) in one of
+    its plays: while the drain waits for a stopping GPU service ('drain'), once the engine's serve
+    step began after the drain ('serve'), or when PLAY_KILL_POINTS' task began in its play; then the
+    state files, playbooks/restore.yml, and two deploy.yml runs."""
     def case(lab, row):
         install_drained_service(lab)
         before = active_units(lab, DRAINED_UNIT)
@@ -285,9 +314,14 @@ def controller_kill(signame, phase):
         if phase == 'drain':
             def reached():
                 return lab.sh(WORKER, 'systemctl is-active %s' % DRAINED_UNIT)[1] == 'deactivating'
-        else:
+        elif phase == 'serve':
             def reached():
                 return fault_matrix.task_started_after(log.read_text(), 'Show what was stopped, kept and freed')
+        else:
+            play, marker = PLAY_KILL_POINTS[phase][:2]
+
+            def reached():
+                return fault_matrix.task_in_play(log.read_text(), play, marker)
         wait_for(lambda: reached() or proc.poll() is not None, 1200, step_s=0.2)
         if proc.poll() is not None:
             raise RuntimeError('deploy.yml ended (rc %s) before the kill point %s; see %s' % (proc.returncode, phase, log))
@@ -316,13 +350,20 @@ def controller_kill(signame, phase):
             phase_, names = fault_matrix.drain_recorded(lab.sh(node, 'cat %s 2>/dev/null' % DRAIN_STATE)[1])
             recorded.append('%s %s %s (%s)' % (node, phase_ or 'no file', ','.join(names) or '-',
                                                lab.sh(node, 'systemctl is-active %s' % DRAINED_UNIT)[1]))
-        restored, took = deploy(lab, row['private'] / ('%s-restore' % row['id']), 'playbooks/restore.yml')
+        # Killed before the drain's task began, this run stopped nothing: the operator runs deploy.yml
+        # again, and restore.yml (which stops the collection's units first) would only stop serving.
+        drained = any('Drain the GPUs' in name for name in tasks)
+        if drained:
+            restored, took = deploy(lab, row['private'] / ('%s-restore' % row['id']), 'playbooks/restore.yml')
+            recovery = 'restore.yml %s in %d s' % (restored, took)
+        else:
+            recovery = 'restore.yml not run (the run never reached the drain; the state file is the last deploy\'s)'
         row['lost'] = fault_matrix.lost_services(before, active_units(lab, DRAINED_UNIT))
         row['deploy_1'], row['deploy_1_s'] = deploy(lab, row['private'] / ('%s-1' % row['id']))
         row['notes'] = ('%s to the process group during task "%s" (ansible-playbook %s, its last task "%s"); state file, unit: %s; '
-                        'restore.yml %s in %d s, %s active again on every node: %s.' % (
-                            signame, at_kill[-1] if at_kill else '-', exited, tasks[-1] if tasks else '-', '; '.join(recorded), restored, took, DRAINED_UNIT,
-                            'yes' if row['lost'] == 'nothing' else 'no'))
+                        '%s, %s active on every node before the next deploy.yml: %s.' % (
+                            signame, at_kill[-1] if at_kill else '-', exited, tasks[-1] if tasks else '-', '; '.join(recorded), recovery,
+                            DRAINED_UNIT, 'yes' if row['lost'] == 'nothing' else 'no'))
         return fault_at, None
     return case
 
@@ -427,6 +468,144 @@ def disk_full(lab, row):
     return fault_at, detected
 
 
+# --- the disk filled during the RPC cache fill, and on the head while the report is written -----
+
+RPC_CACHE_DIR = '/srv/flt-disk/rpc-cache'  # on the lab's 192 MiB tmpfs; rpc-server writes into <it>/rpc
+CACHE_NODE = OTHER  # in the lab only node-c's share holds a tensor above rpc-server's 10 MiB threshold
+CHAT_GREEDY = ('curl -sf --max-time 60 -H "Content-Type: application/json" -d \'{"messages":[{"role":"user","content":'
+               '"Say hello."}],"max_tokens":8,"temperature":0,"seed":1}\' http://127.0.0.1:8080/v1/chat/completions')
+
+
+def start_playbook(lab, row, playbook, extravars=None):
+    """ansible-playbook in the background, its output in .build/faults/tmp/<id>-<name>.log."""
+    log = Path(args_tmp()) / ('%s-%s.log' % (row['id'], Path(playbook).stem))
+    env = dict(os.environ, ANSIBLE_NOCOLOR='1', PYTHONUNBUFFERED='1', ANSIBLE_COLLECTIONS_PATH=str(REPO / '.build' / 'collections'),
+               **lab_env(lab))
+    argv = [str(Path(sys.executable).parent / 'ansible-playbook'), '-i', str(REPO / 'inventory' / 'demo'), str(REPO / playbook)]
+    if extravars:
+        argv += ['-e', json.dumps(extravars)]
+    with open(str(log), 'w') as out:
+        proc = subprocess.Popen(argv, cwd=str(REPO), stdout=out, stderr=subprocess.STDOUT, env=env)
+    return proc, log
+
+
+def failure_lines(text):
+    """What a failed run said: its error lines, then the hosts it failed on ('fatal: [node-a]')."""
+    errors = [line.strip() for line in text.splitlines() if line.startswith('[ERROR]:')]
+    hosts = sorted(set(line.split('[', 1)[1].split(']', 1)[0] for line in text.splitlines() if line.startswith('fatal: [')))
+    return errors + (['(failed on %s)' % ', '.join(hosts)] if hosts else [])
+
+
+def fill(lab, node, leave_bytes):
+    """Fill node's /srv/flt-disk (a tmpfs) to leave leave_bytes free."""
+    lab.sh(node, 'free=$(df -B1 --output=avail /srv/flt-disk | tail -n 1) && fallocate -l $((free - %d)) /srv/flt-disk/filler'
+           % leave_bytes, check=True)
+
+
+def greedy_answer(lab):
+    rc, out = lab.sh(HEAD, CHAT_GREEDY, timeout=90)
+    try:
+        return json.loads(out)['choices'][0]['message']['content'] if rc == 0 else 'no answer (rc %d)' % rc
+    except (ValueError, KeyError, IndexError):
+        return 'no answer'
+
+
+def disk_full_rpc(lab, row):
+    """node-c's RPC weight cache moved onto its tmpfs; deploy.yml (the servers restart with the new
+    cache, the head loads the model again and node-c's server writes the tensor above 10 MiB into
+    the cache); when the serve step begins, after the plan's space check passed, the disk is filled
+    to leave half that tensor's room. What the run says, what the cache holds, what a head restart
+    (which loads that tensor from the cache) serves, and what the next runs do."""
+    cache_vars = {'llama_rpc_server_cache_dir': RPC_CACHE_DIR, 'llama_rpc_server_cache_min_free_gib': 0}
+    files = '%s/rpc' % RPC_CACHE_DIR
+    for node in (WORKER, OTHER):
+        lab.sh(node, 'rm -rf %s /srv/flt-disk/filler' % RPC_CACHE_DIR, check=True)
+    answer_before = greedy_answer(lab)
+    tensor = int(lab.sh(CACHE_NODE, 'stat -c %s /var/cache/gpulab/rpc/rpc/* 2>/dev/null | sort -n | tail -n 1')[1] or 0)
+    proc, log = start_playbook(lab, row, 'deploy.yml', cache_vars)
+    wait_for(lambda: fault_matrix.task_started_after(log.read_text(), 'Show what was stopped, kept and freed')
+             or proc.poll() is not None, 1200, step_s=0.5)
+    if proc.poll() is not None:
+        raise RuntimeError('deploy.yml ended (rc %s) before the serve step; see %s' % (proc.returncode, log))
+    fill(lab, CACHE_NODE, max(tensor // 2, 1 << 20))
+    fault_at = time.time()
+    rc = proc.wait()
+    took = time.time() - fault_at
+    message = ' '.join(failure_lines(log.read_text()))
+    listing = lab.sh(CACHE_NODE, 'ls -l %s 2>&1 | tail -n +2' % files)[1]
+    sizes = [int(line.split()[4]) for line in listing.splitlines() if len(line.split()) > 4 and line.split()[4].isdigit()]
+    journal = lab.sh(CACHE_NODE, 'journalctl -u %s --since "-10min" --no-pager -o cat | grep -iE "saved to|error|space" | tail -n 3'
+                     % RPC_UNIT)[1]
+    answer_after = greedy_answer(lab)
+    # The operator frees the space; the next run with the same settings, then a head restart, which
+    # sends node-c's tensor by its hash: rpc-server answers from the cache file.
+    lab.sh(CACHE_NODE, 'rm -f /srv/flt-disk/filler', check=True)
+    next_run, took_next = deploy(lab, row['private'] / ('%s-next' % row['id']), extravars=cache_vars)
+    sizes_next = lab.sh(CACHE_NODE, 'stat -c %%s %s/* 2>/dev/null' % files)[1].split()
+    lab.sh(HEAD, 'systemctl restart %s' % HEAD_UNIT)
+    back = wait_serving(lab)
+    answer_restart = greedy_answer(lab)
+    row['deploy_1'], took_1 = deploy(lab, row['private'] / ('%s-1' % row['id']))
+    row['deploy_2'], took_2 = deploy(lab, row['private'] / ('%s-2' % row['id']))
+    row['deploy_1'] = 'deploy.yml (cache back at its default): ' + row['deploy_1']
+    whole = bool(sizes) and all(size == tensor for size in sizes)
+    row['lost'] = 'nothing' if whole or not sizes else 'a cache file under its final name is %s bytes, the tensor %d' % (
+        ','.join(str(v) for v in sizes), tensor)
+    row['notes'] = ('cache on node-c\'s tmpfs (%s), its tensor above 10 MiB %d bytes; filled to leave %d bytes when the serve step '
+                    'began; deploy.yml rc %d after %d s, its error: "%s"; cache files then: %s; rpc-server\'s log: "%s"; '
+                    'greedy answer before "%s", after "%s"; filler removed, deploy.yml with the same settings: %s in %d s, cache '
+                    'file sizes %s; head restarted (loads node-c\'s tensor from the cache): serving %s, answer "%s". deploy.yml '
+                    'took %d s, then %d s.' % (
+                        files, tensor, max(tensor // 2, 1 << 20), rc, took, message[:300] or 'none', listing.replace('\n', '; ') or 'none',
+                        journal.replace('\n', ' / ')[:300], answer_before, answer_after, next_run, took_next, ','.join(sizes_next) or 'none',
+                        'again after %.0f s' % back if back is not None else 'not within the bound', answer_restart, took_1, took_2))
+    return fault_at, (took if rc != 0 else None)
+
+
+def disk_full_bench(point):
+    """node-a's benchmark work directory and its record of the last benchmark on its tmpfs; playbooks/bench.yml
+    (short profile); the disk filled when the benchmark began ('bench': its progress file) or when the
+    report's task began ('report': then the head's record is written). A clear error naming the node
+    and the path, no file under its final name half-written, the next run (filler removed) writes it."""
+    def case(lab, row):
+        work = '/srv/flt-disk/bench'
+        bench_vars = {'bench_work_dir': work, 'bench_last_run_file': work + '/last-run.json', 'gpulab_bench_profile': 'short'}
+        lab.sh(HEAD, 'rm -rf %s /srv/flt-disk/filler' % work, check=True)
+        proc, log = start_playbook(lab, row, 'playbooks/bench.yml', bench_vars)
+        if point == 'bench':
+            def reached():
+                return lab.sh(HEAD, 'test -s %s/benchmark.progress' % work)[0] == 0
+        else:
+            def reached():
+                return fault_matrix.task_in_play(log.read_text(), 'Benchmark and report', 'Write the report')
+        wait_for(lambda: reached() or proc.poll() is not None, 900, step_s=0.3)
+        if proc.poll() is not None:
+            raise RuntimeError('bench.yml ended (rc %s) before the fill; see %s' % (proc.returncode, log))
+        fill(lab, HEAD, 0)
+        fault_at = time.time()
+        rc = proc.wait()
+        took = time.time() - fault_at
+        message = ' '.join(failure_lines(log.read_text()))
+        listing = lab.sh(HEAD, 'ls -la %s | tail -n +4' % work)[1]
+        record = lab.sh(HEAD, 'python3 -c "import json,sys; json.load(open(sys.argv[1])); print(\'whole JSON\')" %s/last-run.json 2>&1'
+                        % work)[1].splitlines()
+        lab.sh(HEAD, 'rm -f /srv/flt-disk/filler', check=True)
+        row['deploy_1'], took_1 = deploy(lab, row['private'] / ('%s-1' % row['id']), 'playbooks/bench.yml', bench_vars)
+        record_next = lab.sh(HEAD, 'python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[\'report\'])" %s/last-run.json 2>&1'
+                             % work)[1]
+        row['deploy_1'] = 'bench.yml: ' + row['deploy_1']
+        missing = fault_matrix.missing_from(message.split(' (failed on ')[0], [HEAD, work])
+        row['lost'] = 'nothing'
+        row['notes'] = ('filled when %s; bench.yml rc %d after %d s; its error: "%s" (names node-a and %s: %s); files left in %s: %s; '
+                        'the record last-run.json: %s; filler removed, bench.yml %s in %d s, its record names the report %s.' % (
+                            'the benchmark began (its progress file)' if point == 'bench' else 'the task "Write the report" began',
+                            rc, took, message[:400], work, 'yes' if not missing else 'no, lacks %s' % ', '.join(missing), work,
+                            listing.replace('\n', '; ') or 'none', (record[-1] if record else 'absent')[:120], row['deploy_1'],
+                            took_1, record_next[:160]))
+        return fault_at, (took if rc != 0 else None)
+    return case
+
+
 # --- the OOM killer's kill of the head -----------------------------------------------------------
 
 def head_oom(lab, row):
@@ -462,8 +641,16 @@ CASES = {
     'ctl-sigint-drain': ('controller interrupted (SIGINT) in the drain', 'controller', controller_kill('SIGINT', 'drain')),
     'ctl-sigkill-serve': ('controller killed (SIGKILL) in the serve step', 'controller', controller_kill('SIGKILL', 'serve')),
     'ctl-sigint-serve': ('controller interrupted (SIGINT) in the serve step', 'controller', controller_kill('SIGINT', 'serve')),
+    # ctl-sigkill-<phase>, ctl-sigint-<phase>: the controller killed in each other play of deploy.yml
+    **dict(('ctl-%s-%s' % (signame.lower(), phase), (
+        'controller %s (%s) in %s' % ('killed' if signame == 'SIGKILL' else 'interrupted', signame, point[2]),
+        'controller', controller_kill(signame, phase)))
+        for phase, point in PLAY_KILL_POINTS.items() for signame in ('SIGKILL', 'SIGINT')),
     'model-corrupt': ('model file corrupted, size and mtime kept', WORKER, model_corrupt),
     'disk-full': ('disk filled during the model copy', WORKER, disk_full),
+    'disk-full-rpc': ('disk filled during the RPC cache fill', CACHE_NODE, disk_full_rpc),
+    'disk-full-bench': ('disk filled on the head during the benchmark', HEAD, disk_full_bench('bench')),
+    'disk-full-report': ('disk filled on the head while the report is written', HEAD, disk_full_bench('report')),
     'head-oom': ('OOM killer kills the head (simulated: SIGKILL and its record)', HEAD, head_oom),
     'hang-300': ('RPC server hung (SIGSTOP) 300 s', WORKER, hang(300)),
     'cut-300': ('fabric cut head-worker (drop rules) 300 s', WORKER, fabric_cut(300)),
