@@ -106,8 +106,10 @@ class Graph:
         return t
 
     def view(self, a, ne, nb, op="VIEW"):
+        """A view op: on its source's device (ggml_backend_sched_split_graph pass 4), so a split
+        on another device copies it in."""
         nb = (a.nb[0],) + tuple(nb) + tuple(a.nb[len(nb) + 1:]) if len(nb) < 4 else nb
-        dev = a.dev if (a.external or (a.view_src is not None and a.view_src.external)) else self.dev
+        dev = (a.view_src or a).dev
         return Tensor(ne, a.type, op, (a,), view_src=a, nb=nb, dev=dev)
 
     def reshape(self, a, *ne):
@@ -156,8 +158,11 @@ class Graph:
         return Tensor(dst.ne, dst.type, "CPY", (a, dst), view_src=dst, nb=dst.nb, dev=self.dev)
 
     def set_rows(self, a, b, idxs):
-        t = Tensor(a.ne, a.type, "SET_ROWS", (a, b, idxs), view_src=a, nb=a.nb, dev=self.dev)
-        return t
+        return self.inplace("SET_ROWS", a, b, idxs)
+
+    def inplace(self, op, a, *src):
+        """ggml_<op>_inplace and ggml_set_rows: a view of a, nothing allocated."""
+        return Tensor(a.ne, a.type, op, (a,) + src, view_src=a, nb=a.nb, dev=self.dev)
 
     def sum_rows(self, a):
         return self.new((1, a.ne[1], a.ne[2], a.ne[3]), F32, "SUM_ROWS", (a,))
@@ -560,9 +565,10 @@ class Builder:
         g.expand(cur)
         return cur
 
-    def attn(self, inp, il, wo, q_cur, k_cur, v_cur, sinks=None, wo_b=None, iswa=False):
+    def attn(self, inp, il, wo, q_cur, k_cur, v_cur, sinks=None, wo_b=None, iswa=False, mha=None):
         """build_attn over a KV cache (llm_graph_input_attn_kv; iswa: llm_graph_input_attn_kv_iswa,
-        which expands K before V)."""
+        which expands K before V, as minimax-m3.cpp's sparse layers do); mha(q, k, v) replaces
+        build_attn_mha (minimax-m3.cpp's block-sparse attention)."""
         g = self.g
         if inp["k_rot"] is not None:
             q_cur = self.hadamard(q_cur, inp["k_rot"])
@@ -577,7 +583,7 @@ class Builder:
         g.expand(self.cpy_v(inp, v_cache, v_cur))
         k = self.get_k(inp, k_cache, k_cur.ne[0], k_cur.ne[1])
         v = self.get_v(inp, v_cache, v_cur.ne[0], v_cur.ne[1])
-        cur = self.attn_mha(q_cur, k, v, inp["mask"], sinks)
+        cur = mha(q_cur, k, v) if mha else self.attn_mha(q_cur, k, v, inp["mask"], sinks)
         if inp["v_rot"] is not None:
             cur = self.hadamard(cur, inp["v_rot"])
         if wo is not None:
@@ -772,8 +778,10 @@ def _shared_ffn(b, il, cur, routed):
     return b.g.same("ADD", routed, b.ffn(il, cur, suffix="_shexp"))
 
 
-def _glm4moe(b):
-    """src/models/glm4-moe.cpp: Q/K norms per head, dense leading layers, a shared expert."""
+def _glm4moe(b, attend=None):
+    """src/models/glm4-moe.cpp: Q/K norms per head, dense leading layers, a shared expert;
+    attend(inp, inp_pos, il, cur, q, k, v) builds the attention of minimax-m3.cpp, whose layers are
+    otherwise these (its FFN norm is ffn_norm)."""
     hp = b.hp
     g = b.g
     inpL = b.inp_embd()
@@ -792,17 +800,156 @@ def _glm4moe(b):
             k = b.norm(k, b.w("attn_k_norm", il))
         q = g.new(q.ne, F32, "ROPE", (q, inp_pos))
         k = g.new(k.ne, F32, "ROPE", (k, inp_pos))
-        cur = b.attn(inp, il, b.w("attn_output", il), q, k, v)
+        cur = attend(inp, inp_pos, il, cur, q, k, v) if attend else b.attn(inp, il, b.w("attn_output", il), q, k, v)
         if il == n_layer - 1:
             cur, inpSA = g.get_rows(cur, out_ids), g.get_rows(inpSA, out_ids)
         ffn_inp = g.same("ADD", cur, inpSA)
-        cur = b.norm(ffn_inp, b.w("post_attention_norm", il))
+        cur = b.norm(ffn_inp, b.w("post_attention_norm", il) or b.w("ffn_norm", il))
         if il < hp["meta"]("leading_dense_block_count", 0):
             cur = b.ffn(il, cur)
         else:
             cur = _shared_ffn(b, il, cur, _routed(b, il, cur, "sigmoid"))
         inpL = g.same("ADD", cur, ffn_inp)
     return b.output(inpL)
+
+
+# src/llama-kv-cache-msa.cpp llama_kv_cache_msa_context::get_n_pos: the positions in the cache
+# padded to max(n_pad, 256); sched_reserve builds its graphs over an empty cache, so the buffer it
+# reports (and this one) holds the indexer's scores of 256 positions, which grow with the context
+MSA_RESERVE_POSITIONS = 256
+
+
+def _minimax_m3(b):
+    """src/models/minimax-m3.cpp: the layers of glm4-moe.cpp with MSA (MiniMax Sparse Attention) in
+    every layer from leading_dense_block_count on, when flash attention is on and each sequence
+    has a stream of its own (else all layers attend densely): an indexer picks the top-k blocks of
+    positions per KV head, and flash attention runs over them (a mask over all cells per stream
+    for a batch, the gathered blocks when each stream decodes one token)."""
+    hp = b.hp
+    g = b.g
+    meta = hp["meta"]
+    blk, top = meta("attention.indexer.block_size"), meta("attention.indexer.top_k")
+    idx_dim, n_idx = meta("attention.indexer.key_length"), meta("attention.indexer.head_count")
+    n_kv, ns, n_ps = hp["kv_size"], hp["n_stream"], -(-MSA_RESERVE_POSITIONS // blk) * blk
+    nblk, decode = n_ps // blk, b.n_tokens == ns
+    top = min(top, nblk)
+    if not (b.flash_attn and (b.n_seqs == 1 or ns > 1)):
+        return _glm4moe(b)
+    # each sparse layer's own views of the MSA inputs and of the F32 mask are split inputs of their
+    # own (copied to the layer's device, kept for the whole graph under pipeline parallelism): a
+    # device's buffer grows with every sparse layer it holds, so every layer is built
+    b.hp = dict(hp, built=None)
+    # the hoisted MSA inputs (llm_graph_input_msa) and the indexer cache's own row indices
+    # (slot: pos_slot_f at decode, cell_blk for a batch)
+    msa = {"bias": g.inp((nblk, b.n_tokens), F32, "msa_bias"), "pos_mask": g.inp((n_ps, b.n_tokens), F32, "msa_pos_mask"),
+           "pos_slot_i": g.inp((n_ps, ns), I32, "msa_pos_slot_i"), "k_idxs": g.inp((b.n_tokens,), I64, "k_idxs_idx"),
+           "slot": g.inp((n_ps, ns), F32, "msa_pos_slot_f") if decode else g.inp((n_kv, ns), I32, "msa_cell_blk")}
+
+    def attend(inp, inp_pos, il, cur, q, k, v):
+        if il < meta("leading_dense_block_count", 0):
+            return b.attn(inp, il, b.w("attn_output", il), q, k, v)
+        if "mf" not in msa:
+            msa["mf"] = g.cast(inp["mask"], F32)  # placed at its first use, as the scheduler does
+        iq = g.reshape(g.mul_mat(b.w("indexer.q_proj", il), cur), idx_dim, n_idx, b.n_tokens)
+        ik = g.reshape(g.mul_mat(b.w("indexer.k_proj", il), cur), idx_dim, 1, b.n_tokens)
+        iq = g.new(iq.ne, F32, "ROPE", (b.norm(iq, b.w("indexer.q_norm", il)), inp_pos))
+        ik = g.new(ik.ne, F32, "ROPE", (b.norm(ik, b.w("indexer.k_norm", il)), inp_pos))
+        idx_inp = dict(inp, k_idxs=msa["k_idxs"])
+        ik_cache, _v = b.cache(idx_inp, il, idx_dim, 0)
+        g.expand(b.cpy_k(idx_inp, ik_cache, ik))
+        ik_kv = b.get_k(idx_inp, ik_cache, idx_dim, 1)
+        return b.attn(inp, il, b.w("attn_output", il), q, k, v, iswa=True,
+                      mha=lambda q, k, v: (_msa_decode if decode else _msa_batch)(b, msa, iq, ik_kv, q, k, v, blk, top))
+    return _glm4moe(b, attend)
+
+
+def _msa_fa(b, q, k, v, mask, groups):
+    """build_attn_msa_fa: the query heads of each KV head (and stream) on flash attention's 4th dim."""
+    g = b.g
+    d, hq, t, c = q.ne[0], q.ne[1], q.ne[2], k.ne[3]
+    rows = hq * t // (groups * c)
+    o = g.flash_attn(g.permute(g.reshape(q, d, groups, c, rows), 0, 2, 3, 1), k, v, mask)
+    # the permuted output is contiguous (ggml_is_contiguous) unless both swapped dims exceed 1
+    o = g.permute(o, 0, 1, 3, 2)
+    return g.reshape(g.cont(o) if rows > 1 and c > 1 else o, d * hq, t)
+
+
+def _msa_scores(b, sc, pos_mask, bias, blk, top):
+    """The indexer's block scores: -inf where no position is mapped, max-pooled over each block,
+    the local blocks forced in, and the top-k blocks."""
+    g = b.g
+    sc = g.inplace("ADD", sc, pos_mask)
+    bs = g.new((sc.ne[0] // blk,) + sc.ne[1:], F32, "POOL_2D", (sc,))
+    bsf = g.same("ADD", bs, bias)
+    return g.new((top,) + bsf.ne[1:], I32, "TOP_K", (bsf,))
+
+
+def _msa_batch(b, msa, iq, ik_kv, q_cur, k, v, blk, top):
+    """The batch branch of minimax-m3.cpp's sparse layer: per stream, the chosen blocks become a
+    mask over the stream's cells for one flash attention over all its KV heads."""
+    g = b.g
+    d, n_head, hkv, n_kv, ns = k.ne[0], q_cur.ne[1], k.ne[1], k.ne[2], k.ne[3]
+    idx_dim, n_idx = iq.ne[0], iq.ne[1]
+    n_tps = b.n_tokens // ns
+    n_ps, nblk = msa["pos_mask"].ne[0], msa["bias"].ne[0]
+    outs = []
+    for _st in range(ns):
+        iq_s = g.view_nd(iq, (idx_dim, n_idx, n_tps), iq.nb[1:3])
+        ik_s = g.view_nd(ik_kv, (idx_dim, n_kv), (ik_kv.nb[2],))
+        psl_s = g.view_nd(msa["pos_slot_i"], (n_ps,), ())
+        pm_s = g.view_nd(msa["pos_mask"], (n_ps, 1, n_tps), (msa["pos_mask"].nb[1], msa["pos_mask"].nb[1]))
+        cb_s = g.view_nd(msa["slot"], (n_kv,), ())
+        mf_s = g.view_nd(msa["mf"], (n_kv, n_tps, 1), (msa["mf"].nb[1], msa["mf"].nb[3]))
+        bias_s = g.view_nd(msa["bias"], (nblk, 1, n_tps), (msa["bias"].nb[1], msa["bias"].nb[1]))
+        q_s = g.view_nd(q_cur, (d, n_head, n_tps), q_cur.nb[1:3])
+        k_s = g.view_nd(k, (d, hkv, n_kv, 1), k.nb[1:4])
+        v_s = g.view_nd(v, (d, hkv, n_kv, 1), v.nb[1:4])
+        ikp = g.get_rows(ik_s, psl_s)
+        sc = g.reshape(g.mul_mat(ikp, g.reshape(iq_s, idx_dim, n_idx * n_tps)), n_ps, n_idx, n_tps)
+        idx = _msa_scores(b, sc, pm_s, bias_s, blk, top)
+        ninf = g.cast(g.new(bias_s.ne, F32, "SCALE", (bias_s,)), F16)
+        ninf = g.new((nblk, n_idx, n_tps), F16, "REPEAT", (ninf,))
+        zero = g.same("SCALE", g.cast(idx, F32))
+        bm = g.set_rows(g.reshape(ninf, 1, nblk, n_idx * n_tps), g.reshape(zero, 1, top, n_idx * n_tps),
+                        g.reshape(idx, top, n_idx * n_tps))
+        bm = g.cont(g.permute(g.reshape(bm, nblk, n_idx, n_tps), 0, 2, 1, 3))
+        bm2 = g.cont(g.transpose(g.reshape(bm, nblk, n_tps * n_idx)))
+        bmx = g.reshape(g.cont(g.transpose(g.get_rows(bm2, cb_s))), n_kv, n_tps, n_idx)
+        mask4 = g.cast(g.reshape(g.inplace("ADD", bmx, mf_s), n_kv, n_tps, 1, n_idx), F16)
+        outs.append(_msa_fa(b, q_s, g.permute(k_s, 0, 3, 1, 2), g.permute(v_s, 0, 3, 1, 2), mask4, n_head // hkv))
+    cur = outs[0]
+    for out in outs[1:]:
+        cur = g.new((cur.ne[0], cur.ne[1] + out.ne[1]), F32, "CONCAT", (cur, out))
+    return cur
+
+
+def _msa_decode(b, msa, iq, ik_kv, q_cur, k, v, blk, top):
+    """The decode branch (one token per stream): the chosen blocks' K and V rows gathered through
+    the position -> cell map, one flash attention over every stream and KV head."""
+    g = b.g
+    d, hkv, n_kv, ns = k.ne[0], k.ne[1], k.ne[2], k.ne[3]
+    idx_dim, n_idx = iq.ne[0], iq.ne[1]
+    n_ps = msa["pos_mask"].ne[0]
+    nblk = n_ps // blk
+    ikp = g.get_rows(g.view_nd(ik_kv, (idx_dim, n_kv, ns), ik_kv.nb[2:4]), msa["pos_slot_i"])
+    sc = g.mul_mat(g.reshape(ikp, idx_dim, n_ps, 1, ns), g.reshape(iq, idx_dim, n_idx, 1, ns))
+    idx = _msa_scores(b, sc, g.reshape(msa["pos_mask"], n_ps, 1, 1, ns), g.reshape(msa["bias"], nblk, 1, 1, ns), blk, top)
+    a = g.reshape(g.same("SCALE", g.cast(idx, F32)), 1, top, n_idx, ns)
+    rows = blk * top * n_idx
+    tj = g.same("ADD", g.new((blk, top, n_idx, ns), F32, "REPEAT", (a,)),
+                g.reshape(g.new((blk,), F32, "ARANGE"), blk, 1, 1))
+    tokj = g.cast(g.reshape(tj, rows, ns), I32)
+    cs = g.reshape(g.get_rows(g.reshape(msa["slot"], 1, n_ps, ns), tokj), blk, top, n_idx, ns)
+    tr = g.same("ADD", g.same("SCALE", cs), g.reshape(g.new((hkv,), F32, "ARANGE"), 1, 1, n_idx))
+    tokr = g.cast(g.reshape(tr, rows, ns), I32)
+    gathered = []
+    for cache in (k, v):
+        rows_kv = g.get_rows(g.view_nd(cache, (d, hkv * n_kv, ns), (cache.nb[1], cache.nb[3])), tokr)
+        rows_kv = g.reshape(rows_kv, d, blk * top, 1, n_idx * ns)
+        gathered.append(rows_kv if cache.type == F32 else g.cast(rows_kv, F16))
+    mg = g.get_rows(g.reshape(msa["pos_mask"], 1, n_ps, ns), tokj)
+    mfa = g.cast(g.reshape(mg, blk * top, 1, 1, n_idx * ns), F16)
+    return _msa_fa(b, q_cur, gathered[0], gathered[1], mfa, q_cur.ne[1] // hkv)
 
 
 def _deepseek2(b):
@@ -1046,7 +1193,8 @@ def _qwen3next(b):
     return logits
 
 
-FAMILIES = {"qwen3next": _qwen3next, "gpt-oss": _gpt_oss, "qwen3moe": _qwen3moe, "minimax-m2": _qwen3moe, "glm4moe": _glm4moe, "deepseek2": _deepseek2}
+FAMILIES = {"qwen3next": _qwen3next, "gpt-oss": _gpt_oss, "qwen3moe": _qwen3moe, "minimax-m2": _qwen3moe, "glm4moe": _glm4moe, "deepseek2": _deepseek2,
+            "minimax-m3": _minimax_m3}
 
 
 def family_hparams(arch, meta, structure, kv_size, n_stream, swa_size, n_seq):

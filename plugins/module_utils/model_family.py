@@ -7,7 +7,8 @@ Pure functions. gguf_structure reads a GGUF's metadata as llama.cpp 0c1e570 does
 reads a config.json as vLLM does. Both answer the same questions:
 
 - attention: "gqa" (grouped-query), "mla" (multi-head latent attention), "swa" (sliding-window
-  layers alternating with full attention), "hybrid" (recurrent layers with a fixed state beside
+  layers alternating with full attention), "msa" (block-sparse attention whose sparse layers also
+  cache one indexer key and value per token), "hybrid" (recurrent layers with a fixed state beside
   full attention layers), or None when the family is not modelled (weights only);
 - per layer: its kind ("full", "swa", "recurrent" or None for a layer without a cache, such as a
   multi-token-prediction layer) and the K and V values one token takes in it;
@@ -44,10 +45,13 @@ GGUF_PLAIN = frozenset((
 GGUF_SWA = frozenset(("gpt-oss",))
 # src/models/qwen3next.cpp load_arch_hparams: ssm.* keys and the recurrent layer pattern
 GGUF_HYBRID = frozenset(("qwen3next",))
-# create_memory gives these a memory type of their own (llama_kv_cache_msa, _dsa, _dsa_iswa,
-# _dsv4, llama_memory_hybrid_idx): not modelled here.
+# src/llama-kv-cache-msa.cpp llama_kv_cache_msa: the plain cache of every layer plus an indexer
+# cache (n_head_kv 1, key indexer.key_length, value value_length) of the layers create_memory's
+# filter_idx keeps (il >= leading_dense_block_count), same cells and streams
+GGUF_MSA = frozenset(("minimax-m3",))
+# create_memory gives these a memory type of their own (llama_kv_cache_dsa, _dsa_iswa, _dsv4,
+# llama_memory_hybrid_idx): not modelled here.
 GGUF_OWN_MEMORY = {
-    "minimax-m3": "llama_kv_cache_msa (block-sparse attention with an indexer key cache)",
     "deepseek32": "llama_kv_cache_dsa (sparse attention with an indexer key cache)",
     "glm-dsa": "llama_kv_cache_dsa (sparse attention with an indexer key cache)",
     "deepseek4": "llama_kv_cache_dsv4",
@@ -108,7 +112,7 @@ def gguf_structure(arch, meta):
     family = arch
     if arch in GGUF_OWN_MEMORY:
         return not_modelled(family, "llama.cpp keeps it in %s" % GGUF_OWN_MEMORY[arch])
-    if arch not in GGUF_PLAIN and arch not in GGUF_SWA and arch not in GGUF_HYBRID:
+    if arch not in GGUF_PLAIN | GGUF_SWA | GGUF_HYBRID | GGUF_MSA:
         return not_modelled(family, "no cache rule for llama.cpp architecture %s" % arch)
     n_all = _count(meta("block_count", None), arch + ".block_count", 1)
     nextn = _count(meta("nextn_predict_layers", 0), arch + ".nextn_predict_layers")
@@ -161,16 +165,24 @@ def gguf_structure(arch, meta):
         r_values = max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state)
         s_values = d_state * d_inner
         attention = HYBRID
+    dense = _count(meta("leading_dense_block_count", 0), arch + ".leading_dense_block_count")
+    k_values = [key_len * h for h in heads_kv]
+    v_values = [0 if mla else value_len * h for h in heads_kv]
+    if arch in GGUF_MSA:
+        index_key = _count(meta("attention.indexer.key_length", None), arch + ".attention.indexer.key_length", 1)
+        k_values = [k + (index_key if il >= dense else 0) for il, k in enumerate(k_values)]
+        v_values = [v + (value_len if il >= dense else 0) for il, v in enumerate(v_values)]
+        attention = MSA
     experts = _count(meta("expert_count", 0), arch + ".expert_count")
-    structure = modelled(family, attention, kinds, [key_len * h for h in heads_kv],
-                         [0 if mla else value_len * h for h in heads_kv], window, r_values, s_values)
+    structure = modelled(family, attention, kinds, k_values, v_values, window, r_values, s_values)
     structure.update({
         "mtp_layers": nextn,
         "experts": experts,
         "experts_used": _count(meta("expert_used_count", 0), arch + ".expert_used_count") if experts else 0,
         "shared_experts": _count(meta("expert_shared_count", 0), arch + ".expert_shared_count"),
-        # src/models/deepseek2.cpp, glm4-moe.cpp: layers below leading_dense_block_count have a dense FFN
-        "dense_leading": _count(meta("leading_dense_block_count", 0), arch + ".leading_dense_block_count"),
+        # src/models/deepseek2.cpp, glm4-moe.cpp, minimax-m3.cpp: layers below leading_dense_block_count
+        # have a dense FFN
+        "dense_leading": dense,
     })
     return structure
 

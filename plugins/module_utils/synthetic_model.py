@@ -37,7 +37,7 @@ QUANTIZATIONS = {
     "Q8_0": (gguf.GGML_Q8_0, 7),
     "F16": (gguf.GGML_F16, 1),
 }
-ARCHITECTURES = ("minimax-m2", "deepseek2", "qwen3moe", "glm4moe", "gpt-oss", "qwen3next")
+ARCHITECTURES = ("minimax-m2", "deepseek2", "qwen3moe", "glm4moe", "gpt-oss", "qwen3next", "minimax-m3")
 EXPERT_GATING_SIGMOID = 2  # LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID
 LLAMA_MAX_LAYERS = 512
 LLAMA_MAX_EXPERTS = 1024
@@ -301,8 +301,11 @@ def minimax_m2_metadata(opts):
 # load_arch_tensors). Family-specific sizes derive from the common options: one dense leading
 # layer and one shared expert where the family has them (deepseek2, glm4moe, qwen3next's shared
 # expert), gpt-oss's 128-token window on every other layer, qwen3next's full attention every
-# fourth layer; deepseek2's MLA ranks are hidden_size / 4 and its per-head parts head_dim / 2.
+# fourth layer; deepseek2's MLA ranks are hidden_size / 4 and its per-head parts head_dim / 2;
+# minimax-m3's indexer one head of head_dim per KV head over 64-token blocks, the top 2 and the
+# last one kept (MiniMax-M3 itself: 60 layers, 3 dense, 128 experts top-4 and one shared, 4 KV heads).
 SYNTHETIC_SWA_WINDOW = 128
+SYNTHETIC_MSA_BLOCK, SYNTHETIC_MSA_TOP_K, SYNTHETIC_MSA_LOCAL = 64, 2, 1
 SYNTHETIC_FULL_ATTENTION_INTERVAL = 4
 
 
@@ -585,6 +588,44 @@ def qwen3next_metadata(opts):
     ]
 
 
+def minimax_m3_tensors(opts, n_vocab):
+    """src/models/minimax-m3.cpp load_arch_tensors: per-head Q/K norms, a dense leading layer, then
+    routed experts with a selection bias, one shared expert and the MSA indexer (F32, as
+    conversion/minimax.py MiniMaxM3Model.tensor_force_quant keeps it)."""
+    weight, f32, norm = _builders(opts)
+    n_embd, hd = opts["hidden_size"], opts["head_dim"]
+    body = []
+    for il in range(opts["layers"]):
+        blk = "blk.%d." % il
+        body += [norm(blk + "attn_norm.weight", (n_embd,))] + _gqa_attention(blk, opts, weight, norm)
+        body.append(norm(blk + "ffn_norm.weight", (n_embd,)))
+        if il < _dense_leading(opts):
+            body += _dense_ffn(blk, opts, weight)
+            continue
+        body += _moe_ffn(blk, opts, weight, f32, shared=1, probs_bias=True) + [
+            f32(blk + "indexer.q_proj.weight", (n_embd, hd * opts["kv_heads"])),
+            f32(blk + "indexer.k_proj.weight", (n_embd, hd)),
+            norm(blk + "indexer.q_norm.weight", (hd,)), norm(blk + "indexer.k_norm.weight", (hd,))]
+    return _ends(opts, n_vocab, weight, norm, body)
+
+
+def minimax_m3_metadata(opts):
+    """llama_model_minimax_m3::load_arch_hparams; the keys conversion/minimax.py MiniMaxM3Model writes."""
+    arch = "minimax-m3"
+    return _common_metadata(arch, opts, opts["head_dim"] // 2) + _gqa_keys(arch, opts) + [
+        (arch + ".leading_dense_block_count", _u32(_dense_leading(opts))),
+        (arch + ".expert_shared_count", _u32(1)),
+        (arch + ".expert_weights_scale", _f32(1.0)),
+        (arch + ".expert_weights_norm", gguf.GGUFValue(gguf.BOOL, True)),
+        (arch + ".expert_gating_func", _u32(EXPERT_GATING_SIGMOID)),
+        (arch + ".attention.indexer.head_count", _u32(opts["kv_heads"])),
+        (arch + ".attention.indexer.key_length", _u32(opts["head_dim"])),
+        (arch + ".attention.indexer.top_k", _u32(SYNTHETIC_MSA_TOP_K)),
+        (arch + ".attention.indexer.block_size", _u32(SYNTHETIC_MSA_BLOCK)),
+        (arch + ".attention.indexer.local_blocks", _u32(SYNTHETIC_MSA_LOCAL)),
+    ]
+
+
 ARCH_BUILDERS = {
     "minimax-m2": (minimax_m2_tensors, minimax_m2_metadata),
     "deepseek2": (deepseek2_tensors, deepseek2_metadata),
@@ -592,6 +633,7 @@ ARCH_BUILDERS = {
     "glm4moe": (glm4moe_tensors, glm4moe_metadata),
     "gpt-oss": (gpt_oss_tensors, gpt_oss_metadata),
     "qwen3next": (qwen3next_tensors, qwen3next_metadata),
+    "minimax-m3": (minimax_m3_tensors, minimax_m3_metadata),
 }
 
 

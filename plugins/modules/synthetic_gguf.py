@@ -53,9 +53,11 @@ options:
       - C(deepseek2) is DeepSeek-V3 / Kimi-K2 (multi-head latent attention, one dense first layer,
         one shared expert); C(qwen3moe) Qwen3-MoE; C(glm4moe) GLM-4.x MoE (one dense first layer,
         one shared expert); C(gpt-oss) gpt-oss (a 128-token sliding window on every other layer);
-        C(qwen3next) Qwen3-Next (gated delta-net layers with full attention every fourth layer).
+        C(qwen3next) Qwen3-Next (gated delta-net layers with full attention every fourth layer);
+        C(minimax-m3) MiniMax-M3 (block-sparse attention with an indexer on every layer after one
+        dense first layer, one shared expert).
     type: str
-    choices: [minimax-m2, deepseek2, qwen3moe, glm4moe, gpt-oss, qwen3next]
+    choices: [minimax-m2, deepseek2, qwen3moe, glm4moe, gpt-oss, qwen3next, minimax-m3]
     default: minimax-m2
   layers:
     description: Number of transformer blocks (C(block_count)). MiniMax-M2 has 62.

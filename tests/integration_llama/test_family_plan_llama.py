@@ -2,12 +2,13 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """gguf_plan against what llama.cpp allocates for each modelled family: MLA (deepseek2),
 grouped-query with 4 KV heads (qwen3moe), GLM-4.x MoE with a dense first layer and a shared
-expert (glm4moe), sliding window alternating with full attention (gpt-oss) and recurrent state
-beside full attention (qwen3next).
+expert (glm4moe), sliding window alternating with full attention (gpt-oss), recurrent state
+beside full attention (qwen3next) and block-sparse attention with an indexer cache (minimax-m3:
+its sparse graph with flash attention and a stream per slot, dense attention without).
 
 Two CPU RPC servers and llama-server load a reduced-depth synthetic GGUF of each family (MiniMax-M2
 too) with two slots of an F16 cache; for MLA, the sliding window and the recurrent state also one
-slot of a q8_0 cache with flash attention at a context that is not a multiple of 256; and every
+slot of a q8_0 cache with flash attention (MiniMax-M3 too) at a context that is not a multiple of 256; and every
 family once more without flash attention, three slots, `-c 5000` and a ubatch of 256. The
 planner's weights per device must match within 1%, its KV cache to the logged 0.01 MiB, the
 recurrent state (`RS buffer size`) likewise, and the compute buffers (`sched_reserve: ... compute
@@ -35,7 +36,7 @@ SHAPE = {"layers": 4, "hidden_size": 256, "attention_heads": 4, "kv_heads": 2, "
          "experts_used": 2, "expert_ffn_size": 128, "quantization": "F16"}
 SERVER = ["-ngl", "all", "-c", "2048", "--parallel", "2", "--fit", "off"]
 PLAN = dict(n_gpu_layers="all", ctx_size=2048, parallel=2)
-FAMILIES = ["minimax-m2", "deepseek2", "qwen3moe", "glm4moe", "gpt-oss", "qwen3next"]
+FAMILIES = ["minimax-m2", "deepseek2", "qwen3moe", "glm4moe", "gpt-oss", "qwen3next", "minimax-m3"]
 
 
 # a quantised cache with flash attention, one slot, and a context that is not a multiple of 256
@@ -44,15 +45,18 @@ Q8_PLAN = dict(n_gpu_layers="all", ctx_size=3000, parallel=1, cache_type_k="q8_0
 # no flash attention (the transposed V cache and the KQ soft-max), three slots, another ubatch
 NOFA_SERVER = ["-ngl", "all", "-c", "5000", "--parallel", "3", "-ub", "256", "--fit", "off", "-fa", "off"]
 NOFA_PLAN = dict(n_gpu_layers="all", ctx_size=5000, parallel=3, ubatch=256, flash_attn="off")
-CASES = ([(arch, SERVER, PLAN) for arch in FAMILIES]
-         + [(arch, Q8_SERVER, Q8_PLAN) for arch in ("deepseek2", "gpt-oss", "qwen3next")]
-         + [(arch, NOFA_SERVER, NOFA_PLAN) for arch in FAMILIES])
+CASES = ([(arch, SERVER, PLAN, 4) for arch in FAMILIES]
+         + [(arch, Q8_SERVER, Q8_PLAN, 4) for arch in ("deepseek2", "gpt-oss", "qwen3next", "minimax-m3")]
+         + [(arch, NOFA_SERVER, NOFA_PLAN, 4) for arch in FAMILIES]
+         # four layers a device: each MiniMax-M3 sparse layer copies its own inputs into the split
+         + [("minimax-m3", SERVER, PLAN, 8)])
 CASE_NAMES = {id(SERVER): "f16", id(Q8_SERVER): "q8_0", id(NOFA_SERVER): "nofa-ub256"}
 
 
-@pytest.mark.parametrize("arch, server, options", CASES, ids=["%s-%s" % (c[0], CASE_NAMES[id(c[1])]) for c in CASES])
-def test_family_buffers_match_llama_cpp(arch, server, options, rpc_endpoints, tmp_path):  # noqa: F811
-    model_path = write_model(tmp_path, "model.gguf", architecture=arch, **SHAPE)
+@pytest.mark.parametrize("arch, server, options, layers", CASES,
+                         ids=["%s-%s%s" % (c[0], CASE_NAMES[id(c[1])], "" if c[3] == 4 else "-%d-layers" % c[3]) for c in CASES])
+def test_family_buffers_match_llama_cpp(arch, server, options, layers, rpc_endpoints, tmp_path):  # noqa: F811
+    model_path = write_model(tmp_path, "model.gguf", architecture=arch, **dict(SHAPE, layers=layers))
     model = gguf.read_gguf_model(model_path)
     devices = [{"name": "RPC%d[%s]" % (0, ep), "free_mib": 1 << 20, "host": ep} for ep in rpc_endpoints]
     plan = gguf_plan.plan_layout(model, devices, split="1,1", margin_mib=0, **options)

@@ -74,7 +74,10 @@ HEALTH_POLLER_MAX_FILES = 4
 # the four modules that reach vllm_plan ship.
 # 1,995 -> 1,831: the autopilot split by engine (layout_llama, layout_vllm; layout_auto keeps the
 # shared words), so vllm_plan no longer ships gguf_plan and compute_buffer, nor gguf_plan vllm_plan.
-MEAN_SHIPPED_LINES_MAX = 1831
+# 1,831 -> 1,846 for issue 52's MiniMax-M3 in gguf_plan: its block-sparse graph in compute_buffer
+# (148 lines the three modules that reach it ship), its indexer cache in model_family and its
+# synthetic GGUF.
+MEAN_SHIPPED_LINES_MAX = 1846
 
 
 def test_every_module_utils_file_has_one_layer():

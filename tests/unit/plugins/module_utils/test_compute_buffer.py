@@ -110,16 +110,21 @@ LOGGED = [
     ("deepseek2", F16_2_SLOTS, (9.30, 8.65, 6.53)),
     ("gpt-oss", F16_2_SLOTS, (11.57, 8.05, 9.58)),
     ("qwen3next", F16_2_SLOTS, (6.65, 8.55, 6.55)),
+    # minimax-m3 with flash attention: its block-sparse graph (a batch of one stream per slot, decode)
+    ("minimax-m3", F16_2_SLOTS, (18.70, 17.63, 8.63)),
     ("minimax-m2", Q8_FA_1_SLOT, (16.19, 15.66, 14.67)),
     ("glm4moe", Q8_FA_1_SLOT, (16.69, 15.66, 14.67)),
     ("deepseek2", Q8_FA_1_SLOT, (17.30, 16.65, 14.53)),
     ("gpt-oss", Q8_FA_1_SLOT, (19.34, 16.18, 17.83)),
     ("qwen3next", Q8_FA_1_SLOT, (6.58, 16.68, 14.67)),
+    ("minimax-m3", Q8_FA_1_SLOT, (50.09, 53.26, 16.77)),
     ("minimax-m2", NO_FA_3_SLOTS, (17.14, 16.89, 9.34)),
     ("glm4moe", NO_FA_3_SLOTS, (17.41, 16.89, 9.34)),
     ("deepseek2", NO_FA_3_SLOTS, (17.30, 16.45, 8.33)),
     ("gpt-oss", NO_FA_3_SLOTS, (20.18, 16.89, 12.37)),
     ("qwen3next", NO_FA_3_SLOTS, (3.34, 17.14, 9.34)),
+    # minimax-m3 without flash attention attends densely
+    ("minimax-m3", NO_FA_3_SLOTS, (17.41, 16.89, 9.34)),
 ]
 
 
@@ -167,11 +172,11 @@ def test_representative_layers_are_the_first_three_of_each_run():
 
 @pytest.mark.parametrize("layout", ["three", "partial", "one-layer"])
 def test_building_the_representative_layers_gives_what_the_whole_graph_gives(layout, tmp_path):
-    """DeepSeek-V3 (61 layers, 3 dense) and a 62-layer MiniMax-M2: each device's buffer from the
+    """DeepSeek-V3 (61 layers, 3 dense) and 62-layer MiniMax-M2 and M3: each device's buffer from the
     representative layers equals the one from every layer."""
-    minimax = FamilyModel("minimax-m2", 200064, layers=62, hidden_size=3072, attention_heads=48, kv_heads=8,
-                          head_dim=128, experts=8, experts_used=8, expert_ffn_size=1536)
-    for model in (_deepseek_v3(tmp_path), minimax):
+    shape = dict(layers=62, hidden_size=3072, attention_heads=48, kv_heads=8, head_dim=128, experts=8, experts_used=8,
+                 expert_ffn_size=1536)
+    for model in (_deepseek_v3(tmp_path), FamilyModel("minimax-m2", 200064, **shape), FamilyModel("minimax-m3", 200064, **shape)):
         facts = gp.model_facts(model)
         n = facts["layers"]
         placement = {"three": [0] * 20 + [1] * 20 + [2] * (n - 40) + [2],

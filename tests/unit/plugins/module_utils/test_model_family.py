@@ -114,10 +114,30 @@ def test_glm_nextn_layer_holds_no_cache():
     assert gp.kv_bytes_per_token(facts_of("glm4moe", GLM_45)) == 376832
 
 
+# MiniMax-M3 as conversion/minimax.py MiniMaxM3Model writes it (issue 52's shape)
+MINIMAX_M3 = {"block_count": 60, "embedding_length": 6144, "attention.head_count": 64, "attention.head_count_kv": 4,
+              "attention.key_length": 128, "attention.value_length": 128, "leading_dense_block_count": 3,
+              "attention.indexer.head_count": 4, "attention.indexer.key_length": 128, "expert_count": 128,
+              "expert_used_count": 4, "expert_shared_count": 1}
+
+
+def test_minimax_m3_gguf_adds_the_indexer_cache_to_its_sparse_layers():
+    s = mf.gguf_structure("minimax-m3", meta_of(MINIMAX_M3))
+    assert s["attention"] == mf.MSA and set(s["layer_kinds"]) == {mf.FULL}
+    # llama_kv_cache_msa: 4 x 128 K and V in every layer, plus the indexer's one head of 128 K and
+    # one of value_length V in the 57 layers from leading_dense_block_count on
+    assert s["k_values"] == [512] * 3 + [640] * 57 and s["v_values"] == [512] * 3 + [640] * 57
+    assert (s["dense_leading"], s["shared_experts"], s["experts_used"]) == (3, 1, 4)
+    # (3 x 1024 + 57 x 1280) values x 2 bytes (f16)
+    assert gp.kv_bytes_per_token(facts_of("minimax-m3", MINIMAX_M3)) == 152064
+    with pytest.raises(mf.FamilyError, match="minimax-m3.attention.indexer.key_length is None"):
+        mf.gguf_structure("minimax-m3", meta_of(dict(MINIMAX_M3, **{"attention.indexer.key_length": None})))
+
+
 def test_families_with_a_memory_of_their_own_are_not_modelled():
-    s = mf.gguf_structure("minimax-m3", meta_of({}))
+    s = mf.gguf_structure("deepseek32", meta_of({}))
     assert not s["modelled"]
-    assert mf.not_modelled_message(s).startswith("family minimax-m3 is not modelled: weights only")
+    assert mf.not_modelled_message(s).startswith("family deepseek32 is not modelled: weights only")
     facts = {"layers": 3, "structure": s}
     assert gp.cache_bytes_per_layer(facts, 4096, 1, 1, 1) == [(0, 0, 0)] * 3
     assert not mf.gguf_structure("some-new-arch", meta_of({}))["modelled"]

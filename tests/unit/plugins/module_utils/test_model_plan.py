@@ -204,10 +204,10 @@ def test_an_unmodelled_family_keeps_its_weights_and_gives_no_token_count():
 
 
 def test_a_gguf_family_not_modelled_claims_no_context_but_plans_its_weights(minimax):
-    m3 = ShapedModel(MINIMAX_M2, 200064)
-    m3.metadata = dict((k.replace("minimax-m2.", "minimax-m3.", 1), v) for k, v in minimax.metadata.items())
-    m3.metadata["general.architecture"] = "minimax-m3"
-    table = mp.llama_table(m3, seed_nodes(), OPTIONS)
+    v32 = ShapedModel(MINIMAX_M2, 200064)
+    v32.metadata = dict((k.replace("minimax-m2.", "deepseek32.", 1), v) for k, v in minimax.metadata.items())
+    v32.metadata["general.architecture"] = "deepseek32"
+    table = mp.llama_table(v32, seed_nodes(), OPTIONS)
     every = table["rows"][0]
     assert (every["layout"], every["fits"], every["verdict"]) == ("all 2 nodes", True, "weights fit")
     assert every["ctx_size"] is None and every["kv_tokens"] is None
@@ -215,11 +215,11 @@ def test_a_gguf_family_not_modelled_claims_no_context_but_plans_its_weights(mini
     # the same weights as MiniMax-M2's (the family changes the cache, not the tensors)
     m2 = mp.llama_table(minimax, seed_nodes(), OPTIONS)["rows"][0]
     assert [d["weights_mib"] for d in every["devices"]] == [d["weights_mib"] for d in m2["devices"]]
-    assert every["reason"].startswith("family minimax-m3 is not modelled: weights only (llama.cpp keeps it in "
-                                      "llama_kv_cache_msa")
+    assert every["reason"].startswith("family deepseek32 is not modelled: weights only (llama.cpp keeps it in "
+                                      "llama_kv_cache_dsa")
     lines = mp.table_lines(table)
     assert " weights fit         - " in lines[1] and "kv        -" in lines[2]
-    assert lines[-1].startswith("model: minimax-m3: family minimax-m3 is not modelled: weights only")
+    assert lines[-1].startswith("model: deepseek32: family deepseek32 is not modelled: weights only")
 
 
 def deepseek_v3_gguf(tmp_path):

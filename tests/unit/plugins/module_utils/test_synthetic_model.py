@@ -252,6 +252,9 @@ def test_existing_directory_walks_up(tmp_path):
     ("gpt-oss", 2048, 0),
     # qwen3next: one full layer (512 bytes); 3 recurrent layers x (r 3 x (256 + 2 x 2 x 64) + s 64 x 256) x 4
     ("qwen3next", 512, 215040),
+    # minimax-m3: the dense first layer 256 values, the 3 sparse ones 2 x 64 + 64 K (the indexer's
+    # head) and as many V: (256 + 3 x 384) x 2 bytes
+    ("minimax-m3", 2816, 0),
 ])
 def test_each_family_is_written_as_its_loader_reads_it(tmp_path, arch, per_token, state):
     from ansible_collections.gpulab.inference.plugins.module_utils import gguf_plan as gp
