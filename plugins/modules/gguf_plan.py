@@ -162,7 +162,9 @@ options:
     type: path
     default: ""
 notes:
-  - Not modelled are sliding-window and MLA KV caches, C(--override-tensor) and row split mode.
+  - The KV cache follows the family (grouped-query, MLA, sliding window, recurrent state, MiniMax-M3's indexer
+    cache); a family llama.cpp keeps in a memory of its own otherwise (deepseek32, glm-dsa and others) is
+    planned for its weights only and named. Not modelled are C(--override-tensor) and row split mode.
 seealso:
   - module: gpulab.inference.gpu_facts
   - module: gpulab.inference.gpu_residency
