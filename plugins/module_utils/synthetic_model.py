@@ -337,6 +337,13 @@ def _dense_leading(opts):
     return 1 if opts["layers"] > 1 else 0
 
 
+def _dense_and_shared_keys(arch, opts):
+    """The dense leading layers and one shared expert, sigmoid gating with normalised weights."""
+    return [(arch + ".leading_dense_block_count", _u32(_dense_leading(opts))), (arch + ".expert_shared_count", _u32(1)),
+            (arch + ".expert_weights_scale", _f32(1.0)), (arch + ".expert_weights_norm", gguf.GGUFValue(gguf.BOOL, True)),
+            (arch + ".expert_gating_func", _u32(EXPERT_GATING_SIGMOID))]
+
+
 def _builders(opts):
     weight_type = QUANTIZATIONS[opts["quantization"]][0]
 
@@ -429,12 +436,7 @@ def deepseek2_metadata(opts):
         (arch + ".attention.value_length_mla", _u32(v_head)),
         (arch + ".attention.q_lora_rank", _u32(q_lora)),
         (arch + ".attention.kv_lora_rank", _u32(kv_lora)),
-        (arch + ".leading_dense_block_count", _u32(_dense_leading(opts))),
-        (arch + ".expert_shared_count", _u32(1)),
-        (arch + ".expert_weights_scale", _f32(1.0)),
-        (arch + ".expert_weights_norm", gguf.GGUFValue(gguf.BOOL, True)),
-        (arch + ".expert_gating_func", _u32(EXPERT_GATING_SIGMOID)),
-    ]
+    ] + _dense_and_shared_keys(arch, opts)
 
 
 def _gqa_attention(blk, opts, weight, norm, q_factor=1, qk_norm=True):
@@ -473,31 +475,26 @@ def qwen3moe_metadata(opts):
     return _common_metadata("qwen3moe", opts, opts["head_dim"]) + _gqa_keys("qwen3moe", opts)
 
 
-def glm4moe_tensors(opts, n_vocab):
-    """src/models/glm4-moe.cpp load_arch_tensors (no nextn layer)."""
+def glm4moe_tensors(opts, n_vocab, ffn_norm="post_attention_norm", sparse=None):
+    """src/models/glm4-moe.cpp load_arch_tensors (no nextn layer); minimax-m3.cpp's are these with
+    ffn_norm and the tensors sparse(blk) on each MoE layer."""
     weight, f32, norm = _builders(opts)
     n_embd = opts["hidden_size"]
     body = []
     for il in range(opts["layers"]):
         blk = "blk.%d." % il
         body += [norm(blk + "attn_norm.weight", (n_embd,))] + _gqa_attention(blk, opts, weight, norm)
-        body.append(norm(blk + "post_attention_norm.weight", (n_embd,)))
+        body.append(norm(blk + ffn_norm + ".weight", (n_embd,)))
         if il < _dense_leading(opts):
             body += _dense_ffn(blk, opts, weight)
         else:
-            body += _moe_ffn(blk, opts, weight, f32, shared=1, probs_bias=True)
+            body += _moe_ffn(blk, opts, weight, f32, shared=1, probs_bias=True) + (sparse(blk) if sparse else [])
     return _ends(opts, n_vocab, weight, norm, body)
 
 
 def glm4moe_metadata(opts):
     arch = "glm4moe"
-    return _common_metadata(arch, opts, opts["head_dim"] // 2) + _gqa_keys(arch, opts) + [
-        (arch + ".leading_dense_block_count", _u32(_dense_leading(opts))),
-        (arch + ".expert_shared_count", _u32(1)),
-        (arch + ".expert_weights_scale", _f32(1.0)),
-        (arch + ".expert_weights_norm", gguf.GGUFValue(gguf.BOOL, True)),
-        (arch + ".expert_gating_func", _u32(EXPERT_GATING_SIGMOID)),
-    ]
+    return _common_metadata(arch, opts, opts["head_dim"] // 2) + _gqa_keys(arch, opts) + _dense_and_shared_keys(arch, opts)
 
 
 def gpt_oss_tensors(opts, n_vocab):
@@ -589,35 +586,19 @@ def qwen3next_metadata(opts):
 
 
 def minimax_m3_tensors(opts, n_vocab):
-    """src/models/minimax-m3.cpp load_arch_tensors: per-head Q/K norms, a dense leading layer, then
-    routed experts with a selection bias, one shared expert and the MSA indexer (F32, as
-    conversion/minimax.py MiniMaxM3Model.tensor_force_quant keeps it)."""
-    weight, f32, norm = _builders(opts)
+    """src/models/minimax-m3.cpp load_arch_tensors: glm4moe's layers with ffn_norm and the MSA indexer
+    on the MoE layers (F32, as conversion/minimax.py MiniMaxM3Model.tensor_force_quant keeps it)."""
+    _weight, f32, norm = _builders(opts)
     n_embd, hd = opts["hidden_size"], opts["head_dim"]
-    body = []
-    for il in range(opts["layers"]):
-        blk = "blk.%d." % il
-        body += [norm(blk + "attn_norm.weight", (n_embd,))] + _gqa_attention(blk, opts, weight, norm)
-        body.append(norm(blk + "ffn_norm.weight", (n_embd,)))
-        if il < _dense_leading(opts):
-            body += _dense_ffn(blk, opts, weight)
-            continue
-        body += _moe_ffn(blk, opts, weight, f32, shared=1, probs_bias=True) + [
-            f32(blk + "indexer.q_proj.weight", (n_embd, hd * opts["kv_heads"])),
-            f32(blk + "indexer.k_proj.weight", (n_embd, hd)),
-            norm(blk + "indexer.q_norm.weight", (hd,)), norm(blk + "indexer.k_norm.weight", (hd,))]
-    return _ends(opts, n_vocab, weight, norm, body)
+    return glm4moe_tensors(opts, n_vocab, "ffn_norm", lambda blk: [
+        f32(blk + "indexer.q_proj.weight", (n_embd, hd * opts["kv_heads"])), f32(blk + "indexer.k_proj.weight", (n_embd, hd)),
+        norm(blk + "indexer.q_norm.weight", (hd,)), norm(blk + "indexer.k_norm.weight", (hd,))])
 
 
 def minimax_m3_metadata(opts):
     """llama_model_minimax_m3::load_arch_hparams; the keys conversion/minimax.py MiniMaxM3Model writes."""
     arch = "minimax-m3"
-    return _common_metadata(arch, opts, opts["head_dim"] // 2) + _gqa_keys(arch, opts) + [
-        (arch + ".leading_dense_block_count", _u32(_dense_leading(opts))),
-        (arch + ".expert_shared_count", _u32(1)),
-        (arch + ".expert_weights_scale", _f32(1.0)),
-        (arch + ".expert_weights_norm", gguf.GGUFValue(gguf.BOOL, True)),
-        (arch + ".expert_gating_func", _u32(EXPERT_GATING_SIGMOID)),
+    return _common_metadata(arch, opts, opts["head_dim"] // 2) + _gqa_keys(arch, opts) + _dense_and_shared_keys(arch, opts) + [
         (arch + ".attention.indexer.head_count", _u32(opts["kv_heads"])),
         (arch + ".attention.indexer.key_length", _u32(opts["head_dim"])),
         (arch + ".attention.indexer.top_k", _u32(SYNTHETIC_MSA_TOP_K)),
