@@ -20,7 +20,7 @@ __metaclass__ = type
 
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf_plan as gp
 from ansible_collections.gpulab.inference.plugins.module_utils.layout_auto import (
-    AUTO, AutoError, DEFAULT_CONCURRENCY, DEFAULT_INTENT, REJECTED_LIMIT, STEADY_STEP_MIB, check_intent, is_auto, is_auto_word)
+    AUTO, AutoError, DEFAULT_CONCURRENCY, DEFAULT_INTENT, REJECTED_LIMIT, STEADY_STEP_MIB, check_intent, is_auto)
 
 
 MIB = gp.MIB
@@ -431,36 +431,6 @@ def choose_ctx_and_split(model, devices, ctx_size=AUTO, split=AUTO, facts=None, 
     }
 
 
-def resolve_from_memory_plan(split, ctx_size, record, model_path, record_path="memory-plan.json"):
-    """(tensor_split, ctx_size) for the head's command line: each auto setting takes what the
-    memory plan resolved (its record, memory-plan.json, written before any service changes), a
-    set value stays. record: the parsed file, or None when there is none."""
-    wanted = [name for name, value in (("llama_server_tensor_split", split), ("llama_server_ctx_size", ctx_size))
-              if is_auto_word(value)]
-    if not wanted:
-        return split, ctx_size
-    subject = " and ".join(wanted) + (" are" if len(wanted) > 1 else " is")
-    if not isinstance(record, dict):
-        raise AutoError("%s auto: the memory plan resolves %s (role memory_plan writes %s before any service "
-                        "changes), but there is no plan there; run deploy.yml, or set %s"
-                        % (subject, "them" if len(wanted) > 1 else "it", record_path, " and ".join(wanted)))
-    if record.get("model_path") != model_path:
-        raise AutoError("%s auto, but %s plans %s, not %s; run the memory plan again (deploy.yml)"
-                        % (subject, record_path, record.get("model_path"), model_path))
-    options = record.get("options") if isinstance(record.get("options"), dict) else {}
-    planned_split, planned_ctx = record.get("tensor_split"), options.get("ctx_size")
-    if is_auto_word(split):
-        if not isinstance(planned_split, list) or not planned_split or not all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in planned_split):
-            raise AutoError("%s holds no tensor_split list (%r); run the memory plan again" % (record_path, planned_split))
-        split = [int(v) if float(v).is_integer() else v for v in planned_split]
-    if is_auto_word(ctx_size):
-        if isinstance(planned_ctx, bool) or not isinstance(planned_ctx, int) or planned_ctx < 1:
-            raise AutoError("%s holds no resolved ctx_size (%r); run the memory plan again" % (record_path, planned_ctx))
-        ctx_size = planned_ctx
-    return split, ctx_size
-
-
 # ---------------------------------------------------------------- the serving intent
 
 # llama.cpp under throughput: a slot with less context than this (or than the trained context, if
@@ -524,16 +494,3 @@ def intent_record(choice):
     slots, with the reason); the head reads the slots from here when llama_server_parallel is auto."""
     return {"intent": choice["intent"], "concurrency": choice["concurrency"], "parallel": choice["parallel"],
             "parallel_reason": choice["parallel_reason"]}
-
-
-def resolve_parallel_from_memory_plan(parallel, record, record_path="memory-plan.json"):
-    """llama_server_parallel for the head's command line: auto takes the slots the memory plan
-    resolved (memory-plan.json's intent), a set value stays."""
-    if not is_auto_word(parallel):
-        return parallel
-    planned = ((record or {}).get("intent") or {}).get("parallel") if isinstance(record, dict) else None
-    if isinstance(planned, bool) or not isinstance(planned, int) or planned < 1:
-        raise AutoError("llama_server_parallel is auto: the memory plan resolves it (role memory_plan writes %s before "
-                        "any service changes), but %s holds no resolved slots (%r); run deploy.yml "
-                        "(deploy.yml), or set llama_server_parallel" % (record_path, record_path, planned))
-    return planned

@@ -25,7 +25,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.llama_build_info 
     lockstep_problem,
 )
 # --cache-type-k/-v values llama.cpp accepts (common/arg.cpp kv_cache_types), one table for both plans
-from ansible_collections.gpulab.inference.plugins.module_utils.gguf_plan import CACHE_TYPES
+from ansible_collections.gpulab.inference.plugins.module_utils.llama_layers import CACHE_TYPES, assign_layers
 from ansible_collections.gpulab.inference.plugins.module_utils.endpoint_rule import format_endpoint, port_number, whole_number
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_service import LlamaServerError
 
@@ -386,15 +386,13 @@ def output_device(devices, split, n_layer=None, n_gpu_layers="all"):
     """The device that holds the output layer, or None for the CPU.
 
     llama.cpp places the output layer like a layer of index n_layer (src/llama-model.cpp,
-    `dev_output = get_layer_buft_list(n_layer_all)`), which is what gguf_plan.assign_layers
+    `dev_output = get_layer_buft_list(n_layer_all)`), which is what llama_layers.assign_layers
     computes. Without the layer count it is the last device with a share of the split, which is
     the same device unless that share is smaller than one layer.
     """
     if not devices:
         return None
     if n_layer:
-        # Imported here: gguf_plan is large and only this rule needs it.
-        from ansible_collections.gpulab.inference.plugins.module_utils.gguf_plan import assign_layers
         index = assign_layers(int(n_layer), [float(v) for v in split], n_gpu_layers)[-1]
         return None if index is None else devices[index]
     shares = [i for i, v in enumerate(split) if float(v) > 0]

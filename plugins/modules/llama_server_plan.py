@@ -284,7 +284,6 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpulab.inference.plugins.module_utils.nvidia_smi_runner import GPU_INVENTORY_OPTION, use_gpu_inventory
 from ansible_collections.gpulab.inference.plugins.module_utils import layout_auto
-from ansible_collections.gpulab.inference.plugins.module_utils import layout_llama
 from ansible_collections.gpulab.inference.plugins.module_utils.roce import RoceError, rpc_rdma_settings
 from ansible_collections.gpulab.inference.plugins.module_utils.gguf import GGUFError, read_gguf
 from ansible_collections.gpulab.inference.plugins.module_utils.endpoint_rule import EndpointError, listen_address
@@ -396,11 +395,11 @@ class LlamaServerPlan:
         devices = device_order(endpoints, local_gpus)
         server = dict(params["server"] or {})
         try:
-            given, server_ctx = layout_llama.resolve_from_memory_plan(
+            given, server_ctx = layout_auto.resolve_from_memory_plan(
                 params["tensor_split"], server.get("ctx_size"), params["memory_plan"], params["model_path"],
                 params["memory_plan_path"])
-            slots = layout_llama.resolve_parallel_from_memory_plan(server.get("parallel"), params["memory_plan"],
-                                                                   params["memory_plan_path"])
+            slots = layout_auto.resolve_parallel_from_memory_plan(server.get("parallel"), params["memory_plan"],
+                                                                  params["memory_plan_path"])
         except layout_auto.AutoError as exc:
             raise LlamaServerError(str(exc))
         if params["server"] is not None and "ctx_size" in server:

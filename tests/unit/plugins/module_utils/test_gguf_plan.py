@@ -15,6 +15,7 @@ from common_defaults import OWN_UNITS
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf
 from ansible_collections.gpulab.inference.plugins.module_utils import gguf_plan as gp
 from ansible_collections.gpulab.inference.plugins.module_utils import kept_room
+from ansible_collections.gpulab.inference.plugins.module_utils import llama_layers
 from ansible_collections.gpulab.inference.plugins.module_utils import synthetic_model as sm
 
 MIB = 1024 * 1024
@@ -88,9 +89,9 @@ def test_a_zero_entry_gets_no_layer():
 
 
 def test_split_points_are_float32_like_llama_cpp():
-    points = gp.split_points([1, 1, 1])
+    points = llama_layers.split_points([1, 1, 1])
     assert points[-1] == 1.0
-    assert points[0] == gp._f32(1.0 / 3)  # pylint: disable=protected-access
+    assert points[0] == llama_layers.f32(1.0 / 3)
     assert points[0] != 1.0 / 3
 
 

@@ -329,10 +329,10 @@ RECORD = {"model_path": "/m/x.gguf", "tensor_split": [20.0, 21.0, 22.0], "option
 
 
 def test_auto_values_come_from_the_memory_plan():
-    assert ll.resolve_from_memory_plan("auto", "auto", RECORD, "/m/x.gguf") == ([20, 21, 22], 131072)
-    assert ll.resolve_from_memory_plan([1, 1, 1], "auto", RECORD, "/m/x.gguf") == ([1, 1, 1], 131072)
+    assert la.resolve_from_memory_plan("auto", "auto", RECORD, "/m/x.gguf") == ([20, 21, 22], 131072)
+    assert la.resolve_from_memory_plan([1, 1, 1], "auto", RECORD, "/m/x.gguf") == ([1, 1, 1], 131072)
     # nothing auto: the record is not needed
-    assert ll.resolve_from_memory_plan("equal", 8192, None, "/m/x.gguf") == ("equal", 8192)
+    assert la.resolve_from_memory_plan("equal", 8192, None, "/m/x.gguf") == ("equal", 8192)
 
 
 @pytest.mark.parametrize("record, message", [
@@ -343,7 +343,7 @@ def test_auto_values_come_from_the_memory_plan():
 ])
 def test_a_memory_plan_that_cannot_resolve_auto_is_named(record, message):
     with pytest.raises(la.AutoError, match=re.escape(message)):
-        ll.resolve_from_memory_plan("auto", "auto", record, "/m/x.gguf", "/var/lib/gpulab/memory-plan.json")
+        la.resolve_from_memory_plan("auto", "auto", record, "/m/x.gguf", "/var/lib/gpulab/memory-plan.json")
 
 
 def test_the_memory_plan_keeps_the_choice_and_drift_does_not_rewrite_it(minimax):

@@ -98,10 +98,10 @@ def test_bad_intent_settings_name_the_variable(intent, concurrency, parallel, me
 
 def test_the_head_reads_the_slots_the_memory_plan_set():
     record = {"intent": {"intent": "interactive", "concurrency": 4, "parallel": 1, "parallel_reason": "..."}}
-    assert ll.resolve_parallel_from_memory_plan("auto", record) == 1
-    assert ll.resolve_parallel_from_memory_plan(6, record) == 6
+    assert la.resolve_parallel_from_memory_plan("auto", record) == 1
+    assert la.resolve_parallel_from_memory_plan(6, record) == 6
     with pytest.raises(la.AutoError, match="llama_server_parallel is auto: the memory plan resolves it"):
-        ll.resolve_parallel_from_memory_plan("auto", {"intent": None}, "/var/lib/gpulab/memory-plan.json")
+        la.resolve_parallel_from_memory_plan("auto", {"intent": None}, "/var/lib/gpulab/memory-plan.json")
 
 
 def _seed_head_devices():
@@ -343,7 +343,7 @@ KNOBS = [
     # (role variable, the template the role hands the planner, the check that the set value won)
     ("llama_server_parallel", lambda: memory_plan_server("parallel"),
      lambda m, intent: llama_serving(m, intent, parallel=3)["parallel"] == 3
-     and ll.resolve_parallel_from_memory_plan(3, None) == 3),
+     and la.resolve_parallel_from_memory_plan(3, None) == 3),
     # the head's own command line: the same options dict, a set slot count printed as set
     ("llama_server_parallel", lambda: common_option("parallel"),
      lambda m, intent: _after(ls.server_argv("/bin/llama-server", "/m.gguf", {"ctx_size": 8192, "parallel": 3}, "", "1",
