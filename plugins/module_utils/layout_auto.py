@@ -2,11 +2,12 @@
 # Copyright: contributors to gpulab.inference
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The layout autopilot's shared words: what `auto` is, the error that names the variable, the
-serving intents, and the head's auto settings read back from the memory plan's record. The choices themselves are per engine, so that a module ships only the planner
-it calls: layout_llama (gguf_plan's split, context and slots) and layout_vllm (vllm_plan's TP,
-PP, DP and expert parallel, and the batch settings). Every choice returns the same shape: the
-chosen value, `reason` (one sentence) and `rejected` (the first alternatives, each with its
-`findings`), so a play can print why and a test can assert it.
+serving intents, and the head's auto settings read back from the memory plan's record. The
+choices themselves are per engine, so that a module ships only the planner it calls:
+layout_llama (gguf_plan's split, context and slots) and layout_vllm (vllm_plan's TP, PP, DP and
+expert parallel, and the batch settings). Every choice returns the same shape: the chosen value,
+`reason` (one sentence) and `rejected` (the first alternatives, each with its `findings`), so a
+play can print why and a test can assert it.
 """
 
 from __future__ import absolute_import, division, print_function
