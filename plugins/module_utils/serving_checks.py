@@ -275,6 +275,7 @@ RULES = {
     "llama_server_backend_sampling": (_backend_sampling, "auto, true or false"),
     "llama_server_worker_wait_s": (_at_least(0), "seconds to wait for the workers, e.g. 300"),
     "llama_server_worker_watch_s": (_at_least(0), "seconds between connection checks, e.g. 5 (0: no watch)"),
+    "llama_server_worker_unreachable_s": (_at_least(0), "seconds without an ACK from a worker, e.g. 20 (0: off)"),
     "llama_server_restart_sec": (_at_least(0), "seconds before a restart, e.g. 5"),
     "llama_server_restart_max_delay_s": (_at_least(0), "the longest restart delay in seconds, e.g. 30"),
     "llama_server_health_timeout_s": (_at_least(0), "seconds to wait for /health, or 0 to scale it to the model"),

@@ -28,7 +28,8 @@ LAYERS = [
     # GGUF and safetensors headers, model files on disk, a llama.cpp build's BUILD_INFO.json
     ('readers', ['service_status', 'systemd_units', 'service_account', 'nvidia_smi',
                  'nvidia_smi_runner', 'exposure', 'roce', 'nftables', 'rpc_cache', 'gguf', 'hf_checkpoint',
-                 'model_transfer', 'model_io', 'model_header', 'model_manifest', 'drain_rescue', 'llama_build_info']),
+                 'model_transfer', 'model_io', 'model_header', 'model_manifest', 'drain_rescue', 'llama_build_info',
+                 'tcp_stall']),
     # decisions over what the readers found: GGUF, vLLM and layout plans, llama.cpp's builds and
     # servers, the drain, the kept services' room, synthetic models, the inventory's rules
     ('planners', ['llama_cpp', 'llama_service', 'llama_server', 'rpc_worker', 'gguf_plan', 'compute_buffer', 'vllm_plan',
