@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / 'tests' / 'playbooks'))
 sys.path.insert(0, str(REPO / '.build' / 'collections'))
-from ansible_collections.gpulab.inference.plugins.module_utils import fault_matrix  # noqa: E402 pylint: disable=wrong-import-position
+from ansible_collections.gpulab.inference.plugins.module_utils import fault_matrix, tcp_stall  # noqa: E402 pylint: disable=wrong-import-position
 
 HEAD, WORKER, OTHER = 'node-a', 'node-b', 'node-c'
 NODES = (HEAD, WORKER, OTHER)
@@ -67,6 +67,15 @@ class Lab:
             return json.loads(out) if rc == 0 else None
         except ValueError:
             return None
+
+    def unreachable_from_head(self, address):
+        """The head's connections to address that wait for an ACK (what status.yml says on the head)."""
+        rc, out = self.sh(HEAD, 'cat /proc/net/tcp')
+        return tcp_stall.unreachable_peers(tcp_stall.connections(out), [address]) if rc == 0 else []
+
+    def fabric_address(self, node):
+        return self.sh(node, "ip -4 -o addr show | awk '/%s/ {print $4}' | cut -d/ -f1" %
+                       os.environ.get('GPULAB_LAB_FABRIC_PREFIX', '10.231.83'))[1]
 
     def requests(self):
         dummy, out = self.sh(HEAD, 'cat %s 2>/dev/null' % LOAD_LOG, timeout=30)
@@ -198,21 +207,39 @@ def worker_restart(lab, row):
 
 def fabric_cut(seconds):
     def case(lab, row):
-        head_address = lab.sh(HEAD, "ip -4 -o addr show | awk '/%s/ {print $4}' | cut -d/ -f1" %
-                              os.environ.get('GPULAB_LAB_FABRIC_PREFIX', '10.231.83'))[1]
+        head_address, worker_address = lab.fabric_address(HEAD), lab.fabric_address(WORKER)
         fault_at = time.time()
         lab.sh(WORKER, 'nft add table inet gpulab_fault && nft add chain inet gpulab_fault input '
                        "'{ type filter hook input priority -50; }' && nft add rule inet gpulab_fault input ip saddr %s drop && "
                        "nft add chain inet gpulab_fault output '{ type filter hook output priority -50; }' && "
                        'nft add rule inet gpulab_fault output ip daddr %s drop' % (head_address, head_address), check=True)
-        detected = wait_for(lambda: lab.health() != '200' or (lab.watch_state(WORKER) or {}).get('can_serve') is False,
-                            seconds)
+        # First sign of each: the head's view of its connection to the worker (status.yml's
+        # unreachable_peers), the head's /health, the worker's watch.
+        first = {}
+
+        def look():
+            at = time.time() - fault_at
+            if 'view' not in first and lab.unreachable_from_head(worker_address):
+                first['view'] = at
+            if 'health' not in first and lab.health() != '200':
+                first['health'] = at
+            if 'watch' not in first and (lab.watch_state(WORKER) or {}).get('can_serve') is False:
+                first['watch'] = at
+            return 'view' in first and 'health' in first
+        wait_for(look, seconds)
         left = seconds - (time.time() - fault_at)
         if left > 0:
             time.sleep(left)
         lab.sh(WORKER, 'nft delete table inet gpulab_fault', check=True)
-        row['notes'] = 'drop rules on %s against %s for %d s.' % (WORKER, head_address, seconds)
-        return fault_at, detected
+
+        def said(key):
+            return fault_matrix.seconds(first.get(key))
+        health = ('head /health not 200 after %s s (its wrapper restarted llama-server)' % said('health')
+                  if 'health' in first else 'head /health 200 throughout (no restart)')
+        row['notes'] = ('drop rules on %s against %s for %d s; the head\'s connections said %s unreachable after %s s '
+                        '(status.yml), %s; the worker\'s watch can_serve false after %s s.'
+                        % (WORKER, head_address, seconds, worker_address, said('view'), health, said('watch')))
+        return fault_at, min(first.values()) if first else None
     return case
 
 
