@@ -59,9 +59,18 @@ def load(directory, max_model_len, utilization):
         config = json.load(handle)
     hybrid = "linear_num_value_heads" in config
     if config["architectures"][0].startswith(NEEDS_FLASHINFER) and importlib.util.find_spec("flashinfer") is None:
-        print("gpu-families: skipped: vLLM's MiniMax-M3 needs flashinfer (MiniMAXGemmaRMSNorm.forward imports "
-              "flashinfer.norm), which is not installed", flush=True)
-        sys.exit(3)
+        if os.environ.get("GPULAB_FAMILIES_FLASHINFER_NORM_DOUBLE") != "1":
+            print("gpu-families: skipped: vLLM's MiniMax-M3 needs flashinfer (MiniMAXGemmaRMSNorm.forward imports "
+                  "flashinfer.norm), which is not installed", flush=True)
+            sys.exit(3)
+        # tests/doubles/flashinfer_norm: the two norms in torch; without nvcc on PATH (and no cubin
+        # package) vllm.utils.flashinfer.has_flashinfer() stays False, so vLLM picks no other FlashInfer path
+        double = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "doubles", "flashinfer_norm")
+        sys.path.insert(0, double)
+        os.environ["PYTHONPATH"] = double + os.pathsep + os.environ.get("PYTHONPATH", "")
+        os.environ["PATH"] = os.pathsep.join(d for d in os.environ.get("PATH", "").split(os.pathsep)
+                                             if not os.path.exists(os.path.join(d, "nvcc")))
+        print("gpu-families: flashinfer.norm is the torch test double (tests/doubles/flashinfer_norm)", flush=True)
     from vllm import LLM, SamplingParams
     # the gated delta net's prefill defaults to FlashInfer, which the wheelhouse does not carry
     # (vllm/engine/arg_utils.py --gdn-prefill-backend)

@@ -11,7 +11,8 @@
 #   scripts/gpu-families.sh OUTDIR [FAMILY ...]
 #
 # FAMILY: deepseek-v3 qwen3-moe glm4-moe gpt-oss qwen3-next minimax-m2 minimax-m3 (default: all, in that
-# order). minimax-m3 is skipped (logged, result.json "skipped") where flashinfer is not importable: vLLM's
+# order). minimax-m3 is skipped (logged, result.json "skipped") where flashinfer is not importable, unless
+# GPULAB_FAMILIES_FLASHINFER_NORM_DOUBLE=1 (its two norms in torch: tests/doubles/flashinfer_norm): vLLM's
 # MiniMax-M3 calls flashinfer.norm in every RMSNorm (scripts/gpu-families.py NEEDS_FLASHINFER).
 # A first start of an FP8 or MXFP4 MoE family compiles Triton kernels (minutes); the cache
 # (GPULAB_FAMILIES_WORK/cache) serves later starts on the same machine, so a host whose commands are
