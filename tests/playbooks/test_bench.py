@@ -233,7 +233,7 @@ def test_unreachable_endpoint_names_the_url_and_stops_the_samplers(tmp_path):
     assert run.status == 'failed'
     (failure,) = run.failures
     assert failure[1] == 'Stop when the benchmark failed'
-    assert 'The benchmark of http://127.0.0.1:9 failed: cannot reach http://127.0.0.1:9/v1/models' in failure[2]
+    assert 'The benchmark on localhost of http://127.0.0.1:9 failed: cannot reach http://127.0.0.1:9/v1/models' in failure[2]
     assert (tmp_path / 'work' / 'sampler.stop').exists()
 
 
@@ -292,3 +292,22 @@ def test_report_tells_rdma_from_tcp_per_rpc_server(tmp_path):
         'localhost', str(cache), 5.0, 8.0, 2, False)
     assert doc['rpc_cache']['note'] is None
     assert '| localhost | %s | 5.00 | 8.00 | 2 | no |' % cache in (report_dir / 'report.md').read_text()
+
+
+def test_a_record_that_cannot_be_written_names_the_head_the_file_and_the_report(tmp_path):
+    # the record's directory is a file: the write fails as a full disk would, after the report
+    (tmp_path / 'BUILD_INFO.json').write_text(json.dumps({'build_id': 'b8070-test', 'cuda': False}))
+    (tmp_path / 'state').write_text('not a directory\n')
+    record = tmp_path / 'state' / 'last-run.json'
+    with OpenAIDouble(ttft_s=0.01, itl_s=0.01) as server:
+        run = run_in(tmp_path / 'runner', 'playbooks/bench.yml', inventory(),
+                     bench_vars(tmp_path, server.base_url, gpulab_bench_last_run_file=str(record), bench_concurrency=[1]),
+                     envvars=ENV)
+    assert run.status == 'failed'
+    # the copy's own failure (rescued), then the stop that names the head
+    assert [task for dummy, task, dummy in run.failures] == [
+        'Write the record of this benchmark on the head', 'Stop naming the head and the record that could not be written']
+    failure = run.failures[-1]
+    (report_dir,) = list((tmp_path / 'reports').iterdir())
+    assert failure[2].startswith('localhost: the record of this benchmark, %s, cannot be written: ' % record)
+    assert 'The report is written (%s)' % (report_dir / 'report.md') in failure[2]
