@@ -372,6 +372,8 @@ def controller_kill(signame, phase):
             exited = 'exited %s after %d signal%s' % (proc.returncode, sent, '' if sent == 1 else 's')
         tasks = fault_matrix.TASK_LINE.findall(log.read_text())
         time.sleep(DRAINED_STOP_S + 3)
+        # What the killed run left running on the nodes: its modules (async jobs go on without it).
+        leftover = dict((node, lab.sh(node, "pgrep -f '[A]nsiballZ|[a]nsible_async|[a]sync_wrapper' | wc -l")[1]) for node in NODES)
         recorded = []
         for node in NODES:
             phase_, names = fault_matrix.drain_recorded(lab.sh(node, 'cat %s 2>/dev/null' % DRAIN_STATE)[1])
@@ -388,8 +390,9 @@ def controller_kill(signame, phase):
         row['lost'] = fault_matrix.lost_services(before, active_units(lab, DRAINED_UNIT))
         row['deploy_1'], row['deploy_1_s'] = deploy(lab, row['private'] / ('%s-1' % row['id']))
         row['notes'] = ('%s to the process group during task "%s" (ansible-playbook %s, its last task "%s"); state file, unit: %s; '
-                        '%s, %s active on every node before the next deploy.yml: %s.' % (
-                            signame, at_kill[-1] if at_kill else '-', exited, tasks[-1] if tasks else '-', '; '.join(recorded), recovery,
+                        'module processes left running %d s later: %s; %s, %s active on every node before the next deploy.yml: %s.' % (
+                            signame, at_kill[-1] if at_kill else '-', exited, tasks[-1] if tasks else '-', '; '.join(recorded),
+                            DRAINED_STOP_S + 3, ', '.join('%s %s' % item for item in sorted(leftover.items())), recovery,
                             DRAINED_UNIT, 'yes' if row['lost'] == 'nothing' else 'no'))
         return fault_at, None
     return case
