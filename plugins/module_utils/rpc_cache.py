@@ -143,6 +143,28 @@ def parse_record(text):
     return record
 
 
+FNV_OFFSET = 0xcbf29ce484222325
+FNV_PRIME = 0x100000001b3
+_MASK = (1 << 64) - 1
+
+
+def fnv1a64(chunks, value=FNV_OFFSET):
+    """rpc-server's hash of a tensor's bytes (ggml-rpc.cpp fnv_hash: FNV-1a, 64 bits), over an
+    iterable of byte strings; a cache file's name is this, as 16 lower-case hex digits."""
+    for chunk in chunks:
+        for byte in bytearray(chunk):
+            value = ((value ^ byte) * FNV_PRIME) & _MASK
+    return value
+
+
+def name_matches(name, value):
+    """Whether a cache file named name holds the bytes that hash to value. rpc-server writes the file
+    in place with no check of the write: a disk that fills meanwhile leaves a file cut short under
+    its final name, which SET_TENSOR_HASH later reads whole into the tensor (the request carries no
+    size) and answers as cached: the model then runs with that tensor's tail missing."""
+    return name == '%016x' % value
+
+
 def open_names(fd_targets, directory):
     """Names of cache files that a process holds open, from the targets of /proc/*/fd links."""
     prefix = directory.rstrip('/') + '/'

@@ -290,3 +290,18 @@ def test_status_of_a_cache_turned_off_still_counts_what_is_left():
     assert status['summary'] == ('off (llama_rpc_server_cache_enabled is false); /var/cache/gpulab/rpc/rpc holds '
                                  '4.00 GiB in 1 file from an earlier deploy')
     assert rc.cache_status(None, [], None, enabled=False)['summary'] == 'off (llama_rpc_server_cache_enabled is false)'
+
+
+def test_fnv1a64_is_rpc_servers_hash():
+    # FNV-1a 64-bit reference values (the offset basis for no bytes), in one chunk or several
+    assert rc.fnv1a64([]) == 0xcbf29ce484222325
+    assert rc.fnv1a64([b'a']) == 0xaf63dc4c8601ec8c
+    assert rc.fnv1a64([b'foobar']) == 0x85944171f73967e8
+    assert rc.fnv1a64([b'foo', b'', b'bar']) == 0x85944171f73967e8
+
+
+def test_a_file_cut_short_does_not_match_its_name():
+    data = bytes(range(256)) * 64
+    name = '%016x' % rc.fnv1a64([data])
+    assert rc.name_matches(name, rc.fnv1a64([data]))
+    assert not rc.name_matches(name, rc.fnv1a64([data[:len(data) // 2]]))

@@ -128,6 +128,26 @@ def test_a_record_that_cannot_be_written_fails_naming_the_node_and_file(tmp_path
     assert os.listdir(tmp_path / 'state') == ['rpc-cache.json']
 
 
+def test_verify_removes_a_file_cut_short_and_keeps_a_whole_one(tmp_path):
+    # rpc-server names each file by the FNV-1a of the tensor's bytes; a disk that filled while it wrote
+    # left the second one half written under its final name
+    directory = tmp_path / 'llama' / 'rpc'
+    directory.mkdir(parents=True)
+    whole, cut = b'w' * 4096, b'c' * 4096
+    whole_name, cut_name = ['%016x' % rpc_cache.rc.fnv1a64([data]) for data in (whole, cut)]
+    (directory / whole_name).write_bytes(whole)
+    (directory / cut_name).write_bytes(cut[:1000])
+    kept = run(args(tmp_path, max_gib=1.0))
+    assert kept.kind is ExitJson and kept.result['corrupt'] == []
+    assert sorted(os.listdir(directory)) == sorted([whole_name, cut_name])
+    result = run(args(tmp_path, max_gib=1.0, verify=True))
+    assert result.kind is ExitJson, result.result
+    assert result.result['corrupt'] == [cut_name]
+    assert result.result['changed'] is True
+    assert os.listdir(directory) == [whole_name]
+    assert any(cut_name in warning and 'cut short' in warning for warning in result.warnings)
+
+
 def test_a_bad_setting_fails_naming_the_variable(tmp_path):
     result = run(args(tmp_path, disk_fraction=1.5, max_gib=None))
     assert result.kind is FailJson
