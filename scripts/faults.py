@@ -575,6 +575,14 @@ def disk_full_rpc(lab, row):
     lab.sh(HEAD, 'systemctl restart %s' % HEAD_UNIT)
     back = wait_serving(lab)
     answer_restart = greedy_answer(lab)
+    # The way out: one deploy with llama_rpc_server_cache_verify, then the head loads again.
+    verified, took_verified = deploy(lab, row['private'] / ('%s-verify' % row['id']),
+                                     extravars=dict(cache_vars, llama_rpc_server_cache_verify=True))
+    sizes_verified = lab.sh(CACHE_NODE, 'stat -c %%s %s/* 2>/dev/null' % files)[1].split()
+    lab.sh(HEAD, 'systemctl restart %s' % HEAD_UNIT)
+    back_verified = wait_serving(lab)
+    sizes_reloaded = lab.sh(CACHE_NODE, 'stat -c %%s %s/* 2>/dev/null' % files)[1].split()
+    answer_verified = greedy_answer(lab)
     row['deploy_1'], took_1 = deploy(lab, row['private'] / ('%s-1' % row['id']))
     row['deploy_2'], took_2 = deploy(lab, row['private'] / ('%s-2' % row['id']))
     row['deploy_1'] = 'deploy.yml (cache back at its default): ' + row['deploy_1']
@@ -584,11 +592,15 @@ def disk_full_rpc(lab, row):
     row['notes'] = ('cache on node-c\'s tmpfs (%s), its tensor above 10 MiB %d bytes; filled to leave %d bytes when the serve step '
                     'began; deploy.yml rc %d after %d s, its error: "%s"; cache files then: %s; rpc-server\'s log: "%s"; '
                     'greedy answer before "%s", after "%s"; filler removed, deploy.yml with the same settings: %s in %d s, cache '
-                    'file sizes %s; head restarted (loads node-c\'s tensor from the cache): serving %s, answer "%s". deploy.yml '
-                    'took %d s, then %d s.' % (
+                    'file sizes %s; head restarted (loads node-c\'s tensor from the cache): serving %s, answer "%s"; deploy.yml '
+                    '-e llama_rpc_server_cache_verify=true: %s in %d s, cache file sizes %s; head restarted: serving %s, cache '
+                    'file sizes %s, answer "%s". deploy.yml took %d s, then %d s.' % (
                         files, tensor, max(tensor // 2, 1 << 20), rc, took, message[:300] or 'none', listing.replace('\n', '; ') or 'none',
                         journal.replace('\n', ' / ')[:300], answer_before, answer_after, next_run, took_next, ','.join(sizes_next) or 'none',
-                        'again after %.0f s' % back if back is not None else 'not within the bound', answer_restart, took_1, took_2))
+                        'again after %.0f s' % back if back is not None else 'not within the bound', answer_restart,
+                        verified, took_verified, ','.join(sizes_verified) or 'none',
+                        'again after %.0f s' % back_verified if back_verified is not None else 'not within the bound',
+                        ','.join(sizes_reloaded) or 'none', answer_verified, took_1, took_2))
     return fault_at, (took if rc != 0 else None)
 
 
