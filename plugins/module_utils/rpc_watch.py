@@ -176,6 +176,12 @@ def server_sockets(rows, port):
     return listener, clients
 
 
+def waiting_connections(rows, port):
+    """Connections to port that no process has accepted yet (inode 0: the listen backlog)."""
+    return [row for row in rows if row['local'][1] == port and row['state'] in (TCP_ESTABLISHED, TCP_CLOSE_WAIT)
+            and not row['inode']]
+
+
 def parse_proc_stat_state(text):
     """The state letter of /proc/<pid>/stat (after the command name, which may hold spaces and parentheses)."""
     rest = text[text.rindex(')') + 1:].split()
@@ -186,14 +192,17 @@ def parse_proc_stat_state(text):
 
 # --- The decision -----------------------------------------------------------------------------
 
-def classify(probe, proc_state, clients, previous_clients=None):
+def classify(probe, proc_state, clients, previous_clients=None, waiting=None):
     """(verdict, why) for one look at one server.
 
     probe: probe_hello's result; proc_state: the process's state letter (None: no process found);
     clients: server_sockets' clients now, previous_clients: at the last look.
     verdict: serving (answered HELLO), busy (serves a client; no sign of a stall), stopped (the
     process is stopped: a hang for sure), suspect (a sign of a hang that a long computation may
-    give too), down (not running: the service manager's and the guard's business, not the watch's).
+    give too), down (not running: the service manager's and the guard's business, not the watch's),
+    stale (the client is gone: it connects again, waiting in the backlog, while its old connection
+    stays idle; a fabric cut swallowed its close, and the server would wait on it forever).
+    waiting: waiting_connections' rows.
     """
     previous = dict((c['remote'], c['rx_queue']) for c in previous_clients or [])
     if proc_state in ('T', 't'):
@@ -208,6 +217,14 @@ def classify(probe, proc_state, clients, previous_clients=None):
             return 'suspect', 'client %s closed its connection and the server has not noticed' % peer
         if client['rx_queue'] > 0 and previous.get(client['remote']) == client['rx_queue']:
             return 'suspect', '%d byte(s) from %s unread since the last look' % (client['rx_queue'], peer)
+    # The head holds one connection per server and opens another only when it has none (its wrapper's
+    # probe, llama-server's start): an idle client from the same address is a connection the head no
+    # longer has. Its close or reset was lost in a fabric cut; TCP without keepalive never tells.
+    again = set(row['remote'][0] for row in waiting or [])
+    for client in clients:
+        if client['state'] == TCP_ESTABLISHED and client['rx_queue'] == 0 and client['remote'][0] in again:
+            return 'stale', ('client %s is gone: %s connects again (a connection waits to be accepted) while this one '
+                             'stays idle' % ('%s:%d' % client['remote'], client['remote'][0]))
     if probe['result'] in ('unanswered', 'closed', 'bad_reply') and not clients:
         return 'suspect', 'no client to serve, and HELLO %s (%s)' % (probe['result'], probe['detail'])
     if clients:
@@ -217,13 +234,13 @@ def classify(probe, proc_state, clients, previous_clients=None):
 
 
 def hang_decision(verdict, suspect_since, now, hang_after_s=DEFAULT_HANG_AFTER_S, stall_after_s=DEFAULT_STALL_AFTER_S):
-    """(kill, suspect_since): a server stopped for hang_after_s, or stopped or suspect for
-    stall_after_s, on end is killed; any other verdict clears the count (a server that answers
-    again was only slow)."""
-    if verdict not in ('stopped', 'suspect'):
+    """(kill, suspect_since): a server stopped or serving a stale client for hang_after_s, or
+    suspect for stall_after_s, on end is killed; any other verdict clears the count (a server that
+    answers again was only slow)."""
+    if verdict not in ('stopped', 'suspect', 'stale'):
         return False, None
     since = now if suspect_since is None else suspect_since
-    bound = hang_after_s if verdict == 'stopped' else max(hang_after_s, stall_after_s)
+    bound = hang_after_s if verdict in ('stopped', 'stale') else max(hang_after_s, stall_after_s)
     return now - since >= bound, since
 
 
@@ -254,7 +271,7 @@ def parse_pid(output):
 def serving_state(servers):
     """The state file's summary: can_serve is False while any server is suspect or down."""
     problems = ['%s: %s (%s)' % (s['unit'], s['verdict'], s['why']) for s in servers
-                if s['verdict'] in ('stopped', 'suspect', 'down')]
+                if s['verdict'] in ('stopped', 'suspect', 'stale', 'down')]
     return {'can_serve': not problems, 'problems': problems, 'servers': servers}
 
 
@@ -348,7 +365,7 @@ class Watch(object):
             pid = parse_pid(out) if rc == 0 else None
         state = parse_proc_stat_state(_read(os.path.join(self.proc, str(pid), 'stat')) or '() X') if pid else None
         probe = self.probe(address, port, state, clients)
-        verdict, why = classify(probe, state, clients, self.clients.get(unit))
+        verdict, why = classify(probe, state, clients, self.clients.get(unit), waiting_connections(rows, port))
         self.clients[unit] = clients
         kill, since = hang_decision(verdict, self.suspect_since.get(unit), now, self.hang_after_s, self.stall_after_s)
         self.suspect_since[unit] = since

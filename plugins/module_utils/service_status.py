@@ -277,9 +277,9 @@ def watch_verdicts(rpc_watch):
     (module_utils/rpc_watch.py, /run/gpulab/rpc-watch.json) finds hung or down."""
     found = {}
     for server in (rpc_watch.get("servers") or []) if isinstance(rpc_watch, dict) else []:
-        if isinstance(server, dict) and server.get("verdict") in ("stopped", "suspect", "down"):
-            found[server.get("port")] = "cannot serve: %s (%s)" % (
-                "down" if server["verdict"] == "down" else "hangs", server.get("why") or "?")
+        if isinstance(server, dict) and server.get("verdict") in ("stopped", "suspect", "stale", "down"):
+            found[server.get("port")] = "cannot serve: %s (%s)" % ({"down": "down", "stale": "held by a client that is gone"}.get(
+                server["verdict"], "hangs"), server.get("why") or "?")
     return found
 
 

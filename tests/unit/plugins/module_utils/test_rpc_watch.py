@@ -32,6 +32,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.rpc_watch import 
     restart_commands,
     server_sockets,
     serving_state,
+    waiting_connections,
 )
 
 # What rpc_serve_client reads first: cmd byte, the request's size, rpc_msg_hello_req (24 bytes of caps)
@@ -220,6 +221,25 @@ def test_classify(probe, state, clients, previous, verdict, why):
     assert classify(probe, state, clients, previous) == (verdict, why)
 
 
+# After a fabric cut outlasted by the head's restart: the old llama-server's close never reached the worker,
+# whose server still serves that connection (idle, nothing unread), and the head connects again from the
+# same address (its wrapper's probe, in the backlog: inode 0).
+AGAIN = {'remote': ('10.231.78.11', 52000), 'state': '01', 'rx_queue': 0, 'tx_queue': 0, 'inode': 0}
+
+
+def test_a_client_that_connects_again_left_a_stale_connection():
+    assert classify(SKIPPED, 'S', [_head(0)], [_head(0)], [AGAIN]) == (
+        'stale', 'client 10.231.78.11:41394 is gone: 10.231.78.11 connects again (a connection waits to be accepted) '
+                 'while this one stays idle')
+    # the worker's own probe or another host in the backlog says nothing of this client
+    assert classify(SKIPPED, 'S', [_head(0)], [_head(0)], [dict(AGAIN, remote=('10.231.78.12', 52000))])[0] == 'busy'
+    # a request still being read is the stall rule's, not this one's
+    assert classify(SKIPPED, 'R', [_head(4096)], [_head(120)], [AGAIN])[0] == 'busy'
+    rows = [dict(HEAD, local=('10.231.78.12', 50052)), dict(AGAIN, local=('10.231.78.12', 50052)),
+            dict(AGAIN, local=('10.231.78.12', 50053))]
+    assert waiting_connections(rows, 50052) == [rows[1]]
+
+
 @pytest.mark.parametrize('verdict, since, now, expected', [
     ('stopped', None, 100.0, (False, 100.0)),
     ('stopped', 100.0, 104.9, (False, 100.0)),
@@ -227,6 +247,8 @@ def test_classify(probe, state, clients, previous, verdict, why):
     # a request left unread may be a long graph computation: 30 s
     ('suspect', 100.0, 105.0, (False, 100.0)),
     ('suspect', 100.0, 130.0, (True, 100.0)),
+    # a stale client is certain: killed as soon as a stopped process
+    ('stale', 100.0, 105.0, (True, 100.0)),
     ('busy', 100.0, 200.0, (False, None)),
     ('serving', 100.0, 200.0, (False, None)),
 ])

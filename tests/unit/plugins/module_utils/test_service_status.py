@@ -127,6 +127,14 @@ def test_a_hung_rpc_server_says_it_cannot_serve():
     assert summary["rpc_watch"] == {"can_serve": False, "problems": watch["problems"], "looked_at": 1765080000.5}
 
 
+def test_a_server_held_by_a_gone_client_says_it_cannot_serve():
+    worker = {"address": "10.0.0.2", "endpoints": [{"port": 50052, "device": "CUDA0"}]}
+    why = "client 10.0.0.1:40000 is gone: 10.0.0.1 connects again (a connection waits to be accepted) while this one stays idle"
+    watch = {"can_serve": False, "servers": [{"port": 50052, "verdict": "stale", "why": why}]}
+    assert ss.node_summary(None, None, worker, None, watch)["endpoints"] == [
+        "10.0.0.2:50052 (RPC, CUDA0): cannot serve: held by a client that is gone (%s)" % why]
+
+
 @pytest.mark.parametrize("text, expected", [
     ("[program:gpulab-vllm]\ncommand=/opt/gpulab/bin/gpulab-vllm\nautostart=true\n", "enabled"),
     ("[program:gpulab-vllm]\ncommand=/opt/gpulab/bin/gpulab-vllm\n", "enabled"),
