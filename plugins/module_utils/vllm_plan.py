@@ -824,7 +824,7 @@ def serve_arguments(model_path, layout, opts, hardware_info, launch):
     launch: host, port, served_model_name, node_rank, master_addr, master_port, dp_rpc_port,
     backend (mp or ray), reasoning_parser, tool_call_parser, enforce_eager, extra_args, batch_args
     (the serving intent's --max-num-seqs, --max-num-batched-tokens and CUDA graph sizes:
-    layout_auto.vllm_batch_arguments). One node: everything local. Several nodes (vLLM's own launcher, backend mp):
+    layout_vllm.vllm_batch_arguments). One node: everything local. Several nodes (vLLM's own launcher, backend mp):
     - a replica (TP x PP) that fits one node and DP spread over the nodes: each node runs
       dp / nodes local engines (--data-parallel-size-local), followers --headless with their
       --data-parallel-start-rank, all meeting at --data-parallel-address / -rpc-port
