@@ -331,6 +331,39 @@ def test_the_watch_kills_a_stopped_server_after_hang_after_s_and_restarts_it(fak
     head.close()
 
 
+def test_the_watch_kills_a_server_held_by_a_client_that_is_gone(fake_rpc_server, tmp_path):
+    # The head's old connection, idle (its llama-server killed during a fabric cut, the close lost), and
+    # the restarted head connecting again from the same address: in the listen backlog, never accepted.
+    process, port = fake_rpc_server
+    watch = rpc_watch.Watch(['gpulab-rpc-server@0.service'], [('127.0.0.1', port)], 'systemd',
+                            state_file=str(tmp_path / 'rpc-watch.json'), probe_timeout_s=1.0, hang_after_s=0.6)
+    ran = []
+    logged = []
+
+    def run(argv):
+        ran.append(argv)
+        return 0, '', ''
+
+    old = socket.create_connection(('127.0.0.1', port))
+    old.sendall(hello_request())
+    assert old.recv(36) == HELLO_REPLY
+    time.sleep(0.1)
+    assert watch.step(logged.append, run)['servers'][0]['verdict'] == 'busy'
+    again = socket.create_connection(('127.0.0.1', port))
+    time.sleep(0.1)
+    seen = watch.step(logged.append, run)
+    assert seen['can_serve'] is False
+    assert (seen['servers'][0]['verdict'], seen['servers'][0]['kill']) == ('stale', False)
+    assert seen['servers'][0]['why'].startswith('client 127.0.0.1:%d is gone: 127.0.0.1 connects again' % old.getsockname()[1])
+    time.sleep(0.7)
+    killed = watch.step(logged.append, run)
+    assert killed['servers'][0]['kill'] is True
+    assert process.wait(timeout=5) == -signal.SIGKILL
+    assert ran == [['systemctl', 'restart', '--no-block', '--', 'gpulab-rpc-server@0.service']]
+    old.close()
+    again.close()
+
+
 def test_a_hello_unanswered_with_no_client_is_suspect(tmp_path):
     server, port = _listener(_never_answers)
     try:
