@@ -386,7 +386,7 @@ def controller_kill(signame, phase):
             restored, took = deploy(lab, row['private'] / ('%s-restore' % row['id']), 'playbooks/restore.yml')
             recovery = 'restore.yml %s in %d s' % (restored, took)
         else:
-            recovery = 'restore.yml not run (the run never reached the drain; the state file is the last deploy\'s)'
+            recovery = 'restore.yml not run (the run never reached the drain; a state file there is the last deploy\'s)'
         row['lost'] = fault_matrix.lost_services(before, active_units(lab, DRAINED_UNIT))
         row['deploy_1'], row['deploy_1_s'] = deploy(lab, row['private'] / ('%s-1' % row['id']))
         row['notes'] = ('%s to the process group during task "%s" (ansible-playbook %s, its last task "%s"); state file, unit: %s; '
