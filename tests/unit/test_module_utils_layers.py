@@ -80,8 +80,9 @@ HEALTH_POLLER_MAX_FILES = 4
 # synthetic GGUF.
 # 1,846 -> 1,762: llama.cpp's layer placement and cache types (llama_layers) and the head's auto
 # settings read back from the memory plan (layout_auto) out of the planners, so the head's command
-# line (llama_server, llama_server_plan) ships neither gguf_plan nor compute_buffer.
-MEAN_SHIPPED_LINES_MAX = 1762
+# line (llama_server, llama_server_plan) ships neither gguf_plan nor compute_buffer. 1,763 with the
+# RPC cache's verify (issue 53: rpc-server leaves a file cut short by a full disk under its name).
+MEAN_SHIPPED_LINES_MAX = 1763
 
 
 def test_every_module_utils_file_has_one_layer():
