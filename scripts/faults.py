@@ -636,7 +636,7 @@ def disk_full_bench(point):
         record_next = lab.sh(HEAD, 'python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[\'report\'])" %s/last-run.json 2>&1'
                              % work)[1]
         row['deploy_1'] = 'bench.yml: ' + row['deploy_1']
-        missing = fault_matrix.missing_from(message.split(' (failed on ')[0], [HEAD, work])
+        missing = fault_matrix.missing_from(message.split(' (failed on ', maxsplit=1)[0], [HEAD, work])
         row['lost'] = 'nothing'
         row['notes'] = ('filled when %s; bench.yml rc %d after %d s; its error: "%s" (names node-a and %s: %s); files left in %s: %s; '
                         'the record last-run.json: %s; filler removed, bench.yml %s in %d s, its record names the report %s.' % (

@@ -12,7 +12,7 @@ name: worker_stall
 short_description: What the head's wrapper reads in /proc/net/tcp to find an RPC worker it cannot reach
 version_added: 0.3.0
 description:
-  - For the head's wrapper (role C(llama_server)): each RPC endpoint as the remote column of C(/proc/net/tcp)
+  - For the head's wrapper (role C(llama_server)), each RPC endpoint as the remote column of C(/proc/net/tcp)
     writes it, and the count of retransmissions of unacknowledged data that proves at least O(after_s) seconds
     without an ACK (TCP's timer waits from 200 ms, doubling up to 120 s).
   - The rule is C(plugins/module_utils/tcp_stall.py) (C(proc_net_address), C(retransmits_for)); the address

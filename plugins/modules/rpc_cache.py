@@ -78,7 +78,7 @@ options:
       - For O(state=present), read every cache file no process holds open and remove those whose bytes do not hash
         (FNV-1a, 64 bits, as rpc-server names them) to their name, before the prune. rpc-server writes a file in place
         without checking the write, so a disk that filled while it wrote leaves one cut short under its final name,
-        which it later serves as the whole tensor. Reads the whole cache (pure Python, about 5 MB/s on one core:
+        which it later serves as the whole tensor. Reads the whole cache (pure Python, about 5 MB/s on one core,
         some minutes a GiB).
     type: bool
     default: false

@@ -46,22 +46,23 @@ options:
       - V(minimax-m2) - MiniMax-M2 (C(MiniMaxM2ForCausalLM)), sigmoid-routed experts with a routing
         bias, per-layer Q/K norms, checkpoint names C(block_sparse_moe.experts.N.w1/w2/w3).
       - V(llama) and V(qwen2) - dense C(LlamaForCausalLM) / C(Qwen2ForCausalLM) (Q/K/V biases).
-      - V(deepseek-v3), V(qwen3-moe), V(glm4-moe), V(gpt-oss), V(qwen3-next) - the other frontier
-        MoE families; give their shape with O(family), which sets every key of their config.json.
+      - V(deepseek-v3), V(qwen3-moe), V(glm4-moe), V(gpt-oss), V(qwen3-next), V(minimax-m3) - the other
+        frontier MoE families; give their shape with O(family), which sets every key of their config.json.
     type: str
-    choices: [deepseek-v3, glm4-moe, gpt-oss, llama, minimax-m2, qwen2, qwen3-moe, qwen3-next]
+    choices: [deepseek-v3, glm4-moe, gpt-oss, llama, minimax-m2, minimax-m3, qwen2, qwen3-moe, qwen3-next]
     default: minimax-m2
   family:
     description:
       - A released model's shape and config.json keys (synthetic_hf.FAMILIES) - V(deepseek-v3)
         (DeepSeek-V3, MLA, 256 routed experts + 1 shared, 3 dense layers, FP8), V(qwen3-moe)
         (Qwen3-235B-A22B), V(glm4-moe) (GLM-4.5), V(gpt-oss) (gpt-oss-120b, MXFP4, sliding window),
-        V(qwen3-next) (Qwen3-Next-80B-A3B, gated delta net), V(minimax-m2) (MiniMax-M2).
+        V(qwen3-next) (Qwen3-Next-80B-A3B, gated delta net), V(minimax-m2) (MiniMax-M2), V(minimax-m3)
+        (MiniMax-M3, block-sparse attention with an indexer, 3 dense layers, a shared expert; bf16).
       - Its depth unless O(layers) is given (reduced depth keeps every width). Replaces
         O(architecture), the shape options and O(quantization); O(seed), O(shard_max_mib) and
         O(weights) still apply.
     type: str
-    choices: [deepseek-v3, glm4-moe, gpt-oss, minimax-m2, qwen3-moe, qwen3-next]
+    choices: [deepseek-v3, glm4-moe, gpt-oss, minimax-m2, minimax-m3, qwen3-moe, qwen3-next]
   weights:
     description:
       - V(random) writes bounded random values. V(sparse) writes each safetensors file as its

@@ -56,7 +56,9 @@ CASE_NAMES = {id(SERVER): "f16", id(Q8_SERVER): "q8_0", id(NOFA_SERVER): "nofa-u
 @pytest.mark.parametrize("arch, server, options, layers", CASES,
                          ids=["%s-%s%s" % (c[0], CASE_NAMES[id(c[1])], "" if c[3] == 4 else "-%d-layers" % c[3]) for c in CASES])
 def test_family_buffers_match_llama_cpp(arch, server, options, layers, rpc_endpoints, tmp_path):  # noqa: F811
-    model_path = write_model(tmp_path, "model.gguf", architecture=arch, **dict(SHAPE, layers=layers))
+    shape = dict(SHAPE)
+    shape["layers"] = layers
+    model_path = write_model(tmp_path, "model.gguf", architecture=arch, **shape)
     model = gguf.read_gguf_model(model_path)
     devices = [{"name": "RPC%d[%s]" % (0, ep), "free_mib": 1 << 20, "host": ep} for ep in rpc_endpoints]
     plan = gguf_plan.plan_layout(model, devices, split="1,1", margin_mib=0, **options)
