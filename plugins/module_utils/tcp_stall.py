@@ -22,6 +22,8 @@ __metaclass__ = type
 
 import socket
 
+from ansible_collections.gpulab.inference.plugins.module_utils.endpoint_rule import format_endpoint
+
 RTO_MIN_S = 0.2
 RTO_MAX_S = 120.0
 # Four sends unacknowledged: at least 3 s without an ACK. A lost packet is resent once within
@@ -86,7 +88,7 @@ def stall_count(row):
 
 
 def format_peer(remote):
-    return ('[%s]:%d' if ':' in remote[0] else '%s:%d') % remote
+    return format_endpoint(*remote)
 
 
 def unreachable_peers(rows, addresses, retransmits=UNREACHABLE_RETRANSMITS):

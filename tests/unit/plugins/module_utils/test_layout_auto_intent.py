@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 from test_gguf_plan import MINIMAX_M2, ShapedModel
-from test_layout_auto import OPTIONS, seed_devices, seed_vllm
+from test_layout_llama import OPTIONS, seed_devices
+from test_layout_vllm import seed_vllm
 
 from ansible_collections.gpulab.inference.plugins.module_utils import layout_auto as la
 from ansible_collections.gpulab.inference.plugins.module_utils import layout_llama as ll
@@ -269,7 +270,7 @@ def test_the_batch_flags_reach_the_command_line_and_are_vllm_0_24_names():
     assert args[args.index("--max-num-seqs") + 1] == "8"
     assert args[args.index("--cudagraph-capture-sizes"):args.index("--cudagraph-capture-sizes") + 5] == [
         "--cudagraph-capture-sizes", "1", "2", "4", "8"]
-    from test_layout_auto import FIXTURES
+    from test_layout_vllm import FIXTURES
     known = set(line.strip() for line in (FIXTURES / "vllm-0.24.0-serve-options.txt").read_text().splitlines()
                 if line.startswith("--"))
     throughput = lv.vllm_batch_arguments(lv.vllm_batch_choice("throughput", 4))
