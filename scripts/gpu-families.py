@@ -58,7 +58,7 @@ def load(directory, max_model_len, utilization):
     with open(os.path.join(directory, "config.json")) as handle:
         config = json.load(handle)
     hybrid = "linear_num_value_heads" in config
-    if config["architectures"][0].startswith(NEEDS_FLASHINFER) and importlib.util.find_spec("flashinfer") is None:
+    if (config.get("architectures") or [""])[0].startswith(NEEDS_FLASHINFER) and importlib.util.find_spec("flashinfer") is None:
         if os.environ.get("GPULAB_FAMILIES_FLASHINFER_NORM_DOUBLE") != "1":
             print("gpu-families: skipped: vLLM's MiniMax-M3 needs flashinfer (MiniMAXGemmaRMSNorm.forward imports "
                   "flashinfer.norm), which is not installed", flush=True)

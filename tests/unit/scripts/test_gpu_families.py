@@ -91,3 +91,37 @@ def test_load_runs_hybrid_models_without_flashinfer(tmp_path, monkeypatch, capsy
         'load_format': 'dummy', 'enforce_eager': True, 'max_model_len': 4096}
     assert seen.get('gdn_prefill_backend') == extra.get('gdn_prefill_backend')
     assert 'generated 8 tokens' in capsys.readouterr().out
+
+
+def test_minimax_m3_without_flashinfer_is_skipped_or_runs_on_the_norm_double(tmp_path, monkeypatch, capsys):
+    # vLLM's MiniMax-M3 imports flashinfer.norm in every RMSNorm; the wheelhouse carries no flashinfer
+    import os
+    import sys
+    import types
+    (tmp_path / 'config.json').write_text(json.dumps({'architectures': ['MiniMaxM3SparseForConditionalGeneration']}))
+    monkeypatch.setattr(importlib.util, 'find_spec', lambda name, *args: None)
+    monkeypatch.delenv('PYTHONPATH', raising=False)
+    monkeypatch.delenv('GPULAB_FAMILIES_FLASHINFER_NORM_DOUBLE', raising=False)
+    with pytest.raises(SystemExit) as stop:
+        families.load(str(tmp_path), 4096, 0.9)
+    assert stop.value.code == 3 and 'gpu-families: skipped: ' in capsys.readouterr().out
+
+    class LLM:
+        def __init__(self, **kwargs):
+            pass
+
+        def generate(self, prompts, params):
+            return [types.SimpleNamespace(outputs=[types.SimpleNamespace(token_ids=[0] * 8)])]
+
+    monkeypatch.setitem(sys.modules, 'vllm', types.SimpleNamespace(LLM=LLM, SamplingParams=lambda **kw: kw))
+    monkeypatch.setenv('GPULAB_FAMILIES_FLASHINFER_NORM_DOUBLE', '1')
+    monkeypatch.setenv('PATH', os.pathsep.join([str(tmp_path / 'cuda'), '/usr/bin']))
+    (tmp_path / 'cuda').mkdir()
+    (tmp_path / 'cuda' / 'nvcc').write_text('')
+    monkeypatch.setattr(sys, 'path', list(sys.path))
+    families.load(str(tmp_path), 4096, 0.9)
+    out = capsys.readouterr().out
+    assert 'flashinfer.norm is the torch test double' in out and 'generated 8 tokens' in out
+    assert sys.path[0].endswith(os.path.join('tests', 'doubles', 'flashinfer_norm'))
+    assert os.path.isfile(os.path.join(sys.path[0], 'flashinfer', 'norm.py'))
+    assert str(tmp_path / 'cuda') not in os.environ['PATH'].split(os.pathsep)
