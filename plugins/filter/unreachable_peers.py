@@ -62,14 +62,10 @@ def unreachable_peers(text, addresses, retransmits=UNREACHABLE_RETRANSMITS):
     if not isinstance(addresses, (list, tuple)):
         raise AnsibleFilterError("gpulab.inference.unreachable_peers: addresses is %r; give a list of IP addresses"
                                  % (addresses,))
-    rows = []
-    # tcp and tcp6 one after the other: each starts with its header line
-    for part in str(text).split('  sl  '):
-        if part.strip():
-            try:
-                rows += connections('  sl  ' + part)
-            except (ValueError, IndexError, OSError) as exc:
-                raise AnsibleFilterError("gpulab.inference.unreachable_peers: not /proc/net/tcp text (%s)" % exc)
+    try:
+        rows = connections(str(text))
+    except (ValueError, IndexError, OSError) as exc:
+        raise AnsibleFilterError("gpulab.inference.unreachable_peers: not /proc/net/tcp text (%s)" % exc)
     return [item['line'] for item in find_unreachable(rows, [str(a) for a in addresses], int(retransmits))]
 
 

@@ -53,12 +53,13 @@ def _address(text):
 
 
 def connections(text):
-    """The rows of /proc/net/tcp or tcp6 as the sender sees them: remote ((address, port)), state,
-    unacked (tx_queue: bytes sent and not acknowledged), timer, retransmits, probes."""
+    """The rows of /proc/net/tcp or tcp6, or of both one after the other (each with its header line), as
+    the sender sees them: remote ((address, port)), state, unacked (tx_queue: bytes sent and not
+    acknowledged), timer, retransmits, probes."""
     rows = []
-    for line in text.splitlines()[1:]:
+    for line in text.splitlines():
         fields = line.split()
-        if len(fields) < 10:
+        if len(fields) < 10 or fields[0] == 'sl':
             continue
         rows.append({'remote': _address(fields[2]), 'state': fields[3].upper(),
                      'unacked': int(fields[4].split(':')[0], 16), 'timer': int(fields[5].split(':')[0], 16),
