@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """What the services of llama.cpp (the head and the RPC servers) share beyond service_files: their
 error, the deployed build both serve, the exports every wrapper gets (CUDA order, RDMA), the head's
-wrapper and sandbox lines, and the restart directives the installed systemd knows.
+wrapper, sandbox and unit lines, and the restart directives the installed systemd knows.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -113,6 +113,41 @@ def head_unit_sandbox(hardening, cuda_access, cuda_devices):
     if cuda_access:
         lines += service_files.device_allow(cuda_devices, "llama_server_cuda_devices", error)
     return lines
+
+
+def head_unit(settings, devices, unit_directives, service_directives, sandbox):
+    """The head's unit <unit>.service (service_files.unit_file).
+
+    settings: user (empty: no User= and Group=), group (empty: the user's), unit, bin_dir; devices:
+    llama.cpp's order (their names go in the first comment); *_directives: [key, value] pairs (the
+    restart directives, the fabric's with the service's); sandbox: head_unit_sandbox's lines.
+    """
+    error = LlamaServerError
+    user = service_files.checked(settings.get("user"), "llama_server_user", error)
+    group = service_files.checked(settings.get("group") or user, "llama_server_group", error)
+    unit = service_files.checked(settings["unit"], "llama_server_unit_name", error)
+    bin_dir = service_files.checked(settings["bin_dir"], "llama_server_bin_dir", error)
+    names = ", ".join(service_files.checked(device["name"], "a device of the workers' servers.json", error)
+                      for device in devices)
+    comments = ["llama-server: runs %s/%s; layers on %s." % (bin_dir, unit, names),
+                "It restarts forever with no start limit: the wrapper waits for the workers before each start and",
+                "exits when a worker connection is lost, so the head comes back by itself after a worker outage or a",
+                "cluster reboot in any order."]
+    section_unit = ["Description=llama-server inference head (gpulab.inference)",
+                    "Wants=network-online.target", "After=network-online.target"]
+    section_unit += service_files.directives(unit_directives, "the restart directives", error)
+    section_service = ["Type=simple"]
+    if user:
+        section_service += ["User=%s" % user, "Group=%s" % group]
+    section_service.append("ExecStart=%s/%s" % (bin_dir, unit))
+    section_service += service_files.directives(service_directives, "the restart and fabric directives", error)
+    section_service += [
+        "# The wrapper stops llama-server and its own probes and sleeps on SIGTERM, waits for them and exits",
+        "# 0, so a stop ends inactive within seconds (cgroup v1 too) instead of at TimeoutStopSec.",
+        "KillMode=mixed",
+        "# Hardening: gpulab_service_hardening, with llama_server_hardening_overrides applied."]
+    section_service += [service_files.checked(line, "llama_server_hardening_overrides", error) for line in sandbox]
+    return service_files.unit_file(comments, section_unit, section_service, ["WantedBy=multi-user.target"], error)
 
 
 # --- Restarts and unit state -------------------------------------------------------

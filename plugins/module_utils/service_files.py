@@ -3,8 +3,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The shapes of the wrapper scripts and systemd units the serving roles render.
 
-The plans (rpc_worker.py and llama_service.py for llama.cpp, vllm_service.py for vLLM) decide
-every line; the templates only loop over what these functions return:
+The plans (rpc_worker.py and llama_service.py for llama.cpp, vllm_service.py for vLLM,
+monitoring_service.py for role monitoring's units) decide every line; the templates only loop over
+what these functions return (every unit: role service's unit.service.j2):
 
 - a wrapper: comment lines, exports (name, value, why: the comment above it, may be empty),
   variables read from a file at start (a secret never on a command line), commands run before the

@@ -113,10 +113,23 @@ options:
     default: true
   service_user:
     description:
-      - Account llama-server runs as; every shard must be readable by it. An account that does not exist yet
-        is judged by the files' C(other) bits. Empty skips the check.
+      - Account llama-server runs as (C(User=) of RV(unit_file)); every shard must be readable by it. An account that
+        does not exist yet is judged by the files' C(other) bits. Empty skips the check and leaves C(User=) and
+        C(Group=) out of the unit.
     type: str
     default: ""
+  service_group:
+    description: The head's group (C(Group=) of RV(unit_file)); empty takes O(service_user).
+    type: str
+    default: ""
+  unit:
+    description: Name of the head's unit without C(.service), also its wrapper's file name in O(bin_dir).
+    type: str
+    default: gpulab-llama-server
+  bin_dir:
+    description: Directory of the wrapper script C(<unit>) the unit runs.
+    type: path
+    default: /opt/gpulab/bin
   hardening:
     description:
       - The unit's hardening directives (a value of V(null) leaves the directive out, RV(unit_sandbox)); C(ProtectHome=)
@@ -273,6 +286,13 @@ unit_sandbox:
   returned: success
   type: list
   elements: str
+unit_file:
+  description:
+    - The head's unit, C(comments) and the lines of its C(unit), C(service) and C(install) sections (C(Key=value) or a
+      C(#) comment), with RV(unit_directives), RV(service_directives) and RV(unit_sandbox) in place; role C(service)'s
+      one unit template renders it.
+  returned: success
+  type: dict
 """
 
 import grp
@@ -307,6 +327,7 @@ from ansible_collections.gpulab.inference.plugins.module_utils.llama_server impo
     worker_manifest,
 )
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_service import (
+    head_unit,
     head_unit_sandbox,
     head_wrapper_lines,
     read_deployed_build,
@@ -429,6 +450,10 @@ class LlamaServerPlan:
         self.plan["wrapper"] = head_wrapper_lines(devices, split, rdma["environment"], self.plan.get("backend_sampling"))
         self.plan["unit_sandbox"] = head_unit_sandbox(params["hardening"], self.plan["cuda_device_access"],
                                                       params["cuda_devices"])
+        settings = {"user": params["service_user"], "group": params["service_group"], "unit": params["unit"],
+                    "bin_dir": params["bin_dir"]}
+        self.plan["unit_file"] = head_unit(settings, devices, self.plan["unit_directives"],
+                                           self.plan["service_directives"], self.plan["unit_sandbox"])
 
     def plan_command(self, devices, split, model, build):
         """argv and the backend-sampling decision, from the model's layer count where it reads."""
@@ -506,6 +531,9 @@ def build_module():
             api_key_vaulted=dict(type="bool", default=True),
             build_link=dict(type="path"),
             service_user=dict(type="str", default=""),
+            service_group=dict(type="str", default=""),
+            unit=dict(type="str", default="gpulab-llama-server"),
+            bin_dir=dict(type="path", default="/opt/gpulab/bin"),
             hardening=dict(type="dict", default={}),
             restart_sec=dict(type="int", default=5),
             fabric=dict(type="dict"),

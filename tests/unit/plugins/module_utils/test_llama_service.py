@@ -1,8 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to gpulab.inference
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What llama.cpp's services share (llama_service): the deployed build, the head's wrapper and sandbox
-lines, and the restart directives per systemd version."""
+"""What llama.cpp's services share (llama_service): the deployed build, the head's wrapper, sandbox and
+unit lines, and the restart directives per systemd version."""
 
 import re
 
@@ -11,6 +11,7 @@ import pytest
 from ansible_collections.gpulab.inference.plugins.module_utils.llama_service import (
     LlamaServerError,
     deployed_build,
+    head_unit,
     head_unit_sandbox,
     head_wrapper_lines,
     read_deployed_build,
@@ -53,6 +54,51 @@ def test_head_unit_sandbox_opens_cuda_only_where_the_head_uses_it():
         head_unit_sandbox({"ProtectHome": "yes\n"}, False, [])
     with pytest.raises(LlamaServerError, match="^llama_server_cuda_devices"):
         head_unit_sandbox({}, True, ["char-nvidia\nExecStartPre=/bin/sh"])
+
+
+HEAD = {"user": "gpulab-llama", "group": "gpulab-llama", "unit": "gpulab-llama-server", "bin_dir": "/opt/gpulab/bin"}
+
+
+def test_head_unit_carries_the_restart_fabric_and_sandbox_lines_in_their_places():
+    unit = head_unit(HEAD, DEVICES, [["StartLimitIntervalSec", "0"]],
+                     [["Restart", "always"], ["RestartSec", "5"], ["LimitMEMLOCK", "infinity"]],
+                     ["NoNewPrivileges=yes", "DeviceAllow=char-nvidia rw"])
+    assert unit == {
+        "comments": [
+            "llama-server: runs /opt/gpulab/bin/gpulab-llama-server; layers on RPC0, CUDA0.",
+            "It restarts forever with no start limit: the wrapper waits for the workers before each start and",
+            "exits when a worker connection is lost, so the head comes back by itself after a worker outage or a",
+            "cluster reboot in any order."],
+        "unit": ["Description=llama-server inference head (gpulab.inference)", "Wants=network-online.target",
+                 "After=network-online.target", "StartLimitIntervalSec=0"],
+        "service": [
+            "Type=simple", "User=gpulab-llama", "Group=gpulab-llama", "ExecStart=/opt/gpulab/bin/gpulab-llama-server",
+            "Restart=always", "RestartSec=5", "LimitMEMLOCK=infinity",
+            "# The wrapper stops llama-server and its own probes and sleeps on SIGTERM, waits for them and exits",
+            "# 0, so a stop ends inactive within seconds (cgroup v1 too) instead of at TimeoutStopSec.",
+            "KillMode=mixed",
+            "# Hardening: gpulab_service_hardening, with llama_server_hardening_overrides applied.",
+            "NoNewPrivileges=yes", "DeviceAllow=char-nvidia rw"],
+        "install": ["WantedBy=multi-user.target"],
+    }
+
+
+def test_head_unit_group_defaults_to_the_user_and_no_user_means_no_account_lines():
+    service = head_unit(dict(HEAD, group=""), [], [], [], [])["service"]
+    assert service[1:3] == ["User=gpulab-llama", "Group=gpulab-llama"]
+    service = head_unit(dict(HEAD, user="", group=""), [], [], [], [])["service"]
+    assert not [line for line in service if line.startswith(("User=", "Group="))]
+
+
+@pytest.mark.parametrize("settings, unit_directives, variable", [
+    (dict(HEAD, bin_dir="/opt/gpulab/bin\nExecStartPre=/bin/sh"), [], "llama_server_bin_dir"),
+    (dict(HEAD, user="gpulab-llama\n"), [], "llama_server_user"),
+    (dict(HEAD, unit="gpulab-llama-server\r"), [], "llama_server_unit_name"),
+    (HEAD, [["Start Limit", "0"]], "the restart directives"),
+])
+def test_head_unit_refuses_a_value_that_would_break_the_unit(settings, unit_directives, variable):
+    with pytest.raises(LlamaServerError, match="^" + variable):
+        head_unit(settings, DEVICES, unit_directives, [], [])
 
 
 @pytest.mark.parametrize("text, version", [

@@ -38,6 +38,11 @@ def test_plan_over_two_workers(head):
     assert plan["model_bytes"] == 1024
     assert plan["unit_directives"] == [["StartLimitIntervalSec", "0"]]
     assert plan["service_directives"] == [["Restart", "always"], ["RestartSec", "5"]]
+    # the unit as role service's one template renders it, with the module's default names
+    assert plan["unit_file"]["comments"][0] == "llama-server: runs /opt/gpulab/bin/gpulab-llama-server; layers on RPC0, RPC1."
+    assert plan["unit_file"]["unit"][-1] == "StartLimitIntervalSec=0"
+    assert "ExecStart=/opt/gpulab/bin/gpulab-llama-server" in plan["unit_file"]["service"]
+    assert not [line for line in plan["unit_file"]["service"] if line.startswith("User=")]
 
 
 def test_lockstep_names_the_worker(head):
@@ -84,6 +89,22 @@ def test_rdma_fabric_reaches_the_head_too(head):
     assert ["LimitMEMLOCK", "infinity"] in plan["service_directives"]
     assert [(e["name"], e["value"]) for e in plan["wrapper"]["environment"]] == [
         ("CUDA_DEVICE_ORDER", "PCI_BUS_ID"), ("GGML_RDMA_DEV", "mlx5_0"), ("GGML_RDMA_GID", "3")]
+
+
+def test_the_unit_file_names_the_role_s_unit_and_carries_the_fabric_directives(head):
+    fabric = {"rdma": {"found": True, "env": {"GGML_RDMA_DEV": "mlx5_0"},
+                       "service_directives": [["DeviceAllow", "char-infiniband_verbs rw"],
+                                              ["RestrictAddressFamilies", "AF_NETLINK"], ["LimitMEMLOCK", "infinity"]]}}
+    plan = run(dict(head, workers=[manifest("node-b", "10.231.77.11")], fabric=fabric, unit="lab-head",
+                    bin_dir="/srv/bin", manager_version=255, hardening={"NoNewPrivileges": "yes", "PrivateTmp": None,
+                                                                        "ProtectHome": None})).result
+    service = plan["unit_file"]["service"]
+    assert plan["unit_file"]["comments"][0] == "llama-server: runs /srv/bin/lab-head; layers on RPC0."
+    assert service[:6] == ["Type=simple", "ExecStart=/srv/bin/lab-head", "Restart=always", "RestartSec=5",
+                           "RestartSteps=5", "RestartMaxDelaySec=30"]
+    assert service[6:9] == ["DeviceAllow=char-infiniband_verbs rw", "RestrictAddressFamilies=AF_NETLINK", "LimitMEMLOCK=infinity"]
+    assert service[-1] == "NoNewPrivileges=yes"
+    assert plan["unit_file"]["install"] == ["WantedBy=multi-user.target"]
 
 
 def test_argv_turns_backend_sampling_on_for_a_local_output_layer(head, tmp_path):
