@@ -3,7 +3,9 @@ supervisord) knows systemd from supervisord, so a third manager is added there a
 
 A file of the collection (roles, playbooks, plugins) that names supervisord, supervisorctl or
 systemctl outside the places below fails this test, and so does a task file per manager
-(`*_systemd.yml`, `*_supervisor.yml`) outside role `service`.
+(`*_systemd.yml`, `*_supervisor.yml`) outside role `service`, and a unit template (`*.service.j2`,
+`*.service`) in another role: every wrapper service's unit is role service's one template rendering
+the calling role's `unit_file` (issue 50).
 """
 
 import re
@@ -142,3 +144,39 @@ def test_the_rule_finds_a_new_offender(tmp_path):
     (tmp_path / "roles" / "service" / "tasks" / "stop.yml").write_text("- community.general.supervisorctl: {}\n")
     assert files_naming_a_manager(tmp_path) == ["roles/x/tasks/main.yml"]
     assert per_manager_task_files(tmp_path) == ["roles/x/tasks/start_systemd.yml"]
+
+
+# Role service's one unit template (unit.service.j2) renders every wrapper service's unit from the
+# calling role's unit_file; a unit template of another role would be a second place deciding a unit.
+UNIT_TEMPLATE = re.compile(r"\.service(\.j2)?$")
+# Other units, each for a reason:
+OTHER_UNIT_TEMPLATES = {
+    "roles/roce/templates/gpulab-roce-oneshot.service.j2":
+        "a boot-time oneshot of role roce (the fabric's setup scripts), not a wrapper service under a manager",
+}
+
+
+def unit_templates(root=REPO_ROOT):
+    """Unit files and templates under roles/ outside role service."""
+    return [path for path in collection_files(root)
+            if path.startswith("roles/") and not path.startswith("roles/service/") and UNIT_TEMPLATE.search(path)]
+
+
+def test_the_unit_exceptions_still_exist():
+    assert sorted(set(OTHER_UNIT_TEMPLATES) - set(unit_templates())) == []
+
+
+def test_no_other_role_has_a_unit_template():
+    offenders = [path for path in unit_templates() if path not in OTHER_UNIT_TEMPLATES]
+    assert offenders == [], (
+        "unit template(s) outside role service: return the unit's lines as the plan's unit_file (module_utils, "
+        "service_files.unit_file) and pass it as service_unit_file to role service (docs/CONTRACTS.md):\n  %s"
+        % "\n  ".join(offenders))
+
+
+def test_the_rule_finds_a_second_unit_template(tmp_path):
+    for path in ("roles/x/templates/gpulab-x.service.j2", "roles/x/files/gpulab-y.service", "roles/x/templates/x.sh.j2",
+                 "roles/service/templates/unit.service.j2", "roles/x/templates/x.service.conf.j2"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("[Unit]\n")
+    assert unit_templates(tmp_path) == ["roles/x/files/gpulab-y.service", "roles/x/templates/gpulab-x.service.j2"]
