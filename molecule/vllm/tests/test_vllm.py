@@ -3,6 +3,7 @@ role planned, and the API with its reasoning channel."""
 
 import json
 import os
+import time
 
 LAB = os.environ.get("GPULAB_LAB_NAME", "gpulab")
 FABRIC = os.environ.get("GPULAB_LAB_FABRIC_PREFIX", "10.231.77")
@@ -90,3 +91,34 @@ def test_the_drain_left_the_collections_vllm_running(host):
     assert host.check_output("systemctl show -p NRestarts --value gpulab-vllm.service") == "0"
     # Nothing was drained: no state file, so nothing of the collection's is listed to restore.
     assert not host.file("/var/lib/gpulab/drain-state.json").exists
+
+
+# Fault matrix (docs/faults.md, "SIGKILL of each service the collection runs"): the unit's
+# Restart=on-failure brings the server back after vllm_server_restart_sec (30 s by default, a GPU's
+# memory freed first); the bound adds 30 s for the double's start and systemd's timing.
+VLLM_SIGKILL_BOUND_S = 60
+
+
+def test_a_killed_vllm_serves_again_within_its_bound(host):
+    """SIGKILL of vLLM's main process (the test double): a new process serves /health and a chat
+    completion within VLLM_SIGKILL_BOUND_S, under the same unit. Runs after the drain's check, which
+    counts the unit's restarts."""
+    unit = "gpulab-vllm.service"
+    before = host.check_output("systemctl show --property=MainPID --value %s" % unit)
+    assert before != "0"
+    killed_at = time.monotonic()
+    host.run("kill -KILL %s" % before)
+    body = json.dumps({"model": "synthetic-minimax-m2", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+    chat = (f"curl -sf --max-time 5 -H 'Authorization: Bearer lab-vllm-key' -H 'Content-Type: application/json' "
+            f"-d '{body}' http://{HEAD}:8000/v1/chat/completions")
+    while time.monotonic() - killed_at < VLLM_SIGKILL_BOUND_S:
+        now = host.check_output("systemctl show --property=MainPID --value %s" % unit)
+        if now not in ("0", before) and host.run(f"curl -sf --max-time 2 http://{HEAD}:8000/health").rc == 0:
+            served = host.run(chat)
+            if served.rc == 0 and json.loads(served.stdout)["choices"][0]["message"]["content"]:
+                break
+        time.sleep(1)
+    else:
+        raise AssertionError("vLLM did not serve again within %d s of its SIGKILL" % VLLM_SIGKILL_BOUND_S)
+    print("vLLM served again %.1f s after its SIGKILL" % (time.monotonic() - killed_at))
+    assert int(host.check_output("systemctl show --property=NRestarts --value %s" % unit)) >= 1
