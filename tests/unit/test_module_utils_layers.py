@@ -33,7 +33,7 @@ LAYERS = [
     # decisions over what the readers found: GGUF, vLLM and layout plans, llama.cpp's builds and
     # servers, the drain, the kept services' room, synthetic models, the inventory's rules
     ('planners', ['llama_cpp', 'llama_service', 'llama_server', 'rpc_worker', 'gguf_plan', 'compute_buffer', 'vllm_plan',
-                  'vllm_service', 'layout_llama', 'layout_vllm', 'kept_room', 'kept_history', 'model_plan', 'engines', 'gpu_drain',
+                  'vllm_service', 'monitoring_service', 'layout_llama', 'layout_vllm', 'kept_room', 'kept_history', 'model_plan', 'engines', 'gpu_drain',
                   'synthetic_model', 'synthetic_hf', 'fault_matrix', 'inventory_checks', 'serving_checks']),
     # benchmarks, the chat check, GPU traces and the report
     ('reports', ['bench_stats', 'bench_client', 'bench_record', 'chat_check', 'gpu_trace', 'prometheus_series',
@@ -82,7 +82,9 @@ HEALTH_POLLER_MAX_FILES = 4
 # settings read back from the memory plan (layout_auto) out of the planners, so the head's command
 # line (llama_server, llama_server_plan) ships neither gguf_plan nor compute_buffer. 1,763 with the
 # RPC cache's verify (issue 53: rpc-server leaves a file cut short by a full disk under its name).
-MEAN_SHIPPED_LINES_MAX = 1763
+# 1,765 with the head's unit lines (llama_service.head_unit, issue 50), which were a Jinja template of
+# role llama_server before and now render through role service's one unit template.
+MEAN_SHIPPED_LINES_MAX = 1765
 
 
 def test_every_module_utils_file_has_one_layer():
