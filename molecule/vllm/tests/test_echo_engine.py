@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ sys.path.insert(0, str(REPO / "tests" / "playbooks"))
 sys.path.insert(0, str(REPO / "tests"))
 from common_defaults import common_default, engine_ports  # noqa: E402 pylint: disable=wrong-import-position
 from playbook_runner import run_in  # noqa: E402 pylint: disable=wrong-import-position
+from sigkill import serves_again_after_sigkill  # noqa: E402 pylint: disable=wrong-import-position
 
 PORT = 18095
 # Its one entry in the engine table: nothing else names it.
@@ -110,16 +110,7 @@ def test_status_shows_the_echo_engine(deployed, inventory, host, tmp_path):
 
 def test_a_killed_echo_engine_is_restarted(deployed, host):
     assert deployed.status == "successful"
-    before = host.check_output("systemctl show --property=MainPID --value gpulab-echo.service")
-    host.run("kill -9 %s" % before)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        now = host.check_output("systemctl show --property=MainPID --value gpulab-echo.service")
-        if now not in ("0", before) and host.run("curl -sf --max-time 2 http://127.0.0.1:%d/health" % PORT).rc == 0:
-            break
-        time.sleep(1)
-    else:
-        pytest.fail("the echo engine did not serve again within 30 s of its SIGKILL")
+    serves_again_after_sigkill(host, "gpulab-echo.service", "http://127.0.0.1:%d/health" % PORT, 30)
 
 
 def test_stop_stops_the_echo_engine(deployed, inventory, host, tmp_path):

@@ -3,7 +3,8 @@ role planned, and the API with its reasoning channel."""
 
 import json
 import os
-import time
+
+from sigkill import serves_again_after_sigkill
 
 LAB = os.environ.get("GPULAB_LAB_NAME", "gpulab")
 FABRIC = os.environ.get("GPULAB_LAB_FABRIC_PREFIX", "10.231.77")
@@ -104,21 +105,14 @@ def test_a_killed_vllm_serves_again_within_its_bound(host):
     completion within VLLM_SIGKILL_BOUND_S, under the same unit. Runs after the drain's check, which
     counts the unit's restarts."""
     unit = "gpulab-vllm.service"
-    before = host.check_output("systemctl show --property=MainPID --value %s" % unit)
-    assert before != "0"
-    killed_at = time.monotonic()
-    host.run("kill -KILL %s" % before)
     body = json.dumps({"model": "synthetic-minimax-m2", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
     chat = (f"curl -sf --max-time 5 -H 'Authorization: Bearer lab-vllm-key' -H 'Content-Type: application/json' "
             f"-d '{body}' http://{HEAD}:8000/v1/chat/completions")
-    while time.monotonic() - killed_at < VLLM_SIGKILL_BOUND_S:
-        now = host.check_output("systemctl show --property=MainPID --value %s" % unit)
-        if now not in ("0", before) and host.run(f"curl -sf --max-time 2 http://{HEAD}:8000/health").rc == 0:
-            served = host.run(chat)
-            if served.rc == 0 and json.loads(served.stdout)["choices"][0]["message"]["content"]:
-                break
-        time.sleep(1)
-    else:
-        raise AssertionError("vLLM did not serve again within %d s of its SIGKILL" % VLLM_SIGKILL_BOUND_S)
-    print("vLLM served again %.1f s after its SIGKILL" % (time.monotonic() - killed_at))
+
+    def answers():
+        served = host.run(chat)
+        return served.rc == 0 and bool(json.loads(served.stdout)["choices"][0]["message"]["content"])
+
+    took = serves_again_after_sigkill(host, unit, f"http://{HEAD}:8000/health", VLLM_SIGKILL_BOUND_S, answers)
+    print("vLLM served again %.1f s after its SIGKILL" % took)
     assert int(host.check_output("systemctl show --property=NRestarts --value %s" % unit)) >= 1
