@@ -65,9 +65,10 @@ collection: ## Link the repository as the gpulab.inference collection under .bui
 .PHONY: llama-cpp-archive
 llama-cpp-archive: $(LLAMA_CPP_ARCHIVE) ## llama.cpp source archive (from the llama-cpp-python sdist on PyPI)
 
+# flock, then a second look: make test's two lanes may both ask for it on a fresh machine.
 $(LLAMA_CPP_ARCHIVE): | $(VENV_STAMP)
 	$(call step,llama.cpp $(LLAMA_CPP_COMMIT) source archive from llama-cpp-python $(LLAMA_CPP_PYTHON_VERSION))
-	@bash scripts/llama-cpp-archive.sh $(LLAMA_CPP_PYTHON_VERSION) $@
+	@flock .build/llama-cpp-archive.lock bash -c 'test -f $@ || bash scripts/llama-cpp-archive.sh $(LLAMA_CPP_PYTHON_VERSION) $@'
 
 # ---- the container lab ---------------------------------------------------------------------
 .PHONY: lab lab-destroy
@@ -80,9 +81,9 @@ lab-destroy: deps ## Remove the lab containers and network (keeps the image and 
 	@ansible-playbook -i inventory/demo molecule/lab/destroy.yml
 
 .PHONY: lab-images
+# flock: make test's two lanes may both ask for them on a fresh machine; the second finds them built.
 lab-images: deps ## Build the lab's node and mirror images once (debootstrap; reused while unchanged)
-	@bash molecule/lab/build-image.sh
-	@bash molecule/lab/build-mirror-image.sh
+	@flock .build/lab-images.lock bash -c 'bash molecule/lab/build-image.sh && bash molecule/lab/build-mirror-image.sh'
 
 # ---- the main job ---------------------------------------------------------------------------
 .PHONY: demo facts
@@ -125,13 +126,15 @@ faults: deps llama-cpp-archive lab-images ## Fault matrix on the container lab (
 # that build is published (scripts/wait-for-lab-build.sh), and `supervisor`'s build and
 # integration-llama find it (the labs' shared ccache, the controller's build cache). The second lane
 # ends after the first, so integration-llama's timing checks run without a lab beside them.
+# The lab images and the llama.cpp archive are made by the first lane's `make molecule` while the
+# second lane lints: on a fresh machine that is minutes of debootstrap beside lint and sanity.
 MOLECULE_LANE_1 ?= default roce drain
 MOLECULE_LANE_2_FIRST ?= vllm
 MOLECULE_LANE_2 ?= supervisor models
 timed := bash scripts/timed.sh
 # The second lane's lab (its own name and subnet), for each of its molecule steps.
 lane_2_lab = MOLECULE_LAB=$(MOLECULE_LAB)-2 MOLECULE_FABRIC_PREFIX=$(MOLECULE_FABRIC_PREFIX_2)
-test: deps llama-cpp-archive lab-images ## Everything CI checks: lint, sanity, unit, molecule, integration-llama
+test: deps ## Everything CI checks: lint, sanity, unit, molecule, integration-llama
 	@bash scripts/lanes.sh \
 	  "molecule-1=$(timed) 'molecule: $(MOLECULE_LANE_1)' $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS='$(MOLECULE_LANE_1)'" \
 	  "checks=$(timed) 'ansible-lint (production profile)' $(MAKE) --no-print-directory lint \
