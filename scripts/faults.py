@@ -304,7 +304,10 @@ def active_units(lab, unit):
 PLAY_KILL_POINTS = {
     'preflight': ('Preflight checks and GPU facts', 'Read the GPUs, the driver and the GPU memory residency',
                   'the preflight (reading the GPUs)'),
-    'roce': ('RoCE fabric', 'Configure the RoCE fabric of this host', 'the RoCE fabric play'),
+    # the play's own banner: two later plays also hold "RoCE fabric", and the lab's nodes skip this
+    # play's task at once, so shorter words would already name the next play when the poll looks
+    'roce': ('RoCE fabric (nodes with gpulab_fabric_interface)', 'Configure the RoCE fabric of this host',
+             'the RoCE fabric play'),
     'fabric-check': ("Check every node's side of the RoCE fabric", 'Leave out nodes without a fabric interface',
                      'the fabric check'),
     'check': ('Check the engine can be planned', 'Look for the deployed build on the build host',
