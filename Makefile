@@ -68,7 +68,7 @@ llama-cpp-archive: $(LLAMA_CPP_ARCHIVE) ## llama.cpp source archive (from the ll
 # flock, then a second look: make test's two lanes may both ask for it on a fresh machine.
 $(LLAMA_CPP_ARCHIVE): | $(VENV_STAMP)
 	$(call step,llama.cpp $(LLAMA_CPP_COMMIT) source archive from llama-cpp-python $(LLAMA_CPP_PYTHON_VERSION))
-	@flock .build/llama-cpp-archive.lock bash -c 'test -f $@ || bash scripts/llama-cpp-archive.sh $(LLAMA_CPP_PYTHON_VERSION) $@'
+	@mkdir -p .build && flock .build/llama-cpp-archive.lock bash -c 'test -f $@ || bash scripts/llama-cpp-archive.sh $(LLAMA_CPP_PYTHON_VERSION) $@'
 
 # ---- the container lab ---------------------------------------------------------------------
 .PHONY: lab lab-destroy
